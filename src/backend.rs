@@ -1,0 +1,173 @@
+//! The lease protocol as the run loop sees it: one small interface that a single Redis node
+//! (and later Redlock over N nodes, or the host-local file backend) implements.
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Who holds a lock, as far as its metadata tells. Every field may be missing: another program
+/// using the plain `SET lock:{NAME} token NX PX` protocol leaves none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    pub command: Option<String>,
+    /// Wall-clock time of the acquisition, in milliseconds since the Unix epoch (for display).
+    pub since_ms: Option<u64>,
+    pub fence: Option<u64>,
+}
+
+impl Holder {
+    pub fn is_known(&self) -> bool {
+        self.host.is_some() || self.pid.is_some()
+    }
+
+    /// `since` as RFC 3339 UTC, for display and JSON.
+    pub fn since(&self) -> Option<String> {
+        let ms = self.since_ms?;
+        let t = UNIX_EPOCH.checked_add(Duration::from_millis(ms))?;
+        Some(humantime::format_rfc3339_seconds(t).to_string())
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.is_known() {
+            return f.write_str("another program (no locked-run holder metadata)");
+        }
+        f.write_str(self.host.as_deref().unwrap_or("?"))?;
+        if let Some(pid) = self.pid {
+            write!(f, " pid {pid}")?;
+        }
+        if let Some(command) = &self.command {
+            write!(f, " ({command})")?;
+        }
+        if let Some(since) = self.since() {
+            write!(f, " since {since}")?;
+        }
+        if let Some(fence) = self.fence {
+            write!(f, ", fence {fence}")?;
+        }
+        Ok(())
+    }
+}
+
+/// When a held lock expires on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    In(Duration),
+    /// The key has no expiry (set by another tool): it is only freed by a delete.
+    Never,
+}
+
+/// A lock found held by someone else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Busy {
+    pub holder: Holder,
+    pub expiry: Expiry,
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "held by {}", self.holder)?;
+        match self.expiry {
+            Expiry::In(d) => write!(f, ", lease ends in {}", crate::lease::show(d)),
+            Expiry::Never => f.write_str(", with no expiry"),
+        }
+    }
+}
+
+/// The answer to one acquisition attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Acquired { fence: u64 },
+    Busy(Busy),
+}
+
+/// A backend operation that did not get an answer it could use.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum BackendError {
+    /// No answer: refused, reset, timed out. Worth retrying on a fresh connection.
+    #[error("{0}")]
+    Unreachable(String),
+    /// An answer, but a refusal (READONLY replica, NOPERM, OOM, WRONGTYPE, ...): a setup problem
+    /// that retrying will not fix.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl BackendError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, BackendError::Unreachable(_))
+    }
+}
+
+/// What holds the lock: the run loop's only view of a backend.
+pub trait Backend {
+    /// The release notifications a waiter sleeps on.
+    type Wakeups: Wakeups;
+
+    /// Whether the lock is a lease that expires unless renewed (false for `flock`).
+    fn has_lease(&self) -> bool;
+
+    /// Where the lock lives (`lock:{NAME}`), for the child's `LOCKED_RUN_KEY`.
+    fn key(&self) -> &str;
+
+    /// The owner's unique token, for the child's `LOCKED_RUN_TOKEN`.
+    fn token(&self) -> &str;
+
+    /// One acquisition attempt. An attempt whose reply was lost may have succeeded; the next
+    /// attempt recognises the lock as ours.
+    fn try_acquire(&self) -> impl Future<Output = Result<Attempt, BackendError>>;
+
+    /// Compare-and-extend: `Ok(false)` when the lock is no longer ours.
+    fn renew(&self, timeout: Duration) -> impl Future<Output = Result<bool, BackendError>>;
+
+    /// Compare-and-release, waking waiters; with `keep_for`, leave the lock to expire after that
+    /// long instead (`--min-hold`). `Ok(false)` when the lock was no longer ours.
+    fn release(
+        &self,
+        keep_for: Option<Duration>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, BackendError>>;
+
+    /// Start listening for releases; confirmed by the server when this returns.
+    fn subscribe(&self) -> impl Future<Output = Result<Self::Wakeups, BackendError>>;
+}
+
+/// Release notifications.
+pub trait Wakeups {
+    /// Resolves on the next release message; `Err` when the subscription broke.
+    fn next(&mut self) -> impl Future<Output = Result<(), BackendError>>;
+}
+
+/// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).
+pub fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_reads_like_a_sentence() {
+        let h = Holder {
+            host: Some("web-3".into()),
+            pid: Some(4242),
+            command: Some("backup.sh".into()),
+            since_ms: Some(1_764_673_200_000),
+            fence: Some(17),
+        };
+        assert_eq!(
+            h.to_string(),
+            "web-3 pid 4242 (backup.sh) since 2025-12-02T11:00:00Z, fence 17"
+        );
+        assert_eq!(
+            Holder::default().to_string(),
+            "another program (no locked-run holder metadata)"
+        );
+    }
+}

@@ -1,0 +1,470 @@
+//! The command line: clap definitions (their doc comments are the help text), value parsers,
+//! and the checks that turn arguments into a validated run configuration.
+//!
+//! The wrapped command is taken as `Vec<OsString>` after NAME (`--` optional), so its own flags
+//! never reach clap.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use nix::sys::signal::Signal;
+
+use crate::exit::{Codes, Failure};
+use crate::lease::Timings;
+use crate::name::{LockName, RESERVED};
+use crate::run::RunConfig;
+use crate::wait::Patience;
+
+/// The default server when neither `--url` nor `LOCKED_RUN_URL` gives one.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// Run a command under a distributed lock held in Redis: across a fleet, at most one copy of a
+/// job runs at a time.
+///
+/// The command gets LOCKED_RUN_FENCE, a number that grows with every acquisition of NAME: pass it
+/// to the storage the job writes to, so a stale holder's writes can be refused.
+#[derive(Parser, Debug)]
+#[command(
+    name = "locked-run",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
+    after_help = "Exit status: the command's own; 128+N if it was ended by signal N; 75 not acquired \
+(busy with --no-wait, or --wait ran out); 76 the lease was lost and the command stopped; 69 Redis \
+unreachable or refusing; 2 usage error; 126/127 command not executable/not found."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub sub: Option<Sub>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Sub {
+    /// Run a command under the lock (the default; needed when NAME is a subcommand's name)
+    Run(RunArgs),
+    /// Show whether a lock is held, by whom, since when, its fence and time left (exit 0 held, 1 free)
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConnArgs {
+    /// Redis server URL: redis://[user@]host[:port][/db] or redis+unix:///path [env: LOCKED_RUN_URL]
+    /// [default: redis://127.0.0.1:6379]. Give passwords through LOCKED_RUN_URL or REDISCLI_AUTH,
+    /// not on the command line, which `ps` shows.
+    #[arg(short = 'u', long = "url", value_name = "URL")]
+    pub url: Vec<String>,
+
+    /// How long one connection attempt may take
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LogArgs {
+    /// More logging on stderr (-v: what happens, -vv: debug); LOCKED_RUN_LOG takes a tracing filter
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Only errors on stderr (no warnings)
+    #[arg(short = 'q', long = "quiet", conflicts_with = "verbose")]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// Lease length T: how long the lock outlives a locked-run that stops renewing it
+    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Renew interval R [default: TTL/6]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub renew_every: Option<Duration>,
+
+    /// Fail at once (status 75) when the lock is held; silent unless -v
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Give up waiting after DUR (status 75) [default: wait forever]
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// Grace K between the kill signal and SIGKILL when the lease is lost [default: TTL/3]
+    #[arg(short = 'k', long, value_name = "DUR", value_parser = parse_duration)]
+    pub kill_after: Option<Duration>,
+
+    /// First signal sent to the command when the lease is lost (TERM, SIGTERM and 15 all work)
+    #[arg(short = 's', long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    pub kill_signal: Signal,
+
+    /// Exit status when the lock was not acquired
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+
+    /// Exit status when the lease was lost and the command stopped
+    #[arg(long, value_name = "N", default_value_t = crate::exit::LOST)]
+    pub lost_exit_code: u8,
+
+    /// Keep the lock at least DUR after it was taken, even if the command ends sooner
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub min_hold: Option<Duration>,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+
+    /// Lock name: at most 200 bytes, no braces, whitespace or control characters
+    #[arg(value_name = "NAME", required = true)]
+    pub name: Option<String>,
+
+    /// The command to run, and its arguments
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 1..
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+
+    /// Lock name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// What the command line asks for.
+pub enum Command {
+    /// `explicit`: written as `locked-run run ...`, so NAME may be a subcommand's name.
+    Run {
+        args: RunArgs,
+        explicit: bool,
+    },
+    Status(StatusArgs),
+}
+
+impl Cli {
+    pub fn into_command(self) -> Command {
+        match self.sub {
+            Some(Sub::Run(args)) => Command::Run {
+                args,
+                explicit: true,
+            },
+            Some(Sub::Status(args)) => Command::Status(args),
+            None => Command::Run {
+                args: self.run,
+                explicit: false,
+            },
+        }
+    }
+}
+
+impl RunArgs {
+    pub fn codes(&self) -> Codes {
+        Codes {
+            conflict: self.conflict_exit_code,
+            lost: self.lost_exit_code,
+        }
+    }
+
+    /// Validates everything that can be checked without a server.
+    pub fn config(&self, explicit_run: bool) -> Result<RunConfig, Failure> {
+        let raw = self.name.as_deref().unwrap_or_default();
+        if !explicit_run && RESERVED.contains(&raw) {
+            return Err(Failure::usage(format!(
+                "{raw:?} is a subcommand's name; to use it as a lock NAME write `locked-run run {raw} -- COMMAND`"
+            )));
+        }
+        let name = LockName::new(raw).map_err(Failure::usage)?;
+        if self.command.is_empty() {
+            return Err(Failure::usage("no COMMAND given after NAME"));
+        }
+        let timings =
+            Timings::new(self.ttl, self.renew_every, self.kill_after).map_err(Failure::usage)?;
+        let patience = match (self.no_wait, self.wait) {
+            (true, _) => Patience::NoWait,
+            (false, Some(d)) if d.is_zero() => Patience::NoWait,
+            (false, Some(d)) => Patience::For(d),
+            (false, None) => Patience::Forever,
+        };
+        Ok(RunConfig {
+            name,
+            command: self.command.clone(),
+            timings,
+            patience,
+            kill_signal: self.kill_signal,
+            min_hold: self.min_hold.filter(|d| !d.is_zero()),
+            release_timeout: self.conn.connect_timeout.min(timings.ttl),
+        })
+    }
+}
+
+impl ConnArgs {
+    /// The server URLs: `--url`, else `LOCKED_RUN_URL`, else the default.
+    pub fn urls(&self) -> Vec<String> {
+        if !self.url.is_empty() {
+            return self.url.clone();
+        }
+        match std::env::var("LOCKED_RUN_URL") {
+            Ok(value) if !value.trim().is_empty() => split_urls(&value),
+            _ => vec![DEFAULT_URL.to_owned()],
+        }
+    }
+}
+
+/// Splits `LOCKED_RUN_URL`: whitespace separates, and so does a comma directly followed by
+/// `scheme://` (a comma elsewhere may belong to a password or a path).
+pub fn split_urls(value: &str) -> Vec<String> {
+    let mut urls = Vec::new();
+    for word in value.split_whitespace() {
+        let mut start = 0;
+        for (i, _) in word.match_indices(',') {
+            if starts_with_scheme(&word[i + 1..]) {
+                urls.push(&word[start..i]);
+                start = i + 1;
+            }
+        }
+        urls.push(&word[start..]);
+    }
+    urls.into_iter()
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn starts_with_scheme(s: &str) -> bool {
+    let Some((scheme, _)) = s.split_once("://") else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+}
+
+/// A humantime duration; a bare number is refused with a hint, never guessed.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "{t:?} has no unit: write {t}s for seconds or {t}ms for milliseconds"
+        ));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{t:?} is not a duration ({e}); write e.g. 500ms, 30s, 2m or 1h"))
+}
+
+/// `TERM`, `SIGTERM`, `term` or `15`; only signals whose default action ends a process.
+pub fn parse_signal(s: &str) -> Result<Signal, String> {
+    let signal = match s.parse::<i32>() {
+        Ok(n) => Signal::try_from(n).map_err(|_| format!("{n} is not a signal number"))?,
+        Err(_) => {
+            let upper = s.to_ascii_uppercase();
+            let full = if upper.starts_with("SIG") {
+                upper
+            } else {
+                format!("SIG{upper}")
+            };
+            full.parse::<Signal>().map_err(|_| {
+                format!("unknown signal {s:?}: use a name such as TERM, INT or HUP, or a number")
+            })?
+        }
+    };
+    use Signal::*;
+    if matches!(
+        signal,
+        SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU | SIGCONT | SIGCHLD | SIGURG | SIGWINCH
+    ) {
+        return Err(format!(
+            "{signal} does not end a process; use TERM, INT, HUP, QUIT or KILL"
+        ));
+    }
+    Ok(signal)
+}
+
+/// Turns a clap error into one line (`locked-run: ...`), as every other error.
+pub fn one_line(error: &clap::Error) -> String {
+    let text = error.to_string();
+    let mut parts = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line.strip_prefix("error: ").unwrap_or(line));
+        }
+    }
+    let mut message = parts.join(" ");
+    message.push_str(" (see locked-run --help)");
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        <Cli as CommandFactory>::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("locked-run").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn command_after_name_keeps_its_own_flags() {
+        let cli = parse(&["-n", "job", "ls", "-l", "--color"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert!(args.no_wait);
+        assert_eq!(args.name.as_deref(), Some("job"));
+        assert_eq!(args.command, ["ls", "-l", "--color"]);
+
+        let cli = parse(&["job", "--", "sh", "-c", "exit 3"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn subcommands_and_explicit_run() {
+        let cli = parse(&["status", "--json", "job"]).unwrap();
+        assert!(matches!(cli.into_command(), Command::Status(a) if a.json && a.name == "job"));
+        let cli = parse(&["run", "status", "--", "true"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert_eq!(args.name.as_deref(), Some("status"));
+        assert!(args.config(true).is_ok());
+    }
+
+    #[test]
+    fn reserved_names_need_explicit_run() {
+        let cli = parse(&["release", "true"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert!(
+            args.config(false)
+                .unwrap_err()
+                .message
+                .contains("locked-run run release")
+        );
+    }
+
+    #[test]
+    fn missing_command_is_an_error() {
+        let err = parse(&["job"]).unwrap_err();
+        assert!(one_line(&err).contains("<COMMAND>"), "{}", one_line(&err));
+        assert!(!one_line(&err).contains('\n'));
+    }
+
+    #[test]
+    fn durations_need_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("30").unwrap_err().contains("30s"));
+        assert!(parse_duration("1.5").unwrap_err().contains("no unit"));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn wait_zero_means_no_wait() {
+        let cli = parse(&["-w", "0s", "job", "true"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert_eq!(args.config(false).unwrap().patience, Patience::NoWait);
+        let cli = parse(&["-w", "5s", "job", "true"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert_eq!(
+            args.config(false).unwrap().patience,
+            Patience::For(Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn signals_by_name_or_number() {
+        assert_eq!(parse_signal("TERM"), Ok(Signal::SIGTERM));
+        assert_eq!(parse_signal("SIGTERM"), Ok(Signal::SIGTERM));
+        assert_eq!(parse_signal("15"), Ok(Signal::SIGTERM));
+        assert_eq!(parse_signal("int"), Ok(Signal::SIGINT));
+        assert_eq!(parse_signal("KILL"), Ok(Signal::SIGKILL));
+        assert!(parse_signal("STOP").is_err());
+        assert!(parse_signal("NOPE").is_err());
+        assert!(parse_signal("99").is_err());
+    }
+
+    #[test]
+    fn url_list_splits_on_whitespace_and_scheme_commas() {
+        assert_eq!(
+            split_urls("redis://a:1 redis://b:2"),
+            ["redis://a:1", "redis://b:2"]
+        );
+        assert_eq!(
+            split_urls("redis://a:1,redis://b:2"),
+            ["redis://a:1", "redis://b:2"]
+        );
+        assert_eq!(split_urls("redis://:pa,ss@a:1"), ["redis://:pa,ss@a:1"]);
+        assert_eq!(split_urls("  redis://a  "), ["redis://a"]);
+    }
+
+    #[test]
+    fn inconsistent_timings_are_usage_errors() {
+        let cli = parse(&[
+            "--ttl",
+            "10s",
+            "--renew-every",
+            "5s",
+            "--kill-after",
+            "5s",
+            "job",
+            "true",
+        ])
+        .unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert!(
+            args.config(false)
+                .unwrap_err()
+                .message
+                .contains("no time is left to retry")
+        );
+        let cli = parse(&["--ttl", "50ms", "job", "true"]).unwrap();
+        let Command::Run { args, .. } = cli.into_command() else {
+            panic!()
+        };
+        assert!(
+            args.config(false)
+                .unwrap_err()
+                .message
+                .contains("too short")
+        );
+    }
+}

@@ -1,0 +1,424 @@
+//! The lease clock: when to renew, when to stop the child, and the loop that keeps the lease.
+//!
+//! This is the safety core (DESIGN.md, "The lease clock"). With T the TTL, R the renew interval,
+//! K the kill grace and D = T/100 + 2 ms the drift allowance:
+//!
+//! - a grant or renewal whose request was *sent* at s proves the lease valid until V = s + T - D
+//!   (the server's TTL started no earlier than the send);
+//! - the next renewal is due at s + R; a failed attempt is retried with a short back-off, and
+//!   each attempt may take at most min(R/2, V - now);
+//! - at V - D - K with no success since, the child gets the kill signal; at V - D, SIGKILL. The
+//!   child is thus signalled before the server can hand the lock to anyone else, with D to spare
+//!   for late timers;
+//! - a reply saying "not the owner" means the lease is gone now: kill signal at once, SIGKILL K
+//!   later;
+//! - every wake-up reads the clock first, so a wrapper that slept through V - D (timer late,
+//!   SIGSTOP, suspend) SIGKILLs at once;
+//! - once stopping has begun it is final, and its SIGKILL deadline is never moved.
+//!
+//! [`LeaseClock`] is the pure state machine; [`keep`] drives it with a [`Clock`], a [`Renew`]er
+//! and a [`Stopper`], so unit tests pin every transition under `tokio::time::pause()`.
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// The shortest renew interval accepted.
+pub const MIN_RENEW: Duration = Duration::from_millis(10);
+
+/// A reading of the clock the lease is measured on.
+///
+/// Readings are durations since an arbitrary origin. Production reads `CLOCK_BOOTTIME`, which,
+/// unlike `CLOCK_MONOTONIC`, keeps counting while the machine is suspended, as the server's TTL
+/// does; neither moves when the wall clock is set.
+pub trait Clock {
+    fn now(&self) -> Duration;
+}
+
+/// `CLOCK_BOOTTIME`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BootClock;
+
+impl Clock for BootClock {
+    fn now(&self) -> Duration {
+        // CLOCK_BOOTTIME exists on every Linux since 2.6.39; failure is impossible.
+        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+            .expect("CLOCK_BOOTTIME is readable");
+        Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
+    }
+}
+
+/// T, R, K and D, validated together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timings {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    pub kill_after: Duration,
+    pub drift: Duration,
+}
+
+impl Timings {
+    /// T with the defaults R = T/6 and K = T/3 where not given; refuses timings that leave no
+    /// time to retry a failed renewal.
+    pub fn new(
+        ttl: Duration,
+        renew_every: Option<Duration>,
+        kill_after: Option<Duration>,
+    ) -> Result<Self, String> {
+        if ttl < MIN_TTL {
+            return Err(format!(
+                "--ttl {} is too short: the lease must be at least {} so renewals can keep up",
+                show(ttl),
+                show(MIN_TTL)
+            ));
+        }
+        let renew_every = renew_every.unwrap_or(ttl / 6);
+        let kill_after = kill_after.unwrap_or(ttl / 3);
+        let drift = Self::drift_for(ttl);
+        if renew_every < MIN_RENEW {
+            return Err(format!(
+                "--renew-every {} is too short: at least {} (renewing faster only loads the server)",
+                show(renew_every),
+                show(MIN_RENEW)
+            ));
+        }
+        let budget = ttl.saturating_sub(2 * drift);
+        if renew_every + kill_after >= budget {
+            return Err(format!(
+                "--renew-every {} + --kill-after {} must be shorter than the TTL less twice the \
+                 drift allowance ({} - 2 x {} = {}), or no time is left to retry a failed renewal; \
+                 shorten them or raise --ttl",
+                show(renew_every),
+                show(kill_after),
+                show(ttl),
+                show(drift),
+                show(budget)
+            ));
+        }
+        Ok(Timings {
+            ttl,
+            renew_every,
+            kill_after,
+            drift,
+        })
+    }
+
+    /// D = T/100 + 2 ms, the Redlock drift allowance.
+    pub fn drift_for(ttl: Duration) -> Duration {
+        ttl / 100 + Duration::from_millis(2)
+    }
+
+    /// T - 2D - K - R: how long failed renewals may be retried after the first one was due,
+    /// before the kill signal. `-v` says so when this is shorter than R.
+    pub fn retry_window(&self) -> Duration {
+        self.ttl
+            .saturating_sub(2 * self.drift + self.kill_after + self.renew_every)
+    }
+
+    /// How long a grant sent at `sent` is valid: V = s + T - D.
+    fn valid_until(&self, sent: Duration) -> Duration {
+        sent + self.ttl - self.drift
+    }
+}
+
+/// Why the child is being stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// No renewal succeeded in time (server down, slow or unreachable).
+    Expiring,
+    /// The server said the lock is no longer ours (expired, deleted or taken over).
+    NotOwner,
+    /// `locked-run` woke up past V - D (paused, suspended, or starved of CPU).
+    Late,
+}
+
+/// Where the stop of the child stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Running,
+    Terminating { kill_at: Duration },
+    Killed,
+}
+
+/// What the keeper must do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Terminate(Why),
+    Kill(Why),
+    Renew {
+        timeout: Duration,
+    },
+    /// Nothing to do until this reading (or ever, with `None`).
+    Sleep(Option<Duration>),
+}
+
+/// The pure lease state machine: feed it clock readings and renewal results, ask it what to do.
+#[derive(Clone, Debug)]
+pub struct LeaseClock {
+    timings: Timings,
+    valid_until: Duration,
+    next_renewal: Duration,
+    failures: u32,
+    lost: bool,
+    stop: Stop,
+    stop_reason: Option<Why>,
+    last_error: Option<String>,
+}
+
+impl LeaseClock {
+    /// A lease granted by a request sent at `sent`.
+    pub fn new(timings: Timings, sent: Duration) -> Self {
+        LeaseClock {
+            timings,
+            valid_until: timings.valid_until(sent),
+            next_renewal: sent + timings.renew_every,
+            failures: 0,
+            lost: false,
+            stop: Stop::Running,
+            stop_reason: None,
+            last_error: None,
+        }
+    }
+
+    pub fn timings(&self) -> Timings {
+        self.timings
+    }
+
+    /// V: the lease is proven valid until this reading.
+    pub fn valid_until(&self) -> Duration {
+        self.valid_until
+    }
+
+    pub fn stop(&self) -> Stop {
+        self.stop
+    }
+
+    /// Why stopping began, if it did.
+    pub fn stop_reason(&self) -> Option<Why> {
+        self.stop_reason
+    }
+
+    /// The last renewal error, for the message that explains a stop.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    /// A renewal sent at `sent` succeeded.
+    pub fn renewed(&mut self, sent: Duration) {
+        self.valid_until = self.valid_until.max(self.timings.valid_until(sent));
+        self.next_renewal = sent + self.timings.renew_every;
+        self.failures = 0;
+    }
+
+    /// A renewal attempt failed at `now` (timeout, connection or server error): retry soon.
+    pub fn renew_failed(&mut self, now: Duration, error: String) {
+        self.failures += 1;
+        self.next_renewal = now + self.backoff();
+        self.last_error = Some(error);
+    }
+
+    /// The server said the key is no longer ours.
+    pub fn lost(&mut self) {
+        self.lost = true;
+    }
+
+    /// Whether the lease can no longer be counted on at `now`: lost, or past V - D.
+    pub fn expired(&self, now: Duration) -> bool {
+        self.lost || now >= self.kill_point()
+    }
+
+    /// 20 ms doubling per failure, capped at R/4: quick to recover after a blip, and a server
+    /// that refuses at once is asked at most four times per renew interval.
+    fn backoff(&self) -> Duration {
+        let exp = self.failures.saturating_sub(1).min(16);
+        let base = Duration::from_millis(20) * (1u32 << exp);
+        base.min(self.timings.renew_every / 4)
+            .max(Duration::from_millis(1))
+    }
+
+    fn kill_point(&self) -> Duration {
+        self.valid_until.saturating_sub(self.timings.drift)
+    }
+
+    fn term_point(&self) -> Duration {
+        self.kill_point().saturating_sub(self.timings.kill_after)
+    }
+
+    /// What to do at `now`. `renewing` says whether a renewal is already in flight. Call again
+    /// after acting on anything but `Sleep`.
+    pub fn step(&mut self, now: Duration, renewing: bool) -> Step {
+        match self.stop {
+            Stop::Running => {
+                if now >= self.kill_point() && !self.lost {
+                    // Past V - D with no kill signal sent yet: with K > 0 that means the term
+                    // point passed unseen, so this wake-up is late (pause, suspend, starved CPU).
+                    let why = if self.timings.kill_after.is_zero() {
+                        Why::Expiring
+                    } else {
+                        Why::Late
+                    };
+                    self.stop = Stop::Killed;
+                    self.stop_reason = Some(why);
+                    return Step::Kill(why);
+                }
+                if self.lost {
+                    self.stop = Stop::Terminating {
+                        kill_at: now + self.timings.kill_after,
+                    };
+                    self.stop_reason = Some(Why::NotOwner);
+                    return Step::Terminate(Why::NotOwner);
+                }
+                if now >= self.term_point() {
+                    self.stop = Stop::Terminating {
+                        kill_at: self.kill_point(),
+                    };
+                    self.stop_reason = Some(Why::Expiring);
+                    return Step::Terminate(Why::Expiring);
+                }
+            }
+            Stop::Terminating { kill_at } => {
+                if now >= kill_at {
+                    self.stop = Stop::Killed;
+                    return Step::Kill(self.stop_reason.unwrap_or(Why::Expiring));
+                }
+            }
+            Stop::Killed => {}
+        }
+        let renewal_due = !renewing && !self.lost;
+        if renewal_due && now >= self.next_renewal {
+            let half = self.timings.renew_every / 2;
+            let left = self.valid_until.saturating_sub(now);
+            let timeout = if left.is_zero() { half } else { half.min(left) };
+            return Step::Renew { timeout };
+        }
+        let mut wake: Option<Duration> = None;
+        let mut at = |t: Duration| wake = Some(wake.map_or(t, |w| w.min(t)));
+        if renewal_due {
+            at(self.next_renewal);
+        }
+        match self.stop {
+            Stop::Running => {
+                at(self.term_point());
+                at(self.kill_point());
+            }
+            Stop::Terminating { kill_at } => at(kill_at),
+            Stop::Killed => {}
+        }
+        Step::Sleep(wake)
+    }
+}
+
+/// One compare-and-extend of the lease.
+pub trait Renew {
+    /// `Ok(true)` while the lease is still ours, `Ok(false)` when the server says it is not,
+    /// `Err` when the attempt failed (the next one should use a fresh connection). The attempt
+    /// must give up after `timeout`.
+    fn renew(&self, timeout: Duration) -> impl Future<Output = Result<bool, String>>;
+}
+
+/// What stops the child.
+pub trait Stopper {
+    /// Send the kill signal (SIGTERM unless `--kill-signal`).
+    fn terminate(&self, why: Why);
+    /// SIGKILL.
+    fn kill(&self, why: Why);
+}
+
+type Renewal<'a> = Pin<Box<dyn Future<Output = Result<bool, String>> + 'a>>;
+
+/// Keeps the lease: renews on time, and stops the child through `stopper` when it cannot.
+///
+/// Never returns; the run loop polls it beside the child and drops it when the child's group is
+/// gone. Between polls its state lives in `lease`, which the run loop may read.
+pub async fn keep<C: Clock, R: Renew, S: Stopper>(
+    lease: &RefCell<LeaseClock>,
+    clock: &C,
+    renewer: &R,
+    stopper: &S,
+) -> Infallible {
+    let mut renewal: Option<(Duration, Renewal<'_>)> = None;
+    loop {
+        let now = clock.now();
+        let step = lease.borrow_mut().step(now, renewal.is_some());
+        match step {
+            Step::Terminate(why) => stopper.terminate(why),
+            Step::Kill(why) => stopper.kill(why),
+            Step::Renew { timeout } => {
+                let attempt = renewer.renew(timeout);
+                let bounded = async move {
+                    match tokio::time::timeout(timeout, attempt).await {
+                        Ok(result) => result,
+                        Err(_) => Err(format!("no answer within {}", show(timeout))),
+                    }
+                };
+                renewal = Some((now, Box::pin(bounded)));
+            }
+            Step::Sleep(until) => {
+                let nap = until.map(|u| u.saturating_sub(now));
+                let result = match renewal.as_mut() {
+                    Some((_, attempt)) => tokio::select! {
+                        result = attempt => Some(result),
+                        () = sleep(nap) => None,
+                    },
+                    None => {
+                        sleep(nap).await;
+                        None
+                    }
+                };
+                if let Some(result) = result {
+                    let (sent, _) = renewal.take().expect("a result comes from a renewal");
+                    let now = clock.now();
+                    let mut lease = lease.borrow_mut();
+                    match result {
+                        Ok(true) => {
+                            if lease.failures > 0 {
+                                tracing::info!(
+                                    "renewed the lease after {} failed attempt(s)",
+                                    lease.failures
+                                );
+                            }
+                            tracing::debug!("renewed the lease");
+                            lease.renewed(sent);
+                        }
+                        Ok(false) => {
+                            tracing::debug!("renewal: the lock is no longer ours");
+                            lease.lost();
+                        }
+                        Err(error) => {
+                            tracing::info!("renewal failed: {error}; retrying");
+                            lease.renew_failed(now, error);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep(nap: Option<Duration>) {
+    match nap {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A duration as an operator reads it: `30s`, `1.5s`, `250ms`.
+pub fn show(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms >= 1000 && ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else if ms >= 1000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if ms > 0 || d.is_zero() {
+        format!("{ms}ms")
+    } else {
+        format!("{}us", d.as_micros())
+    }
+}
+
+#[cfg(test)]
+mod tests;

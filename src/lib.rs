@@ -1,0 +1,165 @@
+//! `locked-run`: run a command under a distributed lease held in Redis, so that across a fleet
+//! at most one copy of a job runs at a time.
+//!
+//! # Layout
+//!
+//! - [`cli`]: the command line (clap), value parsers, validation into a [`run::RunConfig`].
+//! - [`name`]: lock names and the Redis keys derived from them.
+//! - [`lease`]: the lease clock, a pure state machine, and the loop that keeps the lease.
+//! - [`backend`]: the interface every backend implements (acquire, renew, release, wake-ups).
+//! - [`scripts`]: the Lua scripts of the protocol.
+//! - [`node`]: one Redis server: connection, script calls, subscriptions, error messages.
+//! - [`lock`]: the lock as a Rust type ([`Lock`]); the single-server backend.
+//! - [`wait`]: waiting for a held lock without polling.
+//! - [`child`]: finding, spawning, signalling and reaping the command.
+//! - [`signals`]: the signals forwarded to the command or ending a wait.
+//! - [`run`]: the run loop tying these together.
+//! - [`status`]: the `status` subcommand.
+//! - [`exit`]: exit statuses, mapped to numbers in one place.
+//! - [`log`]: stderr logging.
+
+pub mod backend;
+pub mod child;
+pub mod cli;
+pub mod exit;
+pub mod lease;
+pub mod lock;
+pub mod log;
+pub mod name;
+pub mod node;
+pub mod run;
+pub mod scripts;
+pub mod signals;
+pub mod status;
+pub mod wait;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+pub use crate::lock::Lock;
+
+use crate::cli::{Cli, Command, ConnArgs};
+use crate::exit::{Codes, Exit, Failure};
+use crate::lease::show;
+use crate::name::LockName;
+use crate::node::Node;
+
+/// How a `locked-run` invocation ended, before it is turned into a process exit.
+pub struct Outcome {
+    pub result: Result<Exit, Failure>,
+    pub codes: Codes,
+    pub verbose: bool,
+}
+
+/// Runs what the command line asks for.
+pub fn execute(cli: Cli) -> Outcome {
+    match cli.into_command() {
+        Command::Run { args, explicit } => run_command(args, explicit),
+        Command::Status(args) => {
+            log::init(&args.log);
+            let result = open_lock(
+                &args.conn,
+                &args.name,
+                std::time::Duration::from_secs(1),
+                "status",
+            )
+            .and_then(|lock| runtime()?.block_on(status::status(&lock, args.json)));
+            Outcome {
+                result,
+                codes: Codes::default(),
+                verbose: args.log.verbose > 0,
+            }
+        }
+    }
+}
+
+fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
+    log::init(&args.log);
+    let verbose = args.log.verbose > 0;
+    let result = args.config(explicit).and_then(|cfg| {
+        let t = cfg.timings;
+        if t.retry_window() < t.renew_every {
+            tracing::info!(
+                "a failed renewal can be retried for only {} before the kill signal (T - 2D - K - R), \
+                 less than one renew interval ({})",
+                show(t.retry_window()),
+                show(t.renew_every)
+            );
+        }
+        let program = Path::new(&cfg.command[0])
+            .file_name()
+            .map_or_else(|| cfg.command[0].to_string_lossy(), |n| n.to_string_lossy())
+            .into_owned();
+        let lock = open_lock(&args.conn, cfg.name.as_str(), t.ttl, &program)?;
+        runtime()?.block_on(run::run(&lock, &cfg))
+    });
+    Outcome {
+        result,
+        codes: args.codes(),
+        verbose,
+    }
+}
+
+fn open_lock(
+    conn: &ConnArgs,
+    name: &str,
+    ttl: std::time::Duration,
+    command: &str,
+) -> Result<Lock, Failure> {
+    let name = LockName::new(name).map_err(Failure::usage)?;
+    let urls = conn.urls();
+    if urls.len() > 1 {
+        return Err(Failure::usage(format!(
+            "{} Redis URLs given; this version supports one server (Redlock over several is not built yet)",
+            urls.len()
+        )));
+    }
+    let node = Node::open(&urls[0], conn.connect_timeout).map_err(Failure::usage)?;
+    Ok(Lock::on(node, name, ttl, command))
+}
+
+/// A single-threaded runtime: the child is forked from the main thread, which PDEATHSIG needs.
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::unavailable(format!("cannot start the runtime: {e}")))
+}
+
+impl Outcome {
+    /// Prints the one line a failure owes the user and turns the outcome into the process's
+    /// exit. A command killed by signal N makes `locked-run` end itself with N.
+    pub fn finish(self) -> ExitCode {
+        match self.result {
+            Ok(Exit::ChildSignal(sig)) => die_by_signal(sig, self.codes),
+            Ok(exit) => ExitCode::from(exit.code(self.codes)),
+            Err(failure) => {
+                if !failure.quiet || self.verbose {
+                    eprintln!("locked-run: {}", failure.message);
+                }
+                ExitCode::from(failure.exit.code(self.codes))
+            }
+        }
+    }
+}
+
+/// Ends the process with `sig`, core dumps off (as coreutils `timeout` does), so a shell loop
+/// stops on Ctrl-C and systemd sees what it would have seen without the wrapper.
+fn die_by_signal(sig: i32, codes: Codes) -> ExitCode {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on this process; nothing else runs now (the runtime is gone).
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    // Still alive: the signal's default action is not to terminate.
+    ExitCode::from(Exit::ChildSignal(sig).code(codes))
+}

@@ -1,0 +1,287 @@
+//! The run loop: take the lock, run the child under the lease, reap what it leaves, release,
+//! and say how it ended. It does not care which backend holds the lock.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::OsString;
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
+use std::pin::{Pin, pin};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::child::{self, Target};
+use crate::exit::{Exit, Failure};
+use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Timings, Why, show};
+use crate::name::LockName;
+use crate::signals::{Event, Incoming, Signals};
+use crate::wait::{self, Patience};
+
+/// Everything a run needs besides the backend.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub name: LockName,
+    pub command: Vec<OsString>,
+    pub timings: Timings,
+    pub patience: Patience,
+    pub kill_signal: Signal,
+    pub min_hold: Option<Duration>,
+    /// How long the final release may take.
+    pub release_timeout: Duration,
+}
+
+/// Runs `cfg.command` under the lock held by `backend`.
+pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failure> {
+    let program = child::resolve(&cfg.command[0])?;
+    let mut signals = Signals::install()
+        .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
+    let clock = BootClock;
+    let acquired = wait::acquire(backend, &clock, &cfg.name, cfg.patience, &mut signals).await?;
+    tracing::info!(
+        "acquired lock {} with fence {} after waiting {}",
+        cfg.name,
+        acquired.fence,
+        show(acquired.waited)
+    );
+
+    let interactive = child::interactive();
+    child::become_subreaper();
+    let env = [
+        ("LOCKED_RUN_FENCE", acquired.fence.to_string()),
+        ("LOCKED_RUN_NAME", cfg.name.to_string()),
+        ("LOCKED_RUN_KEY", backend.key().to_owned()),
+        ("LOCKED_RUN_TOKEN", backend.token().to_owned()),
+        ("LOCKED_RUN_TTL_MS", cfg.timings.ttl.as_millis().to_string()),
+    ];
+    let (mut child, target) = match child::spawn(&program, &cfg.command, &env, interactive) {
+        Ok(spawned) => spawned,
+        Err(failure) => {
+            release(backend, cfg, None, false).await;
+            return Err(failure);
+        }
+    };
+
+    let stopper = ChildStopper {
+        target,
+        signal: cfg.kill_signal,
+        reason: Cell::new(None),
+    };
+    let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
+    let renewer = Renewer(backend);
+    let status = {
+        let mut keeper = pin!(async {
+            if backend.has_lease() {
+                match lease::keep(&lease, &clock, &renewer, &stopper).await {}
+            } else {
+                std::future::pending::<()>().await
+            }
+        });
+        let status = loop {
+            tokio::select! {
+                biased;
+                status = child.wait() => break status,
+                incoming = signals.next() => forward(target, incoming, interactive),
+                () = &mut keeper => {}
+            }
+        };
+        // A wrapper paused past V - D cannot vouch that the child ran under the lease.
+        if backend.has_lease()
+            && stopper.reason.get().is_none()
+            && lease.borrow().expired(clock.now())
+        {
+            stopper.kill(Why::Late);
+        }
+        drain(target, cfg, &mut signals, keeper.as_mut(), interactive).await;
+        status
+    };
+
+    let keep_for = cfg
+        .min_hold
+        .and_then(|hold| hold.checked_sub(clock.now().saturating_sub(acquired.sent)))
+        .filter(|rest| !rest.is_zero());
+    let still_ours = release(backend, cfg, keep_for, stopper.reason.get().is_some()).await;
+
+    let status =
+        status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;
+    let ended = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was ended by {}", signal_name(sig)),
+        _ => "ended".into(),
+    };
+    if let Some(why) = stopper.reason.get() {
+        let lease = lease.borrow();
+        let cause = match why {
+            Why::Expiring => format!(
+                "the lease could not be renewed ({})",
+                lease.last_error().unwrap_or("no answer")
+            ),
+            Why::NotOwner => {
+                "Redis says it is no longer ours (expired, deleted or taken over)".into()
+            }
+            Why::Late => "locked-run was paused or suspended past the end of its lease".into(),
+        };
+        let first = if why == Why::Late {
+            Signal::SIGKILL
+        } else {
+            cfg.kill_signal
+        };
+        return Err(Failure::new(
+            Exit::Lost,
+            format!(
+                "lost the lock {} while the command ran: {cause}; stopped it with {first} (it {ended}); \
+                 its work may be incomplete",
+                cfg.name
+            ),
+        ));
+    }
+    if still_ours == Some(false) {
+        tracing::warn!(
+            "lock {} was no longer ours when the command ended (deleted or taken over by another program?)",
+            cfg.name
+        );
+    }
+    Ok(match status.signal() {
+        Some(sig) => Exit::ChildSignal(sig),
+        None => Exit::Child(status.code().unwrap_or(1) as u8),
+    })
+}
+
+/// Releases (or, with `keep_for`, leaves to expire later); a failure is only a warning, since
+/// the lease expires by itself, and not even that after a loss, which has its own line.
+/// Returns whether the lock was still ours, when known.
+async fn release<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    keep_for: Option<Duration>,
+    lost: bool,
+) -> Option<bool> {
+    match backend.release(keep_for, cfg.release_timeout).await {
+        Ok(ours) => {
+            tracing::debug!("released lock {} (ours: {ours})", cfg.name);
+            Some(ours)
+        }
+        Err(e) if lost => {
+            tracing::info!("could not release lock {}: {e}", cfg.name);
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                "could not release lock {}: {e}; it expires by itself within {}",
+                cfg.name,
+                show(cfg.timings.ttl.max(keep_for.unwrap_or_default()))
+            );
+            None
+        }
+    }
+}
+
+fn forward(target: Target, incoming: Incoming, interactive: bool) {
+    if interactive && incoming.from_kernel {
+        // Ctrl-C and friends reached the whole foreground group, the child included.
+        tracing::debug!(
+            "{} came from the terminal; not forwarding it again",
+            incoming.signal
+        );
+        return;
+    }
+    tracing::debug!("forwarding {} to the command", incoming.signal);
+    target.signal(incoming.signal);
+}
+
+/// After the child's exit: whatever is left of its group gets the kill signal, SIGKILL K later,
+/// while the lease is still kept; returns once the group is empty.
+async fn drain<F: Future<Output = ()>>(
+    target: Target,
+    cfg: &RunConfig,
+    signals: &mut Signals,
+    mut keeper: Pin<&mut F>,
+    interactive: bool,
+) {
+    if target.reap_and_check_empty() {
+        return;
+    }
+    tracing::info!(
+        "the command exited and left processes behind; sending them {}",
+        cfg.kill_signal
+    );
+    target.terminate(cfg.kill_signal);
+    let kill_at = Instant::now() + cfg.timings.kill_after;
+    let mut give_up_at: Option<Instant> = None;
+    loop {
+        // SIGCHLD says when an inherited process dies; the tick covers members whose parent
+        // is another member, which reaps them without telling us.
+        let tick = Instant::now() + Duration::from_millis(250);
+        let wake = match give_up_at {
+            None => tick.min(kill_at),
+            Some(_) => tick,
+        };
+        tokio::select! {
+            event = signals.next_event() => {
+                if let Event::Signal(incoming) = event {
+                    forward(target, incoming, interactive);
+                }
+            }
+            () = tokio::time::sleep_until(wake) => {}
+            () = keeper.as_mut() => {}
+        }
+        if target.reap_and_check_empty() {
+            return;
+        }
+        let now = Instant::now();
+        match give_up_at {
+            None if now >= kill_at => {
+                tracing::info!(
+                    "processes left by the command survived {}; sending SIGKILL",
+                    cfg.kill_signal
+                );
+                target.signal(Signal::SIGKILL);
+                give_up_at = Some(now + Duration::from_secs(1));
+            }
+            Some(at) if now >= at => {
+                tracing::warn!(
+                    "processes left by the command survive SIGKILL (another user's, or stuck in the kernel); releasing anyway"
+                );
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+struct ChildStopper {
+    target: Target,
+    signal: Signal,
+    reason: Cell<Option<Why>>,
+}
+
+impl Stopper for ChildStopper {
+    fn terminate(&self, why: Why) {
+        if self.reason.get().is_none() {
+            self.reason.set(Some(why));
+        }
+        tracing::info!("stopping the command ({why:?}): sending {}", self.signal);
+        self.target.terminate(self.signal);
+    }
+
+    fn kill(&self, why: Why) {
+        if self.reason.get().is_none() {
+            self.reason.set(Some(why));
+        }
+        tracing::info!("stopping the command ({why:?}): sending SIGKILL");
+        self.target.signal(Signal::SIGKILL);
+    }
+}
+
+struct Renewer<'a, B>(&'a B);
+
+impl<B: Backend> Renew for Renewer<'_, B> {
+    async fn renew(&self, timeout: Duration) -> Result<bool, String> {
+        self.0.renew(timeout).await.map_err(|e| e.to_string())
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| s.to_string())
+}

@@ -1,0 +1,104 @@
+//! The Lua scripts of the lease protocol. Each runs atomically on the server, so a lock, its
+//! fence counter and its holder metadata never disagree.
+//!
+//! Keys (one Cluster hash slot, thanks to the `{NAME}` tag):
+//! - `lock:{NAME}`   the owner's token, with the lease as its expiry (the seed's layout);
+//! - `fence:{NAME}`  the fencing counter, never deleted;
+//! - `holder:{NAME}` a hash: token, host, pid, command, since (ms), fence; same expiry as the lock.
+//!
+//! Releases are published on `released:{NAME}`.
+
+use std::sync::LazyLock;
+
+/// A script with its SHA1, sent with EVALSHA and, on NOSCRIPT, with EVAL (which also caches it
+/// on the server, so a restarted server costs one extra round trip once).
+pub struct Script {
+    pub source: &'static str,
+    pub sha1: String,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Self {
+        Script {
+            source,
+            sha1: redis::Script::new(source).get_hash().to_owned(),
+        }
+    }
+}
+
+/// KEYS: lock, fence, holder. ARGV: token, ttl ms, host, pid, command, since ms.
+///
+/// Returns `{1, fence}` when acquired (or when the lock already holds our token: an earlier
+/// attempt whose reply was lost), else `{0, pttl, host, pid, command, since, fence}` describing
+/// the holder (metadata fields are nil when the holder is not a `locked-run`).
+pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local fence_type = redis.call('TYPE', KEYS[2])['ok']
+if fence_type ~= 'none' and fence_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
+  if not ok then
+    redis.call('DEL', KEYS[1])
+    return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' does not hold an integer fence counter')
+  end
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[3], 'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4],
+             'command', ARGV[5], 'since', ARGV[6], 'fence', fence)
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return {1, fence}
+end
+local value = redis.call('GET', KEYS[1])
+local meta = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'command', 'since', 'fence')
+if value == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return {1, tonumber(meta[6] or redis.call('GET', KEYS[2]))}
+end
+if meta[1] ~= value then
+  meta = {false, false, false, false, false, false}
+end
+return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6]}
+"#,
+    )
+});
+
+/// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
+pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local ok, value = pcall(redis.call, 'GET', KEYS[1])
+if ok and value == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel.
+/// Compare-and-DEL plus a publish that wakes waiters; or, with keep > 0, compare-and-PEXPIRE to
+/// the rest of `--min-hold`. 1 when the lock was ours, else 0.
+pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local ok, value = pcall(redis.call, 'GET', KEYS[1])
+if not ok or value ~= ARGV[1] then
+  return 0
+end
+local keep = tonumber(ARGV[2])
+if keep > 0 then
+  redis.call('PEXPIRE', KEYS[1], keep)
+  redis.call('PEXPIRE', KEYS[2], keep)
+  return 1
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', ARGV[3], 'released')
+return 1
+"#,
+    )
+});

@@ -1,0 +1,181 @@
+//! Bad input and unhelpful servers: each gets one `locked-run:` line, the documented status,
+//! no password in the output, and nothing left held.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+fn run_args(args: &[&str]) -> Output {
+    let mut cmd = locked_run();
+    cmd.args(args);
+    run(cmd)
+}
+
+fn assert_one_line(out: &Output, code: i32, needle: &str) {
+    assert_eq!(out.code(), Some(code), "{out:?}");
+    assert!(out.stderr.starts_with("locked-run: "), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
+    assert!(
+        out.stderr.contains(needle),
+        "{needle:?} not in {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn usage_errors_are_status_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--ttl", "30", "job", "true"], "has no unit: write 30s"),
+        (&["-w", "1.5", "job", "true"], "has no unit"),
+        (
+            &["--kill-after", "soon", "job", "true"],
+            "is not a duration",
+        ),
+        (&["job{x}", "true"], "brace"),
+        (&["a b", "true"], "whitespace"),
+        (&["bell\x07", "true"], "control character"),
+        (&["", "true"], "empty"),
+        (&[&"n".repeat(201), "true"], "at most 200"),
+        (&["job"], "<COMMAND>"),
+        (&[], "required"),
+        (
+            &[
+                "--ttl",
+                "10s",
+                "--renew-every",
+                "5s",
+                "--kill-after",
+                "5s",
+                "job",
+                "true",
+            ],
+            "no time is left to retry",
+        ),
+        (&["--ttl", "50ms", "job", "true"], "too short"),
+        (&["--renew-every", "5ms", "job", "true"], "too short"),
+        (&["-s", "STOP", "job", "true"], "does not end a process"),
+        (&["-n", "-w", "5s", "job", "true"], "cannot be used with"),
+        (&["--no-such-flag", "job", "true"], "--no-such-flag"),
+        (
+            &["-u", "http://example.com", "job", "true"],
+            "not a supported Redis URL",
+        ),
+        (&["-u", "redis://", "job", "true"], "no host"),
+        (
+            &["-u", "redis://a:1", "-u", "redis://b:2", "job", "true"],
+            "one server",
+        ),
+        (&["release", "true"], "locked-run run release"),
+    ];
+    for (args, needle) in cases {
+        let out = run_args(args);
+        assert_one_line(&out, 2, needle);
+    }
+}
+
+#[test]
+fn a_bad_url_never_shows_its_password() {
+    let out = run_args(&["-u", "ftp://user:hunter2@host/", "job", "true"]);
+    assert_one_line(&out, 2, "not a supported Redis URL");
+    assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
+}
+
+#[test]
+fn an_unreachable_server_is_69_at_once_naming_it_without_the_password() {
+    let port = free_port();
+    let url = format!("redis://user:hunter2@127.0.0.1:{port}/0");
+    let out = run_args(&["-u", &url, "job", "true"]);
+    assert_one_line(
+        &out,
+        69,
+        &format!("cannot reach Redis at redis://user@127.0.0.1:{port}/0"),
+    );
+    assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
+    assert!(
+        out.elapsed < Duration::from_secs(3),
+        "at once: {:?}",
+        out.elapsed
+    );
+
+    // The same through the environment, as the README recommends for passwords.
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url).args(["job", "true"]);
+    let out = run(cmd);
+    assert_one_line(&out, 69, "cannot reach Redis");
+    assert!(!out.stderr.contains("hunter2"));
+}
+
+#[test]
+fn a_replica_is_refused_with_readonly() {
+    let primary = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let out = run_args(&["-u", &replica.url(), "job", "true"]);
+    assert_one_line(&out, 69, "READONLY");
+    assert!(
+        out.stderr.contains("point --url at the primary"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_server_out_of_memory_is_69() {
+    let redis = Redis::start_with(&["--maxmemory", "1", "--maxmemory-policy", "noeviction"]);
+    let out = run_args(&["-u", &redis.url(), "job", "true"]);
+    assert_one_line(&out, 69, "OOM");
+    let _: String = redis.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert!(!redis.exists("lock:{job}"));
+}
+
+#[test]
+fn a_user_without_eval_gets_noperm_and_no_password_shown() {
+    let redis = Redis::start();
+    let _: String = redis.cmd(&[
+        "ACL", "SETUSER", "cron", "on", ">hunter2", "~*", "&*", "+@all", "-eval", "-evalsha",
+    ]);
+    let url = format!("redis://cron:hunter2@127.0.0.1:{}", redis.port);
+    let out = run_args(&["-u", &url, "job", "true"]);
+    assert_one_line(&out, 69, "NOPERM");
+    assert!(
+        out.stderr.contains("README's ACL section"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("hunter2"));
+}
+
+#[test]
+fn a_password_from_rediscli_auth_is_used() {
+    let redis = Redis::start_with(&["--requirepass", "hunter2"]);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let out = run_args(&["-u", &url, "job", "true"]);
+    assert_one_line(&out, 69, "the server requires a password");
+
+    let mut cmd = locked_run();
+    cmd.env("REDISCLI_AUTH", "hunter2")
+        .args(["-u", &url, "job", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn keys_of_the_wrong_type_are_69_and_nothing_is_left_held() {
+    let redis = Redis::start();
+    let _: i64 = redis.cmd(&["HSET", "lock:{a}", "f", "v"]);
+    let out = run_args(&["-u", &redis.url(), "a", "true"]);
+    assert_one_line(&out, 69, "WRONGTYPE");
+    assert!(out.stderr.contains("pick another NAME"), "{}", out.stderr);
+
+    let _: i64 = redis.cmd(&["LPUSH", "fence:{b}", "x"]);
+    let out = run_args(&["-u", &redis.url(), "b", "true"]);
+    assert_one_line(&out, 69, "fence:{b} holds a list");
+    assert!(!redis.exists("lock:{b}"));
+
+    let _: String = redis.cmd(&["SET", "fence:{c}", "not-a-number"]);
+    let out = run_args(&["-u", &redis.url(), "c", "true"]);
+    assert_one_line(&out, 69, "does not hold an integer");
+    assert!(
+        !redis.exists("lock:{c}"),
+        "the lock taken before INCR failed was given back"
+    );
+}

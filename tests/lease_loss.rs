@@ -1,0 +1,201 @@
+//! Losing the lease while the child runs: the child must be dead before the server could give
+//! the lock to anyone else, and the status is 76. T = 2 s throughout, so D = 22 ms is not lost
+//! in scheduler noise; margins are printed (run with --nocapture to see them).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const TTL: &str = "2s";
+
+/// A run whose child (a `sleep`, so the pid is the child's own) records its pid.
+fn start(redis: &Redis, dir: &Path, extra: &[&str], child: &str) -> (Running, i32) {
+    let pid_file = dir.join("pid");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "--ttl", TTL])
+        .args(extra)
+        .arg("job")
+        .args(sh(&format!(
+            "echo $$ > {p}.tmp; mv {p}.tmp {p}; {child}",
+            p = path_str(&pid_file)
+        )));
+    let running = spawn(cmd);
+    let pid = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    (running, pid)
+}
+
+/// The earliest instant the server can expire the key, read just before an outage: no renewal
+/// after the read can make it earlier.
+fn expiry_lower_bound(redis: &Redis) -> Instant {
+    let before = Instant::now();
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!(pttl > 0, "the lock is held with a lease: {pttl}");
+    before + Duration::from_millis(pttl as u64)
+}
+
+fn margin(expiry: Instant, death: Instant, what: &str) -> Duration {
+    assert!(
+        death < expiry,
+        "{what}: the child died {:?} AFTER the key's expiry",
+        death - expiry
+    );
+    let margin = expiry - death;
+    eprintln!("kill margin [{what}]: child dead {margin:?} before the key's expiry");
+    margin
+}
+
+#[test]
+fn redis_frozen_mid_run_the_child_is_dead_before_the_key_expires() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let (running, child) = start(&redis, dir.path(), &[], "exec sleep 60");
+    let expiry = expiry_lower_bound(&redis);
+    redis.pause(); // a blackhole: connections are accepted, nothing is answered
+    assert!(
+        wait_pid_exit(child, Duration::from_secs(10)),
+        "the child was stopped"
+    );
+    let death = Instant::now();
+    let m = margin(expiry, death, "blackhole, child obeys SIGTERM");
+    // SIGTERM goes out at V - D - K: about K (666 ms) + 2D before the expiry.
+    assert!(m > Duration::from_millis(500), "{m:?}");
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("lost the lock job while the command ran: the lease could not be renewed"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("stopped it with SIGTERM (it was ended by SIGTERM)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
+    redis.resume();
+}
+
+#[test]
+fn redis_killed_mid_run_the_child_is_dead_before_the_key_would_expire() {
+    let mut redis = Redis::start();
+    let dir = scratch();
+    let (running, child) = start(&redis, dir.path(), &[], "exec sleep 60");
+    let expiry = expiry_lower_bound(&redis);
+    redis.kill(); // connection refused from here on
+    assert!(wait_pid_exit(child, Duration::from_secs(10)));
+    margin(expiry, Instant::now(), "server killed, child obeys SIGTERM");
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    assert!(
+        out.stderr.contains("Connection refused"),
+        "names the cause: {}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_child_that_ignores_sigterm_is_killed_k_later_and_before_the_expiry() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let terms = dir.path().join("terms");
+    let child = format!(
+        "trap 'date +%s%N >> {t}' TERM; while :; do sleep 0.05; done",
+        t = path_str(&terms)
+    );
+    let (running, shell) = start(&redis, dir.path(), &["--kill-after", "800ms"], &child);
+    let expiry = expiry_lower_bound(&redis);
+    redis.pause();
+    assert!(wait_pid_exit(shell, Duration::from_secs(10)));
+    let death = Instant::now();
+    let death_wall = std::time::SystemTime::now();
+    margin(expiry, death, "blackhole, child ignores SIGTERM");
+    let term: u128 = std::fs::read_to_string(&terms)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let death_ns = death_wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let grace = Duration::from_nanos((death_ns - term) as u64);
+    assert!(
+        grace >= Duration::from_millis(700),
+        "SIGKILL came {grace:?} after SIGTERM, not ~800ms"
+    );
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    redis.resume();
+}
+
+#[test]
+fn an_outage_shorter_than_a_third_of_the_ttl_leaves_the_child_alone() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let go = dir.path().join("go");
+    let child = format!(
+        "while [ ! -e {g} ]; do sleep 0.01; done; exit 5",
+        g = path_str(&go)
+    );
+    let (running, pid) = start(&redis, dir.path(), &[], &child);
+    redis.pause();
+    std::thread::sleep(Duration::from_millis(600)); // the outage itself
+    redis.resume();
+    assert!(alive(pid), "the child survived the outage");
+    std::fs::write(&go, "").unwrap();
+    let out = running.wait();
+    assert_eq!(out.code(), Some(5), "{out:?}");
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn a_deleted_key_stops_the_child_at_the_next_renewal() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let (running, child) = start(
+        &redis,
+        dir.path(),
+        &["--lost-exit-code", "9"],
+        "exec sleep 60",
+    );
+    let deleted = Instant::now();
+    let _: i64 = redis.cmd(&["DEL", "lock:{job}"]);
+    assert!(wait_pid_exit(child, Duration::from_secs(10)));
+    // "Not the owner" is a loss now: SIGTERM at the next renewal (R = 333 ms), not at V - D - K.
+    assert!(
+        deleted.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        deleted.elapsed()
+    );
+    let out = running.wait();
+    assert_eq!(out.code(), Some(9), "--lost-exit-code: {out:?}");
+    assert!(
+        out.stderr.contains("Redis says it is no longer ours"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_key_taken_over_by_another_owner_stops_the_child_and_is_left_alone() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let (running, child) = start(&redis, dir.path(), &[], "exec sleep 60");
+    let _: String = redis.cmd(&["SET", "lock:{job}", "someone-else", "PX", "60000"]);
+    assert!(wait_pid_exit(child, Duration::from_secs(10)));
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    assert_eq!(
+        redis.get("lock:{job}").as_deref(),
+        Some("someone-else"),
+        "release is compare-and-delete"
+    );
+}

@@ -1,0 +1,80 @@
+//! The library API, through the seed's "Verify the behavior" script, and interoperation with
+//! any program that uses the plain SET NX PX / INCR protocol.
+
+use std::time::Duration;
+
+use locked_run::Lock;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_seeds_verify_the_behavior_script() {
+    let redis = Redis::start();
+    let ttl = Duration::from_millis(200);
+    let a = Lock::new(&redis.url(), "seat-42", ttl).unwrap();
+    let b = Lock::new(&redis.url(), "seat-42", ttl).unwrap();
+
+    assert_eq!(
+        a.acquire().await.unwrap(),
+        Some(1),
+        "A acquires with fence 1"
+    );
+    assert_eq!(
+        b.acquire().await.unwrap(),
+        None,
+        "B cannot while A holds it"
+    );
+
+    tokio::time::sleep(Duration::from_millis(300)).await; // A's lease runs out
+    assert_eq!(
+        b.acquire().await.unwrap(),
+        Some(2),
+        "B acquires with fence 2"
+    );
+    assert!(
+        !a.extend().await.unwrap(),
+        "A's extend says it is no longer the owner"
+    );
+    assert!(
+        !a.release().await.unwrap(),
+        "A's release says it was not the owner"
+    );
+    assert_eq!(
+        redis.get("lock:{seat-42}").as_deref(),
+        Some(b.token()),
+        "B's lock is untouched"
+    );
+
+    assert!(b.extend().await.unwrap());
+    assert!(b.release().await.unwrap());
+    assert!(!redis.exists("lock:{seat-42}"));
+}
+
+#[test]
+fn another_program_using_the_plain_protocol_interoperates() {
+    let redis = Redis::start();
+    // What a program in another language does: SET NX PX and INCR.
+    let _: String = redis.cmd(&["SET", "lock:{job}", "python-worker-7", "NX", "PX", "60000"]);
+    let _: i64 = redis.cmd(&["INCR", "fence:{job}"]);
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "-n", "job", "--", "true"]);
+    assert_eq!(run(cmd).code(), Some(75), "its lock is respected");
+
+    let _: i64 = redis.cmd(&["DEL", "lock:{job}"]);
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let out = run(cmd);
+    assert_eq!(
+        out.stdout.trim(),
+        "2",
+        "its fence counter is shared: {out:?}"
+    );
+}

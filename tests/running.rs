@@ -1,0 +1,216 @@
+//! The basic run: the child gets the lease in its environment, its status comes back, the lock
+//! is released, fences grow, and nothing is locked for a command that cannot run.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use crate::support::*;
+
+#[test]
+fn runs_the_command_with_the_lease_in_its_environment_and_releases() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let env_file = file(&dir, "env");
+    let go = file(&dir, "go");
+    let script = format!(
+        "env | grep ^LOCKED_RUN_ | sort > {env}.tmp && mv {env}.tmp {env}; \
+         while [ ! -e {go} ]; do sleep 0.01; done; exit 7",
+        env = path_str(&env_file),
+        go = path_str(&go)
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "--ttl", "5s", "nightly", "--"])
+        .args(sh(&script));
+    let running = spawn(cmd);
+
+    let env = wait_for_file(&env_file, Duration::from_secs(10), |t| {
+        t.contains("LOCKED_RUN_TTL_MS")
+    });
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing from {env}"))
+            .to_owned()
+    };
+    assert_eq!(var("LOCKED_RUN_FENCE"), "1");
+    assert_eq!(var("LOCKED_RUN_NAME"), "nightly");
+    assert_eq!(var("LOCKED_RUN_KEY"), "lock:{nightly}");
+    assert_eq!(var("LOCKED_RUN_TTL_MS"), "5000");
+    // The token is the lock's value while the child runs; the fence is the counter's.
+    assert_eq!(
+        redis.get("lock:{nightly}").as_deref(),
+        Some(var("LOCKED_RUN_TOKEN").as_str())
+    );
+    assert_eq!(redis.get("fence:{nightly}").as_deref(), Some("1"));
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{nightly}"]);
+    assert!(pttl > 0 && pttl <= 5000, "{pttl}");
+
+    std::fs::write(&go, "").unwrap();
+    let out = running.wait();
+    assert_eq!(out.code(), Some(7), "{out:?}");
+    assert_eq!(out.stderr, "", "quiet on success");
+    assert!(!redis.exists("lock:{nightly}"), "released");
+    assert!(
+        !redis.exists("holder:{nightly}"),
+        "holder metadata released too"
+    );
+    assert_eq!(
+        redis.get("fence:{nightly}").as_deref(),
+        Some("1"),
+        "the fence counter is kept"
+    );
+}
+
+#[test]
+fn fence_grows_with_every_run_and_the_status_is_the_commands() {
+    let redis = Redis::start();
+    for (i, code) in [0, 1, 42].into_iter().enumerate() {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url(), "job"])
+            .args(sh(&format!("echo $LOCKED_RUN_FENCE; exit {code}")));
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(code), "{out:?}");
+        assert_eq!(
+            out.stdout.trim(),
+            (i + 1).to_string(),
+            "stdout is the child's, unchanged"
+        );
+    }
+}
+
+#[test]
+fn the_child_inherits_stdin() {
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job", "--", "cat"])
+        .stdin(std::process::Stdio::piped());
+    let mut running = spawn(cmd);
+    {
+        use std::io::Write;
+        let mut stdin = running.child.stdin.take().unwrap();
+        stdin.write_all(b"through the wrapper\n").unwrap();
+    }
+    let out = running.wait();
+    assert_eq!(out.stdout, "through the wrapper\n");
+}
+
+#[test]
+fn command_not_found_is_127_and_nothing_is_locked() {
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job", "--", "no-such-command-anywhere"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(127));
+    assert!(
+        out.stderr
+            .starts_with("locked-run: no-such-command-anywhere: command not found"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1);
+    assert!(
+        !redis.exists("fence:{job}"),
+        "resolved before the lock was taken"
+    );
+
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job", "--", "/no/such/path"]);
+    assert_eq!(run(cmd).code(), Some(127));
+}
+
+#[test]
+fn command_not_executable_is_126_and_nothing_is_locked() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let script = file(&dir, "not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for program in [path_str(&script), path_str(dir.path())] {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url(), "job", "--", program]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(126), "{program}: {out:?}");
+        assert!(out.stderr.starts_with("locked-run: "), "{}", out.stderr);
+        assert!(!redis.exists("fence:{job}"));
+    }
+}
+
+#[test]
+fn a_lease_shorter_than_the_run_is_renewed() {
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    // T = 300 ms, run 1.5 s: five TTLs, so only renewals keep it.
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "--ttl",
+        "300ms",
+        "job",
+        "--",
+        "sleep",
+        "1.5",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stderr, "");
+    let renewals: u64 = redis
+        .cmd::<String>(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+        .sum();
+    // acquire + release + about 1.5 s / 50 ms renewals
+    assert!(renewals >= 20, "{renewals} script calls");
+}
+
+#[test]
+fn min_hold_keeps_the_lock_after_a_short_run() {
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "--min-hold", "5s", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!(
+        pttl > 3_000 && pttl <= 5_000,
+        "kept for the rest of --min-hold: {pttl}"
+    );
+
+    let mut again = locked_run();
+    again.args(["-u", &redis.url(), "-n", "job", "--", "true"]);
+    assert_eq!(
+        run(again).code(),
+        Some(75),
+        "a second run inside --min-hold is refused"
+    );
+}
+
+#[test]
+fn a_flushed_script_cache_falls_back_to_eval() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let started = file(&dir, "started");
+    let go = file(&dir, "go");
+    let script = format!(
+        "echo $LOCKED_RUN_FENCE > {started}; while [ ! -e {go} ]; do sleep 0.01; done",
+        started = path_str(&started),
+        go = path_str(&go)
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "--ttl", "400ms", "job"])
+        .args(sh(&script));
+    let running = spawn(cmd);
+    wait_for_file(&started, Duration::from_secs(10), |t| !t.is_empty());
+    // As after a restart: the server forgets every script; renewals must still work.
+    let _: String = redis.cmd(&["SCRIPT", "FLUSH"]);
+    let _: String = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    wait_until("a renewal through EVAL", Duration::from_secs(5), || {
+        redis
+            .cmd::<String>(&["INFO", "commandstats"])
+            .contains("cmdstat_eval:")
+    });
+    std::fs::write(&go, "").unwrap();
+    let out = running.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(!redis.exists("lock:{job}"));
+}

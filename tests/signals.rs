@@ -1,0 +1,206 @@
+//! Signals: forwarded to the child's whole group, the child's death by a signal passed on,
+//! what the child leaves behind stopped before the release, PDEATHSIG, ignored signals kept.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::time::Duration;
+
+use crate::support::*;
+
+/// A perl child that forks a grandchild; both log every forwarded signal they get and exit on
+/// TERM.
+const LOGGER: &str = r#"
+$| = 1;
+my ($log, $ready) = @ARGV;
+my $who = fork() ? "parent" : "child";
+for my $s (qw(TERM INT HUP QUIT USR1 USR2)) {
+    $SIG{$s} = sub {
+        open(my $f, ">>", $log) or die; print $f "$who $_[0]\n"; close $f;
+        exit 0 if $_[0] eq "TERM";
+    };
+}
+open(my $f, ">>", $ready) or die; print $f "$who\n"; close $f;
+sleep 1 while 1;
+"#;
+
+#[test]
+fn every_forwarded_signal_reaches_the_childs_whole_group() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let (log, ready) = (file(&dir, "log"), file(&dir, "ready"));
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "job",
+        "--",
+        "perl",
+        "-e",
+        LOGGER,
+        path_str(&log),
+        path_str(&ready),
+    ]);
+    let running = spawn(cmd);
+    wait_for_file(&ready, Duration::from_secs(10), |t| t.lines().count() == 2);
+    for (sig, name) in [
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGTERM, "TERM"),
+    ] {
+        signal(running.pid(), sig);
+        wait_for_file(&log, Duration::from_secs(10), |t| {
+            t.contains(&format!("parent {name}\n")) && t.contains(&format!("child {name}\n"))
+        });
+    }
+    let out = running.wait();
+    assert_eq!(out.code(), Some(0), "the child exited 0 on TERM: {out:?}");
+    assert!(!redis.exists("lock:{job}"), "released");
+}
+
+#[test]
+fn sigterm_to_locked_run_ends_the_child_and_locked_run_with_the_same_signal() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let pid_file = file(&dir, "pid");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job"]).args(sh(&format!(
+        "echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60",
+        p = path_str(&pid_file)
+    )));
+    let running = spawn(cmd);
+    wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'));
+    signal(running.pid(), libc::SIGTERM);
+    let out = running.wait();
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{out:?}");
+    assert!(!redis.exists("lock:{job}"), "released before dying");
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn a_child_killed_by_a_signal_is_passed_on_without_a_core_dump() {
+    let redis = Redis::start();
+    for (sig, name) in [(libc::SIGUSR1, "USR1"), (libc::SIGQUIT, "QUIT")] {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url(), "job"])
+            .args(sh(&format!("kill -{name} $$")));
+        let out = run(cmd);
+        assert_eq!(out.status.signal(), Some(sig), "{name}: {out:?}");
+        assert!(!out.status.core_dumped(), "{name}: core dumps are off");
+        assert!(!redis.exists("lock:{job}"));
+    }
+}
+
+#[test]
+fn processes_left_behind_are_stopped_before_the_release() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // The child exits at once, leaving a grandchild that takes 300 ms to stop on SIGTERM.
+    let script = format!(
+        "(trap 'sleep 0.3; echo done > {d}/gc-done; exit 0' TERM; echo $$ > {d}/gc.tmp; mv {d}/gc.tmp {d}/gc; \
+          while :; do sleep 0.05; done) & \
+         while [ ! -e {d}/gc ]; do sleep 0.01; done; exit 3"
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job"]).args(sh(&script));
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(3), "the child's status: {out:?}");
+    // locked-run released (and exited) only after the grandchild was gone.
+    assert!(
+        file(&dir, "gc-done").exists(),
+        "the grandchild finished before locked-run did"
+    );
+    let gc: i32 = std::fs::read_to_string(file(&dir, "gc"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!alive(gc));
+    assert!(!redis.exists("lock:{job}"));
+}
+
+#[test]
+fn a_sigkilled_locked_run_takes_its_child_along_and_the_lock_expires() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let pid_file = file(&dir, "pid");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "--ttl", "1s", "job"])
+        .args(sh(&format!(
+            "echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60",
+            p = path_str(&pid_file)
+        )));
+    let running = spawn(cmd);
+    let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    signal(running.pid(), libc::SIGKILL);
+    assert!(
+        wait_pid_exit(child, Duration::from_secs(5)),
+        "PDEATHSIG killed the child"
+    );
+    wait_until("the lease expired", Duration::from_secs(5), || {
+        !redis.exists("lock:{job}")
+    });
+    let _ = running.wait();
+}
+
+#[test]
+fn a_forwarded_signal_starts_no_timer_of_its_own() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // The child ignores TERM and finishes when told; K is 100 ms.
+    let script = format!(
+        "trap '' TERM; echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done; exit 4"
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "--ttl", "300ms", "job"])
+        .args(sh(&script));
+    let running = spawn(cmd);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    signal(running.pid(), libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(500)); // five times K
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    let out = running.wait();
+    assert_eq!(
+        out.code(),
+        Some(4),
+        "no SIGKILL followed the forwarded SIGTERM: {out:?}"
+    );
+}
+
+#[test]
+fn signals_ignored_at_start_stay_ignored_for_the_child() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let status_of = |ignore_hup: bool| -> u64 {
+        let out_file = file(&dir, "sigign");
+        let _ = std::fs::remove_file(&out_file);
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url(), "job"]).args(sh(&format!(
+            "grep SigIgn /proc/$$/status > {}",
+            path_str(&out_file)
+        )));
+        if ignore_hup {
+            // SAFETY: signal(2) between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        assert_eq!(run(cmd).code(), Some(0));
+        let text = std::fs::read_to_string(&out_file).unwrap();
+        u64::from_str_radix(text.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    let hup = 1 << (libc::SIGHUP - 1);
+    assert_eq!(status_of(true) & hup, hup, "nohup's SIGHUP stays ignored");
+    assert_eq!(status_of(false) & hup, 0, "and is not ignored otherwise");
+}

@@ -1,0 +1,380 @@
+//! Test support: real `redis-server` processes on free ports (killed on drop), the binary under
+//! test with a hard timeout on every run, and helpers that wait on evidence (a process's exit
+//! through a pidfd, a file's content, Redis state) instead of sleeping.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
+
+/// A hard limit for any single process a test starts.
+pub const HARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A real redis-server on a free loopback port, killed (SIGKILL) when dropped.
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`--maxmemory 1`, ...).
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Redis::start_in(dir, None, extra)
+    }
+
+    fn start_in(dir: tempfile::TempDir, port: Option<u16>, extra: &[&str]) -> Redis {
+        for _ in 0..10 {
+            let port = port.unwrap_or_else(free_port);
+            let mut child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(dir.path())
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed (see .ci/run)");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // the port was taken meanwhile: try another
+                }
+                if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) {
+                    if let Ok(mut conn) =
+                        client.get_connection_with_timeout(Duration::from_millis(200))
+                    {
+                        let answer = redis::cmd("PING").query::<String>(&mut conn);
+                        // With --requirepass the server answers NOAUTH: up all the same.
+                        if answer.is_ok() || answer.is_err_and(|e| e.code() == Some("NOAUTH")) {
+                            return Redis {
+                                port,
+                                child: Some(child),
+                                dir,
+                            };
+                        }
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "redis-server on port {port} did not answer within 10s"
+                );
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connect to the test server")
+    }
+
+    /// Runs one command and returns its reply.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    pub fn exists(&self, key: &str) -> bool {
+        self.cmd::<i64>(&["EXISTS", key]) == 1
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.cmd(&["GET", key])
+    }
+
+    /// Freezes the server (it accepts connections but answers nothing): a blackhole.
+    pub fn pause(&self) {
+        signal(self.pid(), libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        signal(self.pid(), libc::SIGCONT);
+    }
+
+    /// Kills the server now (connections are refused from here on).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts an empty one on the same port.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        let fresh = Redis::start_in(dir, Some(self.port), &[]);
+        let mut fresh = std::mem::ManuallyDrop::new(fresh);
+        self.child = fresh.child.take();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_ref() {
+            signal(child.id() as i32, libc::SIGCONT);
+        }
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a pid this test started.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// A `locked-run` command with no inherited LOCKED_RUN_* settings.
+pub fn locked_run() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// What a finished process left.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+/// A started process whose output is collected in the background.
+pub struct Running {
+    pub child: Child,
+    pub started: Instant,
+    out: mpsc::Receiver<(bool, String)>,
+}
+
+pub fn spawn(mut cmd: Command) -> Running {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let (tx, rx) = mpsc::channel();
+    for (is_err, mut pipe) in [
+        (
+            false,
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        ),
+        (true, Box::new(child.stderr.take().unwrap())),
+    ] {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            let _ = tx.send((is_err, text));
+        });
+    }
+    Running {
+        child,
+        started: Instant::now(),
+        out: rx,
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for the exit (at most `timeout`, else the process is killed and the test fails).
+    pub fn wait_for(mut self, timeout: Duration) -> Output {
+        let status = wait_timeout(&mut self.child, timeout).unwrap_or_else(|| {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!(
+                "process {} still running after {timeout:?}",
+                self.child.id()
+            );
+        });
+        let elapsed = self.started.elapsed();
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        for _ in 0..2 {
+            match self.out.recv_timeout(Duration::from_secs(10)) {
+                Ok((true, text)) => stderr = text,
+                Ok((false, text)) => stdout = text,
+                Err(_) => panic!(
+                    "output pipes of {} still open 10s after its exit",
+                    self.child.id()
+                ),
+            }
+        }
+        Output {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        }
+    }
+
+    pub fn wait(self) -> Output {
+        self.wait_for(HARD_TIMEOUT)
+    }
+}
+
+/// Runs to completion under the hard timeout.
+pub fn run(cmd: Command) -> Output {
+    spawn(cmd).wait()
+}
+
+/// Waits for `child` to exit, up to `timeout`, without polling: a pidfd becomes readable when
+/// the process exits.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    if !wait_pid_exit(child.id() as i32, timeout) {
+        return None;
+    }
+    Some(child.wait().expect("wait"))
+}
+
+/// Blocks until process `pid` (not necessarily our child) has exited, up to `timeout`; true if
+/// it did. The instant this returns is the exit's evidence.
+pub fn wait_pid_exit(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open(2) returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return true; // already gone (and reaped)
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 {
+            return false;
+        }
+    }
+}
+
+/// Waits until `path` holds content for which `ready` is true, re-reading it every few ms, up
+/// to `timeout`: the file is the child's own evidence of where it is.
+pub fn wait_for_file(path: &Path, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if ready(&text) {
+                return text;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} not ready after {timeout:?}",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until a condition on Redis (or anything else) holds, re-checking every few ms.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not true after {timeout:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A scratch directory for the children's logs.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+pub fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(name)
+}
+
+pub fn sh(script: &str) -> [&str; 3] {
+    ["sh", "-c", script]
+}
+
+pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(cmd: &mut Command, items: I) {
+    cmd.args(items);
+}
+
+/// Whether a process exists (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, Some(Some('Z')) | Some(Some('X')))
+        }
+        Err(_) => false,
+    }
+}

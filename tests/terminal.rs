@@ -1,0 +1,131 @@
+//! Interactive use in a terminal (a pty the test makes): the child stays in the foreground
+//! group, so Ctrl-C reaches it once (not forwarded a second time) and it can read the tty.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// `locked-run ARGS` as the session leader of a new pty; returns the process and the master.
+fn in_terminal(args: &[&str]) -> (Running, File) {
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let mut cmd = locked_run();
+    cmd.args(args)
+        .stdin(Stdio::from(slave.try_clone().unwrap()));
+    // SAFETY: setsid and ioctl between fork and exec; fd 0 is the pty's slave by then.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let running = spawn(cmd);
+    drop(slave);
+    (running, File::from(pty.master))
+}
+
+#[test]
+fn ctrl_c_reaches_the_child_once_and_the_lock_is_released() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // Counts the SIGINTs it gets; after the first, waits a moment for a duplicate, then exits
+    // with the count.
+    let child = format!(
+        r#"$n = 0; $SIG{{INT}} = sub {{ $n++ }}; open(F, ">{d}/ready"); close F;
+           sleep 1 until $n; select(undef, undef, undef, 0.3); exit $n;"#
+    );
+    let (running, mut master) =
+        in_terminal(&["-u", &redis.url(), "job", "--", "perl", "-e", &child]);
+    wait_for_file(&file(&dir, "ready"), Duration::from_secs(10), |_| true);
+    master.write_all(&[0x03]).unwrap(); // Ctrl-C
+    let out = running.wait();
+    assert_eq!(
+        out.code(),
+        Some(1),
+        "the child saw exactly one SIGINT: {out:?}"
+    );
+    assert!(!redis.exists("lock:{job}"));
+}
+
+#[test]
+fn ctrl_c_ending_the_child_ends_locked_run_with_sigint() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let ready = file(&dir, "ready");
+    let (running, mut master) = in_terminal(&[
+        "-u",
+        &redis.url(),
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo > {}; exec sleep 60", path_str(&ready)),
+    ]);
+    wait_for_file(&ready, Duration::from_secs(10), |_| true);
+    master.write_all(&[0x03]).unwrap();
+    let out = running.wait();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGINT),
+        "a shell loop would stop: {out:?}"
+    );
+    assert!(!redis.exists("lock:{job}"), "released before ending");
+}
+
+#[test]
+fn the_child_can_read_the_terminal() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let got = file(&dir, "got");
+    let (running, mut master) = in_terminal(&[
+        "-u",
+        &redis.url(),
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &format!("read line; echo \"got:$line\" > {}", path_str(&got)),
+    ]);
+    master.write_all(b"hello\n").unwrap();
+    let out = running.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "got:hello\n");
+}
+
+#[test]
+fn a_lease_lost_in_a_terminal_stops_the_childs_tree() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let pid_file = file(&dir, "pid");
+    let (running, _master) = in_terminal(&[
+        "-u",
+        &redis.url(),
+        "--ttl",
+        "2s",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60",
+            p = path_str(&pid_file)
+        ),
+    ]);
+    let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    redis.pause();
+    assert!(wait_pid_exit(child, Duration::from_secs(10)));
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    redis.resume();
+}

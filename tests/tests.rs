@@ -1,0 +1,14 @@
+//! Integration tests: the real binary against real redis-server processes started on free
+//! ports, real children, real signals. One target, so the suite links once.
+
+mod support;
+
+mod errors;
+mod fencing;
+mod lease_loss;
+mod library;
+mod running;
+mod signals;
+mod status;
+mod terminal;
+mod waiting;

@@ -1,0 +1,289 @@
+//! Waiting for a held lock: `-n`, `-w`, the wake-up on release, no polling, and signals that
+//! end a wait.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// A holder whose child writes `started` and runs until `go` exists, then writes its end time
+/// (ns since the epoch) to `ended`.
+struct Holder {
+    running: Running,
+    dir: tempfile::TempDir,
+}
+
+impl Holder {
+    fn start(redis: &Redis, name: &str, extra: &[&str]) -> Holder {
+        let dir = scratch();
+        let script = format!(
+            "echo $LOCKED_RUN_FENCE > {d}/started; while [ ! -e {d}/go ]; do sleep 0.01; done; date +%s%N > {d}/ended",
+            d = path_str(dir.path())
+        );
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url()])
+            .args(extra)
+            .arg(name)
+            .args(sh(&script));
+        let running = spawn(cmd);
+        wait_for_file(&dir.path().join("started"), Duration::from_secs(10), |t| {
+            !t.is_empty()
+        });
+        Holder { running, dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn finish(self) -> Output {
+        self.finish_keeping_logs().0
+    }
+
+    fn finish_keeping_logs(self) -> (Output, tempfile::TempDir) {
+        std::fs::write(self.path("go"), "").unwrap();
+        (self.running.wait(), self.dir)
+    }
+}
+
+fn subscribers(redis: &Redis, name: &str) -> i64 {
+    let reply: Vec<redis::Value> =
+        redis.cmd(&["PUBSUB", "NUMSUB", &format!("released:{{{name}}}")]);
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn no_wait_on_a_held_lock_is_75_and_silent_unless_verbose() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    for flags in [&["-n"][..], &["-w", "0s"]] {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url()]).args(flags).args([
+            "job",
+            "--",
+            "touch",
+            "/nonexistent-dir/never",
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(75), "{flags:?} {out:?}");
+        assert_eq!(out.stderr, "", "cron must not mail a skipped run");
+    }
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "-n", "-v", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(75));
+    assert!(out.stderr.contains("lock job is held by"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("fence 1"),
+        "names the holder's fence: {}",
+        out.stderr
+    );
+
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "-n", "-E", "1", "job", "--", "true"]);
+    assert_eq!(run(cmd).code(), Some(1), "-E renumbers the conflict status");
+    assert_eq!(holder.finish().code(), Some(0));
+}
+
+#[test]
+fn a_wait_that_runs_out_is_75_with_a_line() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "-w", "700ms", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(75), "{out:?}");
+    assert!(
+        out.elapsed >= Duration::from_millis(700),
+        "{:?}",
+        out.elapsed
+    );
+    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+    assert!(
+        out.stderr
+            .starts_with("locked-run: gave up waiting for lock job after 700ms"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1);
+    assert_eq!(holder.finish().code(), Some(0));
+}
+
+#[test]
+fn a_waiter_starts_right_after_the_release() {
+    let redis = Redis::start();
+    // A 30 s lease: without the release message the waiter would sleep for most of it.
+    let holder = Holder::start(&redis, "job", &["--ttl", "30s"]);
+    let dir = scratch();
+    let started = file(&dir, "started");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job"]).args(sh(&format!(
+        "date +%s%N > {s}.tmp; echo $LOCKED_RUN_FENCE >> {s}.tmp; mv {s}.tmp {s}",
+        s = path_str(&started)
+    )));
+    let waiter = spawn(cmd);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(&redis, "job") == 1
+    });
+
+    let (finished, logs) = holder.finish_keeping_logs();
+    assert_eq!(finished.code(), Some(0));
+    let out = waiter.wait_for(Duration::from_secs(20));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let ended: u128 = std::fs::read_to_string(logs.path().join("ended"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let text = std::fs::read_to_string(&started).unwrap();
+    let mut lines = text.lines();
+    let began: u128 = lines.next().unwrap().parse().unwrap();
+    assert_eq!(
+        lines.next(),
+        Some("2"),
+        "the waiter's fence follows the holder's"
+    );
+    let handoff = Duration::from_nanos((began - ended) as u64);
+    assert!(
+        handoff < Duration::from_millis(500),
+        "handoff took {handoff:?}"
+    );
+}
+
+#[test]
+fn a_waiter_sends_a_handful_of_commands_not_hundreds() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    let _: String = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job", "--", "true"]);
+    let waiter = spawn(cmd);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(&redis, "job") == 1
+    });
+    // The waiter waits 4 s; a client polling every 10 ms would send 400 commands.
+    std::thread::sleep(Duration::from_secs(4));
+    let during = commands(&redis);
+    assert_eq!(holder.finish().code(), Some(0));
+    assert_eq!(waiter.wait().code(), Some(0));
+    // 2 acquire attempts and SUBSCRIBE from the waiter, at most one renewal from the holder.
+    assert!(
+        during <= 5,
+        "{during} commands while waiting:\n{}",
+        redis.cmd::<String>(&["INFO", "commandstats"])
+    );
+}
+
+/// Commands clients sent (not those the scripts ran inside the server).
+fn commands(redis: &Redis) -> u64 {
+    redis
+        .cmd::<String>(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| {
+            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_subscribe:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
+        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn a_signal_ends_the_wait_with_nothing_run_and_nothing_held() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    let token = redis.get("lock:{job}").unwrap();
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    for (sig, name) in [
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGQUIT, "QUIT"),
+    ] {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url(), "job", "--", "touch", path_str(&marker)]);
+        let waiter = spawn(cmd);
+        wait_until("the waiter subscribed", Duration::from_secs(10), || {
+            subscribers(&redis, "job") == 1
+        });
+        signal(waiter.pid(), sig);
+        let out = waiter.wait_for(Duration::from_secs(10));
+        assert_eq!(out.code(), Some(128 + sig), "{name}: {out:?}");
+        assert!(
+            out.stderr
+                .contains("while waiting for lock job: nothing was run"),
+            "{}",
+            out.stderr
+        );
+        assert!(!marker.exists(), "{name}: the command did not run");
+        assert_eq!(subscribers(&redis, "job"), 0, "{name}: the waiter left");
+        assert_eq!(
+            redis.get("lock:{job}"),
+            Some(token.clone()),
+            "the holder's lock is untouched"
+        );
+    }
+    assert_eq!(holder.finish().code(), Some(0));
+}
+
+#[test]
+fn a_crashed_holder_frees_the_lock_after_its_ttl() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &["--ttl", "1s"]);
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let waiter = spawn(cmd);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(&redis, "job") == 1
+    });
+    // No release message will come: the waiter must wake on the holder's expiry.
+    signal(holder.running.pid(), libc::SIGKILL);
+    let out = waiter.wait_for(Duration::from_secs(10));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "2");
+    assert!(
+        out.elapsed < Duration::from_secs(4),
+        "woke on the expiry: {:?}",
+        out.elapsed
+    );
+    let _ = holder.running.wait_for(Duration::from_secs(10));
+}
+
+#[test]
+fn a_server_lost_while_waiting_is_69_at_the_deadline() {
+    let mut redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "-w", "2s", "job", "--", "true"]);
+    let waiter = spawn(cmd);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(&redis, "job") == 1
+    });
+    redis.kill();
+    let out = waiter.wait_for(Duration::from_secs(20));
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(
+        out.elapsed >= Duration::from_secs(2),
+        "retried until the deadline: {:?}",
+        out.elapsed
+    );
+    assert!(
+        out.stderr
+            .starts_with("locked-run: gave up waiting for lock job after 2s: cannot reach Redis"),
+        "{}",
+        out.stderr
+    );
+    let _ = holder.finish();
+}
