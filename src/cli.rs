@@ -190,8 +190,12 @@ impl RunArgs {
         let raw = self.name.as_deref().unwrap_or_default();
         if !explicit_run && RESERVED.contains(&raw) {
             return Err(Failure::usage(format!(
-                "{raw:?} is a subcommand's name; to use it as a lock NAME write `locked-run run {raw} -- COMMAND`"
+                "{raw:?} is a subcommand's name: options go after it (`locked-run {raw} [OPTIONS] NAME`); \
+                 to use it as a lock NAME write `locked-run run {raw} -- COMMAND`"
             )));
+        }
+        if self.conn.connect_timeout.is_zero() {
+            return Err(Failure::usage("--connect-timeout must be longer than 0s"));
         }
         let name = LockName::new(raw).map_err(Failure::usage)?;
         if self.command.is_empty() {

@@ -234,6 +234,13 @@ fn io_reason(error: &redis::RedisError) -> String {
 }
 
 fn bad_url(url: &str) -> String {
+    if url.starts_with("rediss://") {
+        return "rediss:// (TLS) is not supported by this version of locked-run; use redis:// over a trusted network or a tunnel".into();
+    }
+    if url.starts_with("file://") {
+        return "file:// (the host-local backend) is not supported by this version of locked-run"
+            .into();
+    }
     let shown = match redis::parse_redis_url(url) {
         Some(parsed) => redact(&parsed),
         None if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),

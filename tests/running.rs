@@ -214,3 +214,56 @@ fn a_flushed_script_cache_falls_back_to_eval() {
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(!redis.exists("lock:{job}"));
 }
+
+#[test]
+fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let rule = readme
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER locked-run "))
+        .expect("the README documents the ACL rule")
+        .replace(">PASSWORD", ">hunter2");
+    let redis = Redis::start();
+    let words: Vec<&str> = rule.split_whitespace().collect();
+    let _: String = redis.cmd(&words);
+    let url = format!("redis://locked-run:hunter2@127.0.0.1:{}", redis.port);
+
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut holder = locked_run();
+    holder.args(["-u", &url, "job"]).args(sh(&format!(
+        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let holder = spawn(holder);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+
+    let mut waiter = locked_run();
+    waiter.args([
+        "-u",
+        &url,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let waiter = spawn(waiter);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        let reply: Vec<redis::Value> = redis.cmd(&["PUBSUB", "NUMSUB", "released:{job}"]);
+        reply.get(1) == Some(&redis::Value::Int(1))
+    });
+    let mut status = locked_run();
+    status.args(["status", "-u", &url, "job"]);
+    let status = run(status);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let out = waiter.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "2");
+    assert!(!redis.exists("lock:{job}"));
+}
