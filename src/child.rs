@@ -208,7 +208,7 @@ impl Target {
             Target::Tree => {
                 let me = nix::unistd::getpid();
                 let mut left = 0;
-                for (pid, (parent, zombie)) in descendants_with_state() {
+                for (pid, (parent, zombie)) in descendants() {
                     if zombie && parent == me {
                         let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
                     } else {
@@ -221,13 +221,8 @@ impl Target {
     }
 }
 
-/// Descendants of this process, from /proc.
+/// (pid, (parent, is_zombie)) for every descendant of this process, from /proc.
 fn descendants() -> Vec<(Pid, (Pid, bool))> {
-    descendants_with_state()
-}
-
-/// (pid, (parent, is_zombie)) for every descendant of this process.
-fn descendants_with_state() -> Vec<(Pid, (Pid, bool))> {
     let mut all = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return all;

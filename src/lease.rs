@@ -253,10 +253,12 @@ impl LeaseClock {
     pub fn step(&mut self, now: Duration, renewing: bool) -> Step {
         match self.stop {
             Stop::Running => {
-                if now >= self.kill_point() && !self.lost {
-                    // Past V - D with no kill signal sent yet: with K > 0 that means the term
+                if now >= self.kill_point() {
+                    // Past V - D with no kill signal sent: no grace is left. With K > 0 the term
                     // point passed unseen, so this wake-up is late (pause, suspend, starved CPU).
-                    let why = if self.timings.kill_after.is_zero() {
+                    let why = if self.lost {
+                        Why::NotOwner
+                    } else if self.timings.kill_after.is_zero() {
                         Why::Expiring
                     } else {
                         Why::Late
@@ -266,6 +268,8 @@ impl LeaseClock {
                     return Step::Kill(why);
                 }
                 if self.lost {
+                    // Gone now: the kill signal at once, SIGKILL K later (before V - D, since the
+                    // term point has not passed).
                     self.stop = Stop::Terminating {
                         kill_at: now + self.timings.kill_after,
                     };

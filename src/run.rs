@@ -82,8 +82,9 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
             tokio::select! {
                 biased;
                 status = child.wait() => break status,
-                incoming = signals.next() => forward(target, incoming, interactive),
+                // Before the signals: a storm of them must not delay a lease deadline.
                 () = &mut keeper => {}
+                incoming = signals.next() => forward(target, incoming, interactive),
             }
         };
         // A wrapper paused past V - D cannot vouch that the child ran under the lease.

@@ -333,3 +333,24 @@ async fn without_grace_sigkill_comes_at_v_minus_d() {
     run.for_ms(40_000, None).await;
     assert_eq!(run.events(), [("kill", 29_396, Why::Expiring)]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_loss_found_after_the_kill_signal_keeps_the_sigkill_deadline() {
+    // Renewals fail until 25000, then the server answers "not ours": SIGTERM went out at 19396,
+    // the SIGKILL stays at V - D = 29396 rather than 25000 + K.
+    let run = setup(defaults(), |at| {
+        if at < 25_000 {
+            Answer::Fail
+        } else {
+            Answer::NotOwner
+        }
+    });
+    run.for_ms(40_000, None).await;
+    assert_eq!(
+        run.events(),
+        [
+            ("term", 19_396, Why::Expiring),
+            ("kill", 29_396, Why::Expiring)
+        ]
+    );
+}
