@@ -87,9 +87,10 @@ pub enum Attempt {
 /// A backend operation that did not get an answer it could use.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum BackendError {
-    /// No answer: refused, reset, timed out. Worth retrying on a fresh connection.
+    /// No usable answer: refused, reset, timed out, or a server that is loading, busy or
+    /// failing over. Worth retrying on a fresh connection.
     #[error("{0}")]
-    Unreachable(String),
+    Transient(String),
     /// An answer, but a refusal (READONLY replica, NOPERM, OOM, WRONGTYPE, ...): a setup problem
     /// that retrying will not fix.
     #[error("{0}")]
@@ -98,7 +99,7 @@ pub enum BackendError {
 
 impl BackendError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, BackendError::Unreachable(_))
+        matches!(self, BackendError::Transient(_))
     }
 }
 

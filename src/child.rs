@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
 use crate::exit::{Exit, Failure};
@@ -166,21 +166,29 @@ pub fn spawn(
 }
 
 impl Target {
-    /// Sends `signal`; processes already gone are not an error.
+    /// Sends `signal` to the job: the child's process group (atomically, so a process forked
+    /// meanwhile is not missed), plus every other descendant still in our session. The second
+    /// part catches what changed group without leaving the session (`timeout`, `set -m`);
+    /// only a process that called `setsid` is let go. Processes already gone are no error.
     pub fn signal(&self, signal: Signal) {
+        if let Target::Group(pgid) = self {
+            if let Err(e) = killpg(*pgid, signal) {
+                if e != Errno::ESRCH {
+                    tracing::warn!("cannot send {signal} to process group {pgid}: {e}");
+                }
+            }
+        }
+        for process in job_processes() {
+            if !process.zombie && Some(process.pgid) != self.pgid() {
+                let _ = kill(process.pid, signal);
+            }
+        }
+    }
+
+    fn pgid(&self) -> Option<Pid> {
         match self {
-            Target::Group(pgid) => {
-                if let Err(e) = killpg(*pgid, signal) {
-                    if e != Errno::ESRCH {
-                        tracing::warn!("cannot send {signal} to process group {pgid}: {e}");
-                    }
-                }
-            }
-            Target::Tree => {
-                for (pid, _) in descendants() {
-                    let _ = kill(pid, signal);
-                }
-            }
+            Target::Group(pgid) => Some(*pgid),
+            Target::Tree => None,
         }
     }
 
@@ -192,74 +200,107 @@ impl Target {
         }
     }
 
-    /// Reaps what we inherited (we are a subreaper) and says whether anything is left.
-    pub fn reap_and_check_empty(&self) -> bool {
-        match self {
-            Target::Group(pgid) => {
-                let any_in_group = Pid::from_raw(-pgid.as_raw());
-                while let Ok(status) = waitpid(any_in_group, Some(WaitPidFlag::WNOHANG)) {
-                    if status == WaitStatus::StillAlive {
-                        break;
-                    }
-                }
-                // Signal 0 probes for members; ESRCH means none is left.
-                killpg(*pgid, None) == Err(Errno::ESRCH)
-            }
-            Target::Tree => {
-                let me = nix::unistd::getpid();
-                let mut left = 0;
-                for (pid, (parent, zombie)) in descendants() {
-                    if zombie && parent == me {
-                        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-                    } else {
-                        left += 1;
-                    }
-                }
-                left == 0
+    /// Reaps the zombies we inherited as subreaper, except `running` (the direct child, which
+    /// tokio reaps: waiting for it here would steal its status), and says whether anything of
+    /// the job is left.
+    pub fn reap_and_check_empty(&self, running: Option<Pid>) -> bool {
+        let me = nix::unistd::getpid();
+        let mut left = false;
+        for process in job_processes() {
+            if process.zombie && process.parent == me && Some(process.pid) != running {
+                let _ = waitpid(process.pid, Some(WaitPidFlag::WNOHANG));
+            } else {
+                left = true;
             }
         }
+        if let Target::Group(pgid) = self {
+            // Members whose parent is outside our tree (none, normally): signal 0 probes for
+            // any member; ESRCH means none is left.
+            left = left || killpg(*pgid, None) != Err(Errno::ESRCH);
+        }
+        !left
     }
 }
 
-/// (pid, (parent, is_zombie)) for every descendant of this process, from /proc.
-fn descendants() -> Vec<(Pid, (Pid, bool))> {
-    let mut all = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return all;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The command name may hold spaces and parentheses: parse after the last ')'.
-        let Some(close) = stat.iter().rposition(|&b| b == b')') else {
-            continue;
-        };
-        let rest = String::from_utf8_lossy(&stat[close + 1..]);
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("");
-        let Some(ppid) = fields.next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        all.push((Pid::from_raw(pid), (Pid::from_raw(ppid), state == "Z")));
-    }
+/// A process of the job, from /proc.
+#[derive(Clone, Copy, Debug)]
+struct Process {
+    pid: Pid,
+    parent: Pid,
+    pgid: Pid,
+    zombie: bool,
+}
+
+/// Our descendants in our own session: the job, and what it left behind. A process that
+/// called `setsid` (a daemon meant to outlive the job) is not followed, nor are its children.
+fn job_processes() -> Vec<Process> {
     let me = nix::unistd::getpid();
-    let mut tree = Vec::new();
-    let mut frontier = vec![me];
-    while let Some(parent) = frontier.pop() {
-        for &(pid, (ppid, zombie)) in &all {
-            if ppid == parent && pid != me {
-                tree.push((pid, (ppid, zombie)));
-                frontier.push(pid);
-            }
+    let session = nix::unistd::getsid(None).ok();
+    let mut job = Vec::new();
+    let mut frontier = children(me);
+    while let Some(pid) = frontier.pop() {
+        let Some(process) = stat(pid) else { continue };
+        if process.1 != session {
+            continue;
+        }
+        job.push(process.0);
+        if !process.0.zombie {
+            frontier.extend(children(pid));
         }
     }
-    tree
+    job
+}
+
+/// The children of `pid`, from `/proc/PID/task/*/children` (one file per thread: orphans are
+/// re-parented to whichever of our threads).
+fn children(pid: Pid) -> Vec<Pid> {
+    let mut found = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return found;
+    };
+    for task in tasks.flatten() {
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(list) => found.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .map(Pid::from_raw),
+            ),
+            // A kernel without CONFIG_PROC_CHILDREN: find them by their parent instead.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return children_by_scan(pid),
+            Err(_) => {}
+        }
+    }
+    found
+}
+
+fn children_by_scan(parent: Pid) -> Vec<Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .map(Pid::from_raw)
+        .filter(|&pid| stat(pid).is_some_and(|(p, _)| p.parent == parent))
+        .collect()
+}
+
+/// A process's parent, group, session and zombie state.
+fn stat(pid: Pid) -> Option<(Process, Option<Pid>)> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: parse after the last ')'.
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = String::from_utf8_lossy(&stat[close + 1..]);
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let mut number = || fields.next()?.parse::<i32>().ok().map(Pid::from_raw);
+    let (parent, pgid, session) = (number()?, number()?, number()?);
+    Some((
+        Process {
+            pid,
+            parent,
+            pgid,
+            zombie: state == "Z",
+        },
+        Some(session),
+    ))
 }

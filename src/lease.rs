@@ -11,7 +11,7 @@
 //!   child is thus signalled before the server can hand the lock to anyone else, with D to spare
 //!   for late timers;
 //! - a reply saying "not the owner" means the lease is gone now: kill signal at once, SIGKILL K
-//!   later;
+//!   later (never after V - D);
 //! - every wake-up reads the clock first, so a wrapper that slept through V - D (timer late,
 //!   SIGSTOP, suspend) SIGKILLs at once;
 //! - once stopping has begun it is final, and its SIGKILL deadline is never moved.
@@ -25,18 +25,23 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use nix::sys::timerfd::TimerFd;
+
 /// The shortest TTL accepted.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// The shortest renew interval accepted.
 pub const MIN_RENEW: Duration = Duration::from_millis(10);
 
-/// A reading of the clock the lease is measured on.
+/// The clock the lease is measured on: readings, and sleeps until a reading.
 ///
 /// Readings are durations since an arbitrary origin. Production reads `CLOCK_BOOTTIME`, which,
 /// unlike `CLOCK_MONOTONIC`, keeps counting while the machine is suspended, as the server's TTL
 /// does; neither moves when the wall clock is set.
 pub trait Clock {
     fn now(&self) -> Duration;
+
+    /// Resolves once the clock reads `deadline` (at once if it already does).
+    fn sleep_until(&self, deadline: Duration) -> impl Future<Output = ()>;
 }
 
 /// `CLOCK_BOOTTIME`.
@@ -50,6 +55,55 @@ impl Clock for BootClock {
             .expect("CLOCK_BOOTTIME is readable");
         Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
     }
+
+    /// On a `CLOCK_BOOTTIME` timerfd: tokio's timers run on `CLOCK_MONOTONIC`, which stands
+    /// still during a suspend, so a deadline that passed while the machine slept would only be
+    /// seen at the next monotonic wake-up. This one fires as soon as the machine resumes.
+    async fn sleep_until(&self, deadline: Duration) {
+        match boot_timer(deadline) {
+            Ok(timer) => {
+                if let Ok(mut ready) = timer.readable().await {
+                    ready.clear_ready();
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!("no CLOCK_BOOTTIME timer ({e}); using a monotonic one"),
+        }
+        tokio::time::sleep(deadline.saturating_sub(self.now())).await;
+    }
+}
+
+/// A timerfd, as tokio's `AsyncFd` wants it (`AsRawFd`).
+struct BootTimer(TimerFd);
+
+impl std::os::fd::AsRawFd for BootTimer {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+fn boot_timer(deadline: Duration) -> std::io::Result<tokio::io::unix::AsyncFd<BootTimer>> {
+    use nix::sys::time::TimeSpec;
+    use nix::sys::timerfd::{ClockId, Expiration, TimerFlags, TimerSetTimeFlags};
+    let timer = TimerFd::new(
+        ClockId::CLOCK_BOOTTIME,
+        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+    )?;
+    // An all-zero expiry would disarm the timer instead of firing it.
+    let at = TimeSpec::from_duration(deadline.max(Duration::from_nanos(1)));
+    timer.set(
+        Expiration::OneShot(at),
+        TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+    )?;
+    // SAFETY: the AsyncFd owns the TimerFd, which keeps its one descriptor open until dropped.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(
+            BootTimer(timer),
+            tokio::io::Interest::READABLE,
+        )
+    }
+    .map_err(|e| e.into_parts().1)
 }
 
 /// T, R, K and D, validated together.
@@ -268,10 +322,10 @@ impl LeaseClock {
                     return Step::Kill(why);
                 }
                 if self.lost {
-                    // Gone now: the kill signal at once, SIGKILL K later (before V - D, since the
-                    // term point has not passed).
+                    // Gone now: the kill signal at once, SIGKILL K later, and never after V - D
+                    // (a loss seen late, past the term point, keeps the V - D deadline).
                     self.stop = Stop::Terminating {
-                        kill_at: now + self.timings.kill_after,
+                        kill_at: (now + self.timings.kill_after).min(self.kill_point()),
                     };
                     self.stop_reason = Some(Why::NotOwner);
                     return Step::Terminate(Why::NotOwner);
@@ -362,14 +416,13 @@ pub async fn keep<C: Clock, R: Renew, S: Stopper>(
                 renewal = Some((now, Box::pin(bounded)));
             }
             Step::Sleep(until) => {
-                let nap = until.map(|u| u.saturating_sub(now));
                 let result = match renewal.as_mut() {
                     Some((_, attempt)) => tokio::select! {
                         result = attempt => Some(result),
-                        () = sleep(nap) => None,
+                        () = sleep_until(clock, until) => None,
                     },
                     None => {
-                        sleep(nap).await;
+                        sleep_until(clock, until).await;
                         None
                     }
                 };
@@ -403,9 +456,9 @@ pub async fn keep<C: Clock, R: Renew, S: Stopper>(
     }
 }
 
-async fn sleep(nap: Option<Duration>) {
-    match nap {
-        Some(d) => tokio::time::sleep(d).await,
+async fn sleep_until<C: Clock>(clock: &C, until: Option<Duration>) {
+    match until {
+        Some(deadline) => clock.sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }

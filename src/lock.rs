@@ -32,6 +32,7 @@ pub struct Lock {
     holder_key: String,
     channel: String,
     token: String,
+    ttl: Duration,
     ttl_ms: String,
     host: String,
     pid: String,
@@ -69,6 +70,7 @@ impl Lock {
             node,
             name,
             token: uuid::Uuid::new_v4().to_string(),
+            ttl,
             ttl_ms: ttl.as_millis().max(1).to_string(),
             host,
             pid: std::process::id().to_string(),
@@ -115,7 +117,8 @@ impl Lock {
                     &self.command,
                     &since,
                 ],
-                self.node.connect_timeout(),
+                // A grant that takes half the lease to arrive is worth little.
+                self.node.connect_timeout().min(self.ttl / 2),
             )
             .await?;
         parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))

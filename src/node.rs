@@ -2,7 +2,6 @@
 //! that is dropped after any failure so the next attempt starts fresh, script calls with EVALSHA
 //! and an EVAL fallback, and release subscriptions.
 
-use std::cell::RefCell;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -18,7 +17,7 @@ pub struct Node {
     client: redis::Client,
     address: String,
     connect_timeout: Duration,
-    conn: RefCell<Option<MultiplexedConnection>>,
+    conn: std::sync::Mutex<Option<MultiplexedConnection>>,
 }
 
 impl Node {
@@ -55,7 +54,7 @@ impl Node {
             client,
             address,
             connect_timeout,
-            conn: RefCell::new(None),
+            conn: std::sync::Mutex::new(None),
         })
     }
 
@@ -70,14 +69,21 @@ impl Node {
 
     /// Forget the connection: the next call opens a fresh one.
     fn forget(&self) {
-        self.conn.borrow_mut().take();
+        self.slot().take();
+    }
+
+    /// The connection slot; never held across an `.await`.
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     async fn connection(
         &self,
         timeout: Duration,
     ) -> Result<MultiplexedConnection, redis::RedisError> {
-        if let Some(conn) = self.conn.borrow().as_ref() {
+        if let Some(conn) = self.slot().as_ref() {
             return Ok(conn.clone());
         }
         let timeout = timeout.min(self.connect_timeout);
@@ -88,39 +94,36 @@ impl Node {
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        *self.conn.borrow_mut() = Some(conn.clone());
+        *self.slot() = Some(conn.clone());
         Ok(conn)
     }
 
-    /// Runs `f` on the connection within `timeout`; on any failure the connection is dropped so
-    /// the next attempt starts on a fresh one.
+    /// Runs `f` on the connection within `timeout`. After any failure, and when the caller
+    /// gives up on the attempt before it ends (a timeout around it, a signal), the connection
+    /// is dropped, so the next attempt starts on a fresh one rather than behind a stuck reply.
     async fn with_connection<T, F, Fut>(&self, timeout: Duration, f: F) -> Result<T, BackendError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = Result<T, redis::RedisError>>,
     {
+        let mut unfinished = Unfinished(Some(self));
         let attempt = async {
             let conn = self.connection(timeout).await?;
             f(conn).await
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => {
-                let error = self.classify(&error);
-                if error.is_transient() {
-                    self.forget();
-                }
-                Err(error)
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(Ok(value)) => {
+                unfinished.0 = None;
+                return Ok(value);
             }
-            Err(_) => {
-                self.forget();
-                Err(BackendError::Unreachable(format!(
-                    "Redis at {} did not answer within {}",
-                    self.address,
-                    show(timeout)
-                )))
-            }
-        }
+            Ok(Err(error)) => self.classify(&error),
+            Err(_) => BackendError::Transient(format!(
+                "Redis at {} did not answer within {}",
+                self.address,
+                show(timeout)
+            )),
+        };
+        Err(result)
     }
 
     /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed).
@@ -173,7 +176,7 @@ impl Node {
                 address: self.address.clone(),
             }),
             Ok(Err(error)) => Err(self.classify(&error)),
-            Err(_) => Err(BackendError::Unreachable(format!(
+            Err(_) => Err(BackendError::Transient(format!(
                 "Redis at {} did not confirm the subscription within {}",
                 self.address,
                 show(timeout)
@@ -190,13 +193,23 @@ impl Node {
             || error.is_connection_dropped()
             || error.is_connection_refusal()
         {
-            return BackendError::Unreachable(format!(
+            return BackendError::Transient(format!(
                 "cannot reach Redis at {address}: {}",
                 io_reason(error)
             ));
         }
         let code = error.code().unwrap_or("ERR");
         let detail = error.detail().unwrap_or("").trim();
+        // A server that is starting, busy with a script, or failing over may answer properly
+        // in a moment: worth retrying (while waiting; at first contact it is 69 all the same).
+        if matches!(
+            code,
+            "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
+        ) {
+            return BackendError::Transient(format!(
+                "Redis at {address} is not ready: {code} {detail}"
+            ));
+        }
         // An unauthenticated client may not even send a long command: Redis answers with a
         // protocol error instead of NOAUTH.
         let kind = if detail.contains("unauthenticated") {
@@ -218,7 +231,6 @@ impl Node {
             "WRONGTYPE" => {
                 "; another program uses this key for something else: pick another NAME or remove the key"
             }
-            "MASTERDOWN" | "LOADING" | "BUSY" => "; the server is not ready, try again later",
             _ => "",
         };
         BackendError::Refused(format!("Redis at {address} refused: {code} {detail}{hint}"))
@@ -273,6 +285,17 @@ pub fn redact(url: &url::Url) -> String {
     url.to_string()
 }
 
+/// Forgets the node's connection when dropped before being disarmed.
+struct Unfinished<'a>(Option<&'a Node>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(node) = self.0 {
+            node.forget();
+        }
+    }
+}
+
 /// Release messages on one server's channel.
 pub struct Subscription {
     stream: PubSubStream,
@@ -283,7 +306,7 @@ impl Wakeups for Subscription {
     async fn next(&mut self) -> Result<(), BackendError> {
         match self.stream.next().await {
             Some(_) => Ok(()),
-            None => Err(BackendError::Unreachable(format!(
+            None => Err(BackendError::Transient(format!(
                 "lost the subscription connection to Redis at {}",
                 self.address
             ))),

@@ -38,7 +38,15 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     let clock = BootClock;
-    let acquired = wait::acquire(backend, &clock, &cfg.name, cfg.patience, &mut signals).await?;
+    let acquired = wait::acquire(
+        backend,
+        &clock,
+        &cfg.name,
+        cfg.patience,
+        cfg.timings,
+        &mut signals,
+    )
+    .await?;
     tracing::info!(
         "acquired lock {} with fence {} after waiting {}",
         cfg.name,
@@ -63,10 +71,12 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
         }
     };
 
+    let child_pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
     let stopper = ChildStopper {
         target,
         signal: cfg.kill_signal,
         reason: Cell::new(None),
+        first_signal: Cell::new(None),
     };
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let renewer = Renewer(backend);
@@ -84,7 +94,14 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
                 status = child.wait() => break status,
                 // Before the signals: a storm of them must not delay a lease deadline.
                 () = &mut keeper => {}
-                incoming = signals.next() => forward(target, incoming, interactive),
+                event = signals.next_event() => match event {
+                    Event::Signal(incoming) => forward(target, incoming, interactive),
+                    // Orphans re-parented to us die: reap them now, or a long job that leaves
+                    // a process behind every minute would fill the process table.
+                    Event::ChildChanged => {
+                        target.reap_and_check_empty(child_pid);
+                    }
+                },
             }
         };
         // A wrapper paused past V - D cannot vouch that the child ran under the lease.
@@ -123,11 +140,7 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
             }
             Why::Late => "locked-run was paused or suspended past the end of its lease".into(),
         };
-        let first = if why == Why::Late {
-            Signal::SIGKILL
-        } else {
-            cfg.kill_signal
-        };
+        let first = stopper.first_signal.get().unwrap_or(Signal::SIGKILL);
         return Err(Failure::new(
             Exit::Lost,
             format!(
@@ -191,8 +204,9 @@ fn forward(target: Target, incoming: Incoming, interactive: bool) {
     target.signal(incoming.signal);
 }
 
-/// After the child's exit: whatever is left of its group gets the kill signal, SIGKILL K later,
-/// while the lease is still kept; returns once the group is empty.
+/// After the child's exit: whatever is left of the job gets the kill signal, SIGKILL K later
+/// (again at every wake-up, for anything forked meanwhile), while the lease is still kept;
+/// returns only once nothing is left, so the lock is never released under a live process.
 async fn drain<F: Future<Output = ()>>(
     target: Target,
     cfg: &RunConfig,
@@ -200,7 +214,7 @@ async fn drain<F: Future<Output = ()>>(
     mut keeper: Pin<&mut F>,
     interactive: bool,
 ) {
-    if target.reap_and_check_empty() {
+    if target.reap_and_check_empty(None) {
         return;
     }
     tracing::info!(
@@ -209,44 +223,43 @@ async fn drain<F: Future<Output = ()>>(
     );
     target.terminate(cfg.kill_signal);
     let kill_at = Instant::now() + cfg.timings.kill_after;
-    let mut give_up_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut next_warning = kill_at + Duration::from_secs(30);
     loop {
         // SIGCHLD says when an inherited process dies; the tick covers members whose parent
         // is another member, which reaps them without telling us.
         let tick = Instant::now() + Duration::from_millis(250);
-        let wake = match give_up_at {
-            None => tick.min(kill_at),
-            Some(_) => tick,
-        };
+        let wake = if killed { tick } else { tick.min(kill_at) };
         tokio::select! {
+            () = keeper.as_mut() => {}
             event = signals.next_event() => {
                 if let Event::Signal(incoming) = event {
                     forward(target, incoming, interactive);
                 }
             }
             () = tokio::time::sleep_until(wake) => {}
-            () = keeper.as_mut() => {}
         }
-        if target.reap_and_check_empty() {
+        if target.reap_and_check_empty(None) {
             return;
         }
         let now = Instant::now();
-        match give_up_at {
-            None if now >= kill_at => {
+        if now >= kill_at {
+            if !killed {
                 tracing::info!(
                     "processes left by the command survived {}; sending SIGKILL",
                     cfg.kill_signal
                 );
-                target.signal(Signal::SIGKILL);
-                give_up_at = Some(now + Duration::from_secs(1));
+                killed = true;
             }
-            Some(at) if now >= at => {
-                tracing::warn!(
-                    "processes left by the command survive SIGKILL (another user's, or stuck in the kernel); releasing anyway"
-                );
-                return;
-            }
-            _ => {}
+            target.signal(Signal::SIGKILL);
+        }
+        if now >= next_warning {
+            tracing::warn!(
+                "processes left by the command survive SIGKILL (another user's, or stuck in the kernel); \
+                 keeping lock {} until they are gone",
+                cfg.name
+            );
+            next_warning = now + Duration::from_secs(60);
         }
     }
 }
@@ -255,22 +268,28 @@ struct ChildStopper {
     target: Target,
     signal: Signal,
     reason: Cell<Option<Why>>,
+    /// The signal that began the stop, for the message that explains it.
+    first_signal: Cell<Option<Signal>>,
+}
+
+impl ChildStopper {
+    fn begin(&self, why: Why, signal: Signal) {
+        if self.reason.get().is_none() {
+            self.reason.set(Some(why));
+            self.first_signal.set(Some(signal));
+        }
+        tracing::info!("stopping the command ({why:?}): sending {signal}");
+    }
 }
 
 impl Stopper for ChildStopper {
     fn terminate(&self, why: Why) {
-        if self.reason.get().is_none() {
-            self.reason.set(Some(why));
-        }
-        tracing::info!("stopping the command ({why:?}): sending {}", self.signal);
+        self.begin(why, self.signal);
         self.target.terminate(self.signal);
     }
 
     fn kill(&self, why: Why) {
-        if self.reason.get().is_none() {
-            self.reason.set(Some(why));
-        }
-        tracing::info!("stopping the command ({why:?}): sending SIGKILL");
+        self.begin(why, Signal::SIGKILL);
         self.target.signal(Signal::SIGKILL);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Wakeups};
 use crate::exit::{Exit, Failure};
-use crate::lease::{Clock, show};
+use crate::lease::{Clock, Timings, show};
 use crate::name::LockName;
 use crate::signals::Signals;
 
@@ -35,12 +35,14 @@ pub struct Acquired {
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_CAP: Duration = Duration::from_secs(2);
 
-/// Takes the lock, waiting as `patience` allows.
+/// Takes the lock, waiting as `patience` allows. A grant that leaves less of the lease than
+/// R + K (a server that took that long to answer) is given back and counts as a failure.
 pub async fn acquire<B: Backend, C: Clock>(
     backend: &B,
     clock: &C,
     name: &LockName,
     patience: Patience,
+    timings: Timings,
     signals: &mut Signals,
 ) -> Result<Acquired, Failure> {
     let start = clock.now();
@@ -48,44 +50,71 @@ pub async fn acquire<B: Backend, C: Clock>(
         Patience::For(d) => Some(start + d),
         _ => None,
     };
+    let mut waiter = Waiter {
+        backend,
+        name,
+        maybe_held: false,
+    };
     let mut wakeups: Option<B::Wakeups> = None;
+    let mut subscribe_after = start;
     let mut answered = false;
     let mut last_busy: Option<Busy> = None;
     let mut last_error: Option<BackendError>;
     let mut retries = 0u32;
-    let mut told_no_expiry = false;
+    let mut no_expiry_retries = 0u32;
     loop {
         let sent = clock.now();
         let attempt = tokio::select! {
             biased;
             signal = signals.next_ending_wait() => {
-                // The attempt in flight may have been granted: hand back whatever is ours.
-                let _ = backend.release(None, Duration::from_secs(1)).await;
-                return Err(interrupted(signal, name));
+                // The attempt in flight may have been granted.
+                waiter.maybe_held = true;
+                return Err(waiter.give_back(interrupted(signal, name)).await);
             }
             attempt = backend.try_acquire() => attempt,
         };
-        let nap = match attempt {
+        let answer: Result<Busy, BackendError> = match attempt {
             Ok(Attempt::Acquired { fence }) => {
-                return Ok(Acquired {
-                    fence,
-                    sent,
-                    waited: sent.saturating_sub(start),
-                });
+                let now = clock.now();
+                let left = (sent + timings.ttl - timings.drift).saturating_sub(now);
+                if left >= timings.renew_every + timings.kill_after {
+                    return Ok(Acquired {
+                        fence,
+                        sent,
+                        waited: sent.saturating_sub(start),
+                    });
+                }
+                waiter.maybe_held = true;
+                Err(BackendError::Transient(format!(
+                    "Redis took {} to grant lock {name}, leaving {} of the lease, less than \
+                     --renew-every + --kill-after",
+                    show(now.saturating_sub(sent)),
+                    show(left)
+                )))
             }
-            Ok(Attempt::Busy(busy)) => {
+            Ok(Attempt::Busy(busy)) => Ok(busy),
+            Err(error) => Err(error),
+        };
+        let nap = match answer {
+            Ok(busy) => {
                 answered = true;
                 retries = 0;
                 last_error = None;
                 if patience == Patience::NoWait {
-                    return Err(Failure::new(
-                        Exit::Conflict,
-                        format!("lock {name} is {busy}; not waiting (--no-wait)"),
-                    )
-                    .quiet());
+                    let message = format!("lock {name} is {busy}; not waiting (--no-wait)");
+                    return Err(waiter
+                        .give_back(Failure::new(Exit::Conflict, message).quiet())
+                        .await);
                 }
-                if wakeups.is_none() {
-                    match backend.subscribe().await {
+                if wakeups.is_none() && clock.now() >= subscribe_after {
+                    let subscribed = tokio::select! {
+                        biased;
+                        signal = signals.next_ending_wait() => {
+                            return Err(waiter.give_back(interrupted(signal, name)).await);
+                        }
+                        subscribed = backend.subscribe() => subscribed,
+                    };
+                    match subscribed {
                         Ok(w) => {
                             // Listening now: ask again, so a release between the first
                             // answer and the subscription is not missed.
@@ -96,21 +125,21 @@ pub async fn acquire<B: Backend, C: Clock>(
                         Err(e) => {
                             // The server did answer: at the deadline this is still a conflict.
                             tracing::info!("cannot subscribe to release messages: {e}");
+                            subscribe_after = clock.now() + RETRY_CAP;
                         }
                     }
                 }
                 let nap = match busy.expiry {
                     Expiry::In(d) => d + jitter(d),
                     Expiry::Never => {
-                        if !told_no_expiry {
+                        if no_expiry_retries == 0 {
                             tracing::info!(
                                 "lock {name} is held with no expiry (set by another tool?); \
                                  checking again with back-off"
                             );
-                            told_no_expiry = true;
                         }
-                        retries += 1;
-                        backoff(retries)
+                        no_expiry_retries += 1;
+                        backoff(no_expiry_retries)
                     }
                 };
                 tracing::debug!("lock {name} is {busy}; sleeping up to {}", show(nap));
@@ -118,8 +147,13 @@ pub async fn acquire<B: Backend, C: Clock>(
                 nap
             }
             Err(error) => {
-                if !answered || !error.is_transient() {
-                    return Err(Failure::unavailable(format!("{error}; nothing was run")));
+                if error.is_transient() {
+                    // Sent but unanswered: the server may have granted it all the same.
+                    waiter.maybe_held = true;
+                }
+                if !answered || !error.is_transient() || patience == Patience::NoWait {
+                    let message = format!("{error}; nothing was run");
+                    return Err(waiter.give_back(Failure::unavailable(message)).await);
                 }
                 tracing::info!("lost contact while waiting for lock {name}: {error}; retrying");
                 wakeups = None;
@@ -131,28 +165,64 @@ pub async fn acquire<B: Backend, C: Clock>(
         let now = clock.now();
         let nap = match deadline {
             Some(deadline) if now >= deadline => {
-                return Err(gave_up(name, patience, last_busy, last_error));
+                return Err(waiter
+                    .give_back(gave_up(name, patience, last_busy, last_error))
+                    .await);
             }
             Some(deadline) => nap.min(deadline - now),
             None => nap,
         };
         tokio::select! {
             biased;
-            signal = signals.next_ending_wait() => return Err(interrupted(signal, name)),
+            signal = signals.next_ending_wait() => {
+                return Err(waiter.give_back(interrupted(signal, name)).await);
+            }
             woke = next_wakeup(&mut wakeups) => {
                 if let Err(e) = woke {
+                    // Resubscribe after a pause, not at once: a subscription that breaks
+                    // as soon as it is made must not turn into a busy loop.
                     tracing::info!("{e}; resubscribing");
                     wakeups = None;
+                    subscribe_after = clock.now() + RETRY_CAP;
                 }
             }
             () = tokio::time::sleep(nap) => {
                 if deadline.is_some_and(|d| clock.now() >= d) {
-                    return Err(gave_up(name, patience, last_busy, last_error));
+                    return Err(waiter.give_back(gave_up(name, patience, last_busy, last_error)).await);
                 }
             }
         }
     }
 }
+
+/// Gives back, on every way out without the lock, what an unanswered attempt may have taken:
+/// the release compares our token, so it is harmless when nothing was taken.
+struct Waiter<'a, B> {
+    backend: &'a B,
+    name: &'a LockName,
+    maybe_held: bool,
+}
+
+impl<B: Backend> Waiter<'_, B> {
+    async fn give_back(&self, failure: Failure) -> Failure {
+        if self.maybe_held {
+            match self.backend.release(None, GIVE_BACK_TIMEOUT).await {
+                Ok(true) => {
+                    tracing::info!("released lock {} taken by an unanswered attempt", self.name)
+                }
+                Ok(false) => {}
+                Err(e) => tracing::info!(
+                    "could not give back what an unanswered attempt may have taken of lock {}: {e}",
+                    self.name
+                ),
+            }
+        }
+        failure
+    }
+}
+
+/// How long the give-back may take when leaving without the lock.
+const GIVE_BACK_TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn next_wakeup<W: Wakeups>(wakeups: &mut Option<W>) -> Result<(), BackendError> {
     match wakeups {

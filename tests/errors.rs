@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
 fn run_args(args: &[&str]) -> Output {
@@ -177,5 +178,36 @@ fn keys_of_the_wrong_type_are_69_and_nothing_is_left_held() {
     assert!(
         !redis.exists("lock:{c}"),
         "the lock taken before INCR failed was given back"
+    );
+}
+
+#[test]
+fn an_acquire_whose_reply_is_lost_is_given_back() {
+    let redis = Redis::start();
+    let mut warm = locked_run(); // loads the scripts, so EVALSHA alone runs them
+    warm.args(["-u", &redis.url(), "other", "--", "true"]);
+    assert_eq!(run(warm).code(), Some(0));
+    let proxy = Proxy::start(redis.port);
+    proxy.set(Mode::DropReplies); // the server runs the script; we never hear back
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &proxy.url(),
+        "--connect-timeout",
+        "500ms",
+        "job",
+        "--",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_one_line(&out, 69, "did not answer within 500ms");
+    assert_eq!(
+        redis.get("fence:{job}").as_deref(),
+        Some("1"),
+        "the grant happened on the server"
+    );
+    assert!(
+        !redis.exists("lock:{job}"),
+        "and was given back before exiting"
     );
 }

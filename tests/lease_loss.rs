@@ -9,32 +9,10 @@ use crate::support::*;
 
 const TTL: &str = "2s";
 
-/// A run whose child (a `sleep`, so the pid is the child's own) records its pid.
 fn start(redis: &Redis, dir: &Path, extra: &[&str], child: &str) -> (Running, i32) {
-    let pid_file = dir.join("pid");
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--ttl", TTL])
-        .args(extra)
-        .arg("job")
-        .args(sh(&format!(
-            "echo $$ > {p}.tmp; mv {p}.tmp {p}; {child}",
-            p = path_str(&pid_file)
-        )));
-    let running = spawn(cmd);
-    let pid = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
-        .trim()
-        .parse()
-        .unwrap();
-    (running, pid)
-}
-
-/// The earliest instant the server can expire the key, read just before an outage: no renewal
-/// after the read can make it earlier.
-fn expiry_lower_bound(redis: &Redis) -> Instant {
-    let before = Instant::now();
-    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
-    assert!(pttl > 0, "the lock is held with a lease: {pttl}");
-    before + Duration::from_millis(pttl as u64)
+    let mut all = vec!["--ttl", TTL];
+    all.extend_from_slice(extra);
+    start_job(&redis.url(), dir, &all, child)
 }
 
 fn margin(expiry: Instant, death: Instant, what: &str) -> Duration {
@@ -198,4 +176,31 @@ fn a_key_taken_over_by_another_owner_stops_the_child_and_is_left_alone() {
         Some("someone-else"),
         "release is compare-and-delete"
     );
+}
+
+#[test]
+fn a_process_that_changed_group_is_stopped_before_the_expiry_too() {
+    // coreutils `timeout` puts itself and its command in a group of their own.
+    let redis = Redis::start();
+    let dir = scratch();
+    let inner = dir.path().join("inner");
+    let child = format!(
+        "timeout 60 sh -c 'echo $$ > {i}.tmp; mv {i}.tmp {i}; exec sleep 60'",
+        i = path_str(&inner)
+    );
+    let (running, _) = start(&redis, dir.path(), &[], &child);
+    let inner: i32 = wait_for_file(&inner, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    let expiry = expiry_lower_bound(&redis);
+    redis.pause();
+    assert!(wait_pid_exit(inner, Duration::from_secs(10)));
+    margin(
+        expiry,
+        Instant::now(),
+        "a process in another group of the session",
+    );
+    assert_eq!(running.wait().code(), Some(76));
+    redis.resume();
 }

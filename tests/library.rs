@@ -78,3 +78,21 @@ fn another_program_using_the_plain_protocol_interoperates() {
         "its fence counter is shared: {out:?}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_retry_recognises_its_own_grant() {
+    // As when the reply to the first acquire was lost: the same token asks again.
+    let redis = Redis::start();
+    let lock = Lock::new(&redis.url(), "job", Duration::from_secs(10)).unwrap();
+    assert_eq!(lock.acquire().await.unwrap(), Some(1));
+    assert_eq!(
+        lock.acquire().await.unwrap(),
+        Some(1),
+        "ours, with our fence, not busy"
+    );
+    assert_eq!(
+        redis.get("fence:{job}").as_deref(),
+        Some("1"),
+        "no second fence used"
+    );
+}

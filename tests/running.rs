@@ -227,7 +227,7 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
     let redis = Redis::start();
     let words: Vec<&str> = rule.split_whitespace().collect();
     let _: String = redis.cmd(&words);
-    let url = format!("redis://locked-run:hunter2@127.0.0.1:{}", redis.port);
+    let url = format!("redis://locked-run:hunter2@127.0.0.1:{}/3", redis.port);
 
     let dir = scratch();
     let d = path_str(dir.path());
@@ -265,5 +265,12 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
     let out = waiter.wait();
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert_eq!(out.stdout.trim(), "2");
-    assert!(!redis.exists("lock:{job}"));
+    let mut db3 = redis.conn();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut db3).unwrap();
+    let fence: Option<String> = redis::cmd("GET")
+        .arg("fence:{job}")
+        .query(&mut db3)
+        .unwrap();
+    assert_eq!(fence.as_deref(), Some("2"), "the URL's database was used");
+    assert!(!redis.exists("fence:{job}"), "not database 0");
 }

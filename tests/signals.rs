@@ -204,3 +204,82 @@ fn signals_ignored_at_start_stay_ignored_for_the_child() {
     assert_eq!(status_of(true) & hup, hup, "nohup's SIGHUP stays ignored");
     assert_eq!(status_of(false) & hup, 0, "and is not ignored otherwise");
 }
+
+#[test]
+fn processes_that_leave_the_group_but_not_the_session_are_stopped_too() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // One grandchild changes process group (as `timeout` or `set -m` do); another calls
+    // setsid (a daemon meant to outlive the job). The child then exits.
+    let child = format!(
+        r#"use POSIX;
+           if (!fork) {{ POSIX::setpgid(0, 0); open(F, ">{d}/moved"); print F $$; close F; sleep 60; exit }}
+           if (!fork) {{ POSIX::setsid(); open(STDOUT, ">/dev/null"); open(STDERR, ">/dev/null"); open(F, ">{d}/daemon"); print F $$; close F; sleep 60; exit }}
+           sleep 0.01 until -s "{d}/moved" && -s "{d}/daemon";"#
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job", "--", "perl", "-e", &child]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let pid = |f: &str| -> i32 {
+        std::fs::read_to_string(file(&dir, f))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        !alive(pid("moved")),
+        "the grandchild in another group was stopped before the release"
+    );
+    assert!(
+        alive(pid("daemon")),
+        "the one that called setsid was let go"
+    );
+    signal(pid("daemon"), libc::SIGKILL);
+    assert!(!redis.exists("lock:{job}"));
+}
+
+#[test]
+fn orphans_are_reaped_while_the_command_runs() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // Twenty short-lived orphans (double fork): each is re-parented to locked-run and dies.
+    let script = format!(
+        "for i in $(seq 20); do (sleep 0.01 &); done; echo > {d}/forked; \
+         while [ ! -e {d}/go ]; do sleep 0.01; done"
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job"]).args(sh(&script));
+    let running = spawn(cmd);
+    wait_for_file(&file(&dir, "forked"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let wrapper = running.pid();
+    wait_until("no zombie children left", Duration::from_secs(5), || {
+        zombie_children(wrapper) == 0
+    });
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(running.wait().code(), Some(0));
+}
+
+fn zombie_children(pid: i32) -> usize {
+    let mut zombies = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in list.split_whitespace() {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            if stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            {
+                zombies += 1;
+            }
+        }
+    }
+    zombies
+}

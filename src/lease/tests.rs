@@ -12,11 +12,33 @@ struct TestClock {
     start: Instant,
     /// Time that passed without the monotonic clock seeing it (a suspend).
     jump: Cell<Duration>,
+    /// Wakes sleepers when the jump happens, as a CLOCK_BOOTTIME timer fires on resume.
+    resumed: tokio::sync::Notify,
+}
+
+impl TestClock {
+    fn suspend_for(&self, d: Duration) {
+        self.jump.set(self.jump.get() + d);
+        self.resumed.notify_waiters();
+    }
 }
 
 impl Clock for TestClock {
     fn now(&self) -> Duration {
         self.start.elapsed() + self.jump.get()
+    }
+
+    async fn sleep_until(&self, deadline: Duration) {
+        loop {
+            let now = self.now();
+            if now >= deadline {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(deadline - now) => {}
+                () = self.resumed.notified() => {}
+            }
+        }
     }
 }
 
@@ -93,6 +115,7 @@ fn setup<F: Fn(u64) -> Answer>(timings: Timings, answer: F) -> Run<F> {
         clock: TestClock {
             start,
             jump: Cell::new(Duration::ZERO),
+            resumed: tokio::sync::Notify::new(),
         },
         renewer: Renewer {
             start,
@@ -111,7 +134,7 @@ impl<F: Fn(u64) -> Answer> Run<F> {
         let jump = async {
             if let Some((at, by)) = suspend {
                 tokio::time::sleep(Duration::from_millis(at)).await;
-                self.clock.jump.set(by);
+                self.clock.suspend_for(by);
             }
             std::future::pending::<()>().await
         };
@@ -278,12 +301,13 @@ async fn not_owner_stops_at_once_and_kills_k_later() {
 
 #[tokio::test(start_paused = true)]
 async fn waking_past_v_minus_d_kills_at_once() {
-    // Renewed at 5000 (V = 34698); at 6000 the machine is suspended for 40 s. The next wake-up
-    // (the renewal due at 10000 monotonic, 50000 on the boot clock) finds V - D long past.
+    // Renewed at 5000 (V = 34698); at 6000 (monotonic) the machine resumes from a 40 s suspend.
+    // The boot-clock timer fires on resume and finds V - D long past: SIGKILL at once, without
+    // waiting for the next monotonic wake-up (the renewal due at 10000).
     let run = setup(defaults(), |_| Answer::Owner);
     run.for_ms(20_000, Some((6_000, Duration::from_secs(40))))
         .await;
-    assert_eq!(run.events(), [("kill", 10_000, Why::Late)]);
+    assert_eq!(run.events(), [("kill", 6_000, Why::Late)]);
     assert_eq!(run.attempts()[0].0, 5_000);
 }
 
@@ -352,5 +376,25 @@ async fn a_loss_found_after_the_kill_signal_keeps_the_sigkill_deadline() {
             ("term", 19_396, Why::Expiring),
             ("kill", 29_396, Why::Expiring)
         ]
+    );
+}
+
+#[test]
+fn a_loss_seen_past_the_term_point_keeps_the_v_minus_d_deadline() {
+    // The wrapper was starved across V - D - K; the "not ours" reply and the term point are
+    // handled in the same step. SIGKILL must still come at V - D, not K after the reply.
+    let mut lease = LeaseClock::new(defaults(), Duration::ZERO);
+    lease.lost();
+    let late = Duration::from_millis(25_000); // term point 19396, kill point 29396
+    assert_eq!(lease.step(late, false), Step::Terminate(Why::NotOwner));
+    assert_eq!(
+        lease.stop(),
+        Stop::Terminating {
+            kill_at: Duration::from_millis(29_396)
+        }
+    );
+    assert_eq!(
+        lease.step(Duration::from_millis(29_396), false),
+        Step::Kill(Why::NotOwner)
     );
 }

@@ -14,6 +14,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod proxy;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
 
 /// A hard limit for any single process a test starts.
@@ -377,4 +379,33 @@ pub fn alive(pid: i32) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Starts `locked-run -u URL EXTRA job sh -c '<record pid> ; CHILD'` and returns it with the
+/// pid of its child (the shell, which `exec`s into whatever CHILD runs last).
+pub fn start_job(url: &str, dir: &Path, extra: &[&str], child: &str) -> (Running, i32) {
+    let pid_file = dir.join("pid");
+    let mut cmd = locked_run();
+    cmd.args(["-u", url])
+        .args(extra)
+        .arg("job")
+        .args(sh(&format!(
+            "echo $$ > {p}.tmp; mv {p}.tmp {p}; {child}",
+            p = path_str(&pid_file)
+        )));
+    let running = spawn(cmd);
+    let pid = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    (running, pid)
+}
+
+/// The earliest instant the server can expire `lock:{job}`, read just before a fault: no
+/// renewal after the read can make it earlier.
+pub fn expiry_lower_bound(redis: &Redis) -> Instant {
+    let before = Instant::now();
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!(pttl > 0, "the lock is held with a lease: {pttl}");
+    before + Duration::from_millis(pttl as u64)
 }
