@@ -40,54 +40,52 @@ impl Redis {
     }
 
     fn start_in(dir: tempfile::TempDir, port: Option<u16>, extra: &[&str]) -> Redis {
+        let mut dir = Some(dir);
         for _ in 0..10 {
             let port = port.unwrap_or_else(free_port);
-            let mut child = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .arg("--dir")
-                .arg(dir.path())
+                .arg(dir.as_ref().unwrap().path())
                 .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server is installed (see .ci/run)");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // the port was taken meanwhile: try another
-                }
-                if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) {
-                    if let Ok(mut conn) =
-                        client.get_connection_with_timeout(Duration::from_millis(200))
-                    {
-                        let answer = redis::cmd("PING").query::<String>(&mut conn);
-                        // With --requirepass the server answers NOAUTH: up all the same.
-                        if answer.is_ok() || answer.is_err_and(|e| e.code() == Some("NOAUTH")) {
-                            return Redis {
-                                port,
-                                child: Some(child),
-                                dir,
-                            };
-                        }
-                    }
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "redis-server on port {port} did not answer within 10s"
-                );
-                thread::sleep(Duration::from_millis(10));
+            // Owned from here on: a failed start below kills the server on the way out.
+            let mut redis = Redis {
+                port,
+                child: Some(child),
+                dir: dir.take().unwrap(),
+            };
+            if redis.answers() {
+                return redis;
             }
+            redis.kill();
+            dir = Some(std::mem::replace(&mut redis.dir, tempfile::tempdir().unwrap()));
         }
         panic!("could not start redis-server on a free port");
+    }
+
+    /// Waits until the server answers PING (false if it exited: the port was taken).
+    fn answers(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(_)) = self.child.as_mut().unwrap().try_wait() {
+                return false;
+            }
+            if let Ok(client) = redis::Client::open(self.url()) {
+                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+                    let answer = redis::cmd("PING").query::<String>(&mut conn);
+                    // With --requirepass the server answers NOAUTH: up all the same.
+                    if answer.is_ok() || answer.is_err_and(|e| e.code() == Some("NOAUTH")) {
+                        return true;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server on port {} did not answer within 10s", self.port);
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn url(&self) -> String {
@@ -144,9 +142,9 @@ impl Redis {
     pub fn restart_empty(&mut self) {
         self.kill();
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        let fresh = Redis::start_in(dir, Some(self.port), &[]);
-        let mut fresh = std::mem::ManuallyDrop::new(fresh);
+        let mut fresh = Redis::start_in(dir, Some(self.port), &[]);
         self.child = fresh.child.take();
+        std::mem::swap(&mut self.dir, &mut fresh.dir);
     }
 }
 
