@@ -8,7 +8,8 @@
 //! - [`lease`]: the lease clock, a pure state machine, and the loop that keeps the lease.
 //! - [`backend`]: the interface every backend implements (acquire, renew, release, wake-ups).
 //! - [`scripts`]: the Lua scripts of the protocol.
-//! - [`node`]: one Redis server: connection, script calls, subscriptions, error messages.
+//! - [`resp`]: a small RESP2 client (one connection, one request at a time).
+//! - [`node`]: one Redis server: URL, connection, script calls, subscriptions, error messages.
 //! - [`lock`]: the lock as a Rust type ([`Lock`]); the single-server backend.
 //! - [`wait`]: waiting for a held lock without polling.
 //! - [`child`]: finding, spawning, signalling and reaping the command.
@@ -27,6 +28,7 @@ pub mod lock;
 pub mod log;
 pub mod name;
 pub mod node;
+pub mod resp;
 pub mod run;
 pub mod scripts;
 pub mod signals;

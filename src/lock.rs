@@ -16,11 +16,10 @@
 
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, wall_clock_ms};
 use crate::name::LockName;
 use crate::node::{Node, Subscription};
+use crate::resp::Reply;
 use crate::scripts;
 
 /// A lease on one NAME in one Redis server.
@@ -165,44 +164,41 @@ impl Lock {
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
-    /// Reads the lock's state without changing it.
+    /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree).
     pub async fn inspect(&self) -> Result<Report, BackendError> {
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("GET")
-            .arg(&self.lock_key)
-            .cmd("PTTL")
-            .arg(&self.lock_key)
-            .cmd("HGETALL")
-            .arg(&self.holder_key)
-            .cmd("GET")
-            .arg(&self.fence_key);
-        let replies = self.node.query(&pipe, self.node.connect_timeout()).await?;
-        let [value, pttl, meta, fence] = replies.as_slice() else {
-            return Err(self.unexpected(&Value::Array(replies.clone())));
+        let (lock, holder, fence) = (
+            self.lock_key.as_bytes(),
+            self.holder_key.as_bytes(),
+            self.fence_key.as_bytes(),
+        );
+        let commands: [&[&[u8]]; 6] = [
+            &[b"MULTI"],
+            &[b"GET", lock],
+            &[b"PTTL", lock],
+            &[b"HGETALL", holder],
+            &[b"GET", fence],
+            &[b"EXEC"],
+        ];
+        let replies = self
+            .node
+            .exchange(&commands, self.node.connect_timeout())
+            .await?;
+        if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+            return Err(self.node.refused(e));
+        }
+        let exec = replies.last().cloned().unwrap_or(Reply::Array(None));
+        let [value, pttl, meta, fence] = exec.items() else {
+            return Err(self.unexpected(&exec));
         };
-        let fence = as_text(fence).and_then(|f| f.parse().ok());
-        let Some(value) = as_text(value) else {
+        let fence = fence.as_text().and_then(|f| f.parse().ok());
+        let Some(value) = value.as_text() else {
             return Ok(Report { fence, held: None });
         };
-        let mut fields = std::collections::HashMap::new();
-        if let Value::Array(items) | Value::Set(items) = meta {
-            for pair in items.chunks(2) {
-                if let [k, v] = pair {
-                    fields.insert(
-                        as_text(k).unwrap_or_default(),
-                        as_text(v).unwrap_or_default(),
-                    );
-                }
-            }
-        } else if let Value::Map(pairs) = meta {
-            for (k, v) in pairs {
-                fields.insert(
-                    as_text(k).unwrap_or_default(),
-                    as_text(v).unwrap_or_default(),
-                );
-            }
-        }
+        let fields: std::collections::HashMap<String, String> = meta
+            .items()
+            .chunks(2)
+            .filter_map(|pair| Some((pair.first()?.as_text()?, pair.get(1)?.as_text()?)))
+            .collect();
         let holder = if fields.get("token") == Some(&value) {
             Holder {
                 host: fields.get("host").cloned(),
@@ -218,12 +214,12 @@ impl Lock {
             fence,
             held: Some(Busy {
                 holder,
-                expiry: expiry(as_int(pttl).unwrap_or(-1)),
+                expiry: expiry(pttl.as_int().unwrap_or(-1)),
             }),
         })
     }
 
-    fn unexpected(&self, reply: &Value) -> BackendError {
+    fn unexpected(&self, reply: &Reply) -> BackendError {
         BackendError::Refused(format!(
             "Redis at {} gave an unexpected answer to the lock script: {reply:?}",
             self.node.address()
@@ -275,16 +271,14 @@ fn expiry(pttl: i64) -> Expiry {
     }
 }
 
-fn parse_attempt(reply: &Value) -> Option<Attempt> {
-    let Value::Array(items) = reply else {
-        return None;
-    };
-    match as_int(items.first()?)? {
+fn parse_attempt(reply: &Reply) -> Option<Attempt> {
+    let items = reply.items();
+    match items.first()?.as_int()? {
         1 => Some(Attempt::Acquired {
-            fence: u64::try_from(as_int(items.get(1)?)?).ok()?,
+            fence: u64::try_from(items.get(1)?.as_int()?).ok()?,
         }),
         0 => {
-            let text = |i: usize| items.get(i).and_then(as_text);
+            let text = |i: usize| items.get(i).and_then(Reply::as_text);
             let holder = Holder {
                 host: text(2),
                 pid: text(3).and_then(|p| p.parse().ok()),
@@ -294,59 +288,42 @@ fn parse_attempt(reply: &Value) -> Option<Attempt> {
             };
             Some(Attempt::Busy(Busy {
                 holder,
-                expiry: expiry(as_int(items.get(1)?)?),
+                expiry: expiry(items.get(1)?.as_int()?),
             }))
         }
         _ => None,
     }
 }
 
-fn as_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn as_flag(v: &Value) -> Option<bool> {
-    as_int(v).map(|i| i == 1)
-}
-
-fn as_text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
-        _ => None,
-    }
+fn as_flag(reply: &Reply) -> Option<bool> {
+    reply.as_int().map(|i| i == 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
     }
 
     #[test]
     fn parses_a_grant() {
-        let reply = Value::Array(vec![Value::Int(1), Value::Int(42)]);
+        let reply = Reply::Array(Some(vec![Reply::Int(1), Reply::Int(42)]));
         assert_eq!(parse_attempt(&reply), Some(Attempt::Acquired { fence: 42 }));
     }
 
     #[test]
     fn parses_a_busy_reply_with_and_without_metadata() {
-        let reply = Value::Array(vec![
-            Value::Int(0),
-            Value::Int(1500),
+        let reply = Reply::Array(Some(vec![
+            Reply::Int(0),
+            Reply::Int(1500),
             bulk("web-3"),
             bulk("77"),
             bulk("backup.sh"),
             bulk("1764673200000"),
             bulk("9"),
-        ]);
+        ]));
         let Some(Attempt::Busy(busy)) = parse_attempt(&reply) else {
             panic!("not busy")
         };
@@ -355,7 +332,12 @@ mod tests {
         assert_eq!(busy.holder.pid, Some(77));
         assert_eq!(busy.holder.fence, Some(9));
 
-        let foreign = Value::Array(vec![Value::Int(0), Value::Int(-1), Value::Nil, Value::Nil]);
+        let foreign = Reply::Array(Some(vec![
+            Reply::Int(0),
+            Reply::Int(-1),
+            Reply::Bulk(None),
+            Reply::Bulk(None),
+        ]));
         let Some(Attempt::Busy(busy)) = parse_attempt(&foreign) else {
             panic!("not busy")
         };

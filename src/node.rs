@@ -1,60 +1,117 @@
-//! One Redis server: its address (printable without the password), a lazily opened connection
-//! that is dropped after any failure so the next attempt starts fresh, script calls with EVALSHA
-//! and an EVAL fallback, and release subscriptions.
+//! One Redis server: its URL (printable without the password), a lazily opened connection
+//! that is dropped after any failure (or an abandoned request) so the next attempt starts
+//! fresh, script calls with EVALSHA and an EVAL fallback, and release subscriptions.
 
+use std::io;
+use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSubStream};
-use redis::{AsyncConnectionConfig, IntoConnectionInfo, ServerErrorKind, Value};
+use percent_encoding::percent_decode_str;
 
 use crate::backend::{BackendError, Wakeups};
 use crate::lease::show;
+use crate::resp::{Addr, Connection, Reply, within};
 use crate::scripts::Script;
 
 /// A Redis server reached through one URL.
 pub struct Node {
-    client: redis::Client,
+    addr: Addr,
     address: String,
+    /// AUTH and SELECT, sent ahead of the first request on every new connection.
+    hello: Vec<Vec<Vec<u8>>>,
     connect_timeout: Duration,
-    conn: std::sync::Mutex<Option<MultiplexedConnection>>,
+    conn: Mutex<Option<Connection>>,
+}
+
+/// Shows the address only: `hello` holds the password.
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Node {
-    /// Parses `url` (`redis://` or `redis+unix://`). A password missing from the URL is taken
-    /// from `REDISCLI_AUTH`, as `redis-cli` does. Errors are usage errors, never printing the
-    /// password.
+    /// Parses `url`: `redis://[user[:password]@]host[:port][/db]` or
+    /// `redis+unix:///path[?db=N&user=U&pass=P]`. A password missing from the URL is taken from
+    /// `REDISCLI_AUTH`, as `redis-cli` does. Errors are usage errors, never showing the password.
     pub fn open(url: &str, connect_timeout: Duration) -> Result<Node, String> {
-        let parsed = redis::parse_redis_url(url)
-            .filter(|u| matches!(u.scheme(), "redis" | "redis+unix"))
-            .ok_or_else(|| bad_url(url))?;
+        let parsed = url::Url::parse(url).map_err(|_| bad_url(url))?;
         let address = redact(&parsed);
-        if parsed.scheme() == "redis" && parsed.host_str().is_none_or(str::is_empty) {
-            return Err(format!("the Redis URL {address} has no host"));
-        }
-        let mut info = parsed.into_connection_info().map_err(|e| {
-            format!(
-                "the Redis URL {address} is not valid: {}",
-                e.detail().unwrap_or("bad URL")
-            )
-        })?;
-        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
-        if settings.password().is_none() {
-            if let Some(password) = std::env::var("REDISCLI_AUTH")
-                .ok()
-                .filter(|p| !p.is_empty())
-            {
-                settings = settings.set_password(password);
+        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        let query = |names: &[&str]| {
+            parsed
+                .query_pairs()
+                .find(|(k, _)| names.contains(&k.as_ref()))
+                .map(|(_, v)| v.into_owned())
+        };
+        let (addr, mut user, mut password, db) = match parsed.scheme() {
+            "redis" => {
+                let host = match parsed.host() {
+                    Some(url::Host::Domain(d)) if !d.is_empty() => d.to_owned(),
+                    Some(url::Host::Ipv4(ip)) => ip.to_string(),
+                    Some(url::Host::Ipv6(ip)) => ip.to_string(),
+                    _ => return Err(format!("the Redis URL {address} has no host")),
+                };
+                let db = parsed.path().trim_matches('/');
+                let db = if db.is_empty() {
+                    None
+                } else {
+                    Some(db.to_owned())
+                };
+                let user = Some(decode(parsed.username())).filter(|u| !u.is_empty());
+                let tcp = Addr::Tcp {
+                    host,
+                    port: parsed.port().unwrap_or(6379),
+                };
+                (tcp, user, parsed.password().map(decode), db)
             }
+            "redis+unix" => {
+                if parsed.path().is_empty() || parsed.path() == "/" {
+                    return Err(format!("the Redis URL {address} has no socket path"));
+                }
+                let path = PathBuf::from(decode(parsed.path()));
+                (
+                    Addr::Unix(path),
+                    query(&["user"]),
+                    query(&["pass", "password"]),
+                    query(&["db"]),
+                )
+            }
+            _ => return Err(bad_url(url)),
+        };
+        let db: i64 = match db {
+            None => 0,
+            Some(db) => db.parse().map_err(|_| {
+                format!("the Redis URL {address} names database {db:?}, not a number")
+            })?,
+        };
+        if password.is_none() {
+            password = std::env::var("REDISCLI_AUTH")
+                .ok()
+                .filter(|p| !p.is_empty());
         }
-        info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info)
-            .map_err(|_| format!("the Redis URL {address} is not valid"))?;
+        if password.is_none() {
+            user = None; // AUTH needs a password; a bare user name means the default user
+        }
+        let mut hello = Vec::new();
+        if let Some(password) = password {
+            let mut auth = vec![b"AUTH".to_vec()];
+            auth.extend(user.map(String::into_bytes));
+            auth.push(password.into_bytes());
+            hello.push(auth);
+        }
+        if db != 0 {
+            hello.push(vec![b"SELECT".to_vec(), db.to_string().into_bytes()]);
+        }
         Ok(Node {
-            client,
+            addr,
             address,
+            hello,
             connect_timeout,
-            conn: std::sync::Mutex::new(None),
+            conn: Mutex::new(None),
         })
     }
 
@@ -67,98 +124,82 @@ impl Node {
         self.connect_timeout
     }
 
-    /// Forget the connection: the next call opens a fresh one.
-    fn forget(&self) {
-        self.slot().take();
+    /// The idle connection, if there is one; a request owns it while it runs, so a request
+    /// that is abandoned drops it and the next one connects afresh.
+    fn take(&self) -> Option<Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    /// The connection slot; never held across an `.await`.
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn put_back(&self, conn: Connection) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
     }
 
-    async fn connection(
+    /// Sends `commands` in one write and returns their replies, within `timeout` (connecting,
+    /// and authenticating, first if needed). Error replies are returned as replies.
+    pub async fn exchange(
         &self,
+        commands: &[&[&[u8]]],
         timeout: Duration,
-    ) -> Result<MultiplexedConnection, redis::RedisError> {
-        if let Some(conn) = self.slot().as_ref() {
-            return Ok(conn.clone());
-        }
-        let timeout = timeout.min(self.connect_timeout);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(None);
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        *self.slot() = Some(conn.clone());
-        Ok(conn)
-    }
-
-    /// Runs `f` on the connection within `timeout`. After any failure, and when the caller
-    /// gives up on the attempt before it ends (a timeout around it, a signal), the connection
-    /// is dropped, so the next attempt starts on a fresh one rather than behind a stuck reply.
-    async fn with_connection<T, F, Fut>(&self, timeout: Duration, f: F) -> Result<T, BackendError>
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = Result<T, redis::RedisError>>,
-    {
-        let mut unfinished = Unfinished(Some(self));
+    ) -> Result<Vec<Reply>, BackendError> {
         let attempt = async {
-            let conn = self.connection(timeout).await?;
-            f(conn).await
+            let (mut conn, fresh) = match self.take() {
+                Some(conn) => (conn, false),
+                None => {
+                    let connect = Connection::connect(&self.addr);
+                    (
+                        within(timeout.min(self.connect_timeout), connect).await?,
+                        true,
+                    )
+                }
+            };
+            let hello: Vec<Vec<&[u8]>> = if fresh {
+                self.hello
+                    .iter()
+                    .map(|c| c.iter().map(Vec::as_slice).collect())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let mut batch: Vec<&[&[u8]]> = hello.iter().map(Vec::as_slice).collect();
+            batch.extend_from_slice(commands);
+            let mut replies = conn.pipeline(&batch).await?;
+            let tail = replies.split_off(hello.len());
+            let refusal = hello_error(&batch[..hello.len()], &replies)?;
+            Ok::<_, io::Error>((conn, refusal, tail))
         };
-        let result = match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(value)) => {
-                unfinished.0 = None;
-                return Ok(value);
+        match within(timeout, attempt).await {
+            Ok((conn, None, replies)) => {
+                self.put_back(conn);
+                Ok(replies)
             }
-            Ok(Err(error)) => self.classify(&error),
-            Err(_) => BackendError::Transient(format!(
-                "Redis at {} did not answer within {}",
-                self.address,
-                show(timeout)
-            )),
-        };
-        Err(result)
+            Ok((_, Some(refusal), _)) => Err(self.refused(&refusal)),
+            Err(e) => Err(self.unreachable(&e, timeout)),
+        }
     }
 
-    /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed).
+    /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed);
+    /// EVAL also caches it, so that costs one extra round trip once.
     pub async fn eval(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&str],
         timeout: Duration,
-    ) -> Result<Value, BackendError> {
-        self.with_connection(timeout, |mut conn| async move {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&script.sha1).arg(keys.len()).arg(keys).arg(args);
-            match cmd.query_async::<Value>(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    let mut cmd = redis::cmd("EVAL");
-                    cmd.arg(script.source).arg(keys.len()).arg(keys).arg(args);
-                    cmd.query_async::<Value>(&mut conn).await
-                }
-                other => other,
-            }
-        })
-        .await
-    }
-
-    /// Runs a pipeline (status queries).
-    pub async fn query(
-        &self,
-        pipe: &redis::Pipeline,
-        timeout: Duration,
-    ) -> Result<Vec<Value>, BackendError> {
-        self.with_connection(timeout, |mut conn| async move {
-            pipe.query_async::<Vec<Value>>(&mut conn).await
-        })
-        .await
+    ) -> Result<Reply, BackendError> {
+        let numkeys = keys.len().to_string();
+        let mut command: Vec<&[u8]> = vec![b"EVALSHA", script.sha1.as_bytes(), numkeys.as_bytes()];
+        command.extend(keys.iter().map(|k| k.as_bytes()));
+        command.extend(args.iter().map(|a| a.as_bytes()));
+        let mut reply = self.exchange(&[&command], timeout).await?.remove(0);
+        if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
+            command[0] = b"EVAL";
+            command[1] = script.source.as_bytes();
+            reply = self.exchange(&[&command], timeout).await?.remove(0);
+        }
+        match reply {
+            Reply::Error(e) => Err(self.refused(&e)),
+            reply => Ok(reply),
+        }
     }
 
     /// Subscribes to `channel` on a connection of its own; the server has confirmed the
@@ -166,49 +207,52 @@ impl Node {
     pub async fn subscribe(&self, channel: &str) -> Result<Subscription, BackendError> {
         let timeout = self.connect_timeout;
         let attempt = async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok::<_, redis::RedisError>(pubsub.into_on_message())
+            let mut conn = Connection::connect(&self.addr).await?;
+            let mut batch: Vec<&[&[u8]]> = Vec::new();
+            let hello: Vec<Vec<&[u8]>> = self
+                .hello
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            batch.extend(hello.iter().map(Vec::as_slice));
+            let subscribe: [&[u8]; 2] = [b"SUBSCRIBE", channel.as_bytes()];
+            batch.push(&subscribe);
+            let replies = conn.pipeline(&batch).await?;
+            let refusal = hello_error(&batch, &replies)?;
+            Ok::<_, io::Error>((conn, refusal))
         };
-        match tokio::time::timeout(timeout, attempt).await {
-            Ok(Ok(stream)) => Ok(Subscription {
-                stream,
+        match within(timeout, attempt).await {
+            Ok((conn, None)) => Ok(Subscription {
+                conn,
                 address: self.address.clone(),
             }),
-            Ok(Err(error)) => Err(self.classify(&error)),
-            Err(_) => Err(BackendError::Transient(format!(
-                "Redis at {} did not confirm the subscription within {}",
-                self.address,
-                show(timeout)
-            ))),
+            Ok((_, Some(refusal))) => Err(self.refused(&refusal)),
+            Err(e) => Err(self.unreachable(&e, timeout)),
         }
     }
 
-    /// Turns a client error into a message that names the server (never its password) and
-    /// says whether retrying can help.
-    pub fn classify(&self, error: &redis::RedisError) -> BackendError {
+    fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
         let address = &self.address;
-        if error.is_io_error()
-            || error.is_timeout()
-            || error.is_connection_dropped()
-            || error.is_connection_refusal()
-        {
-            return BackendError::Transient(format!(
-                "cannot reach Redis at {address}: {}",
-                io_reason(error)
-            ));
-        }
-        let code = error.code().unwrap_or("ERR");
-        let detail = error.detail().unwrap_or("").trim();
+        BackendError::Transient(match error.kind() {
+            io::ErrorKind::TimedOut => {
+                format!("Redis at {address} did not answer within {}", show(timeout))
+            }
+            _ => format!("cannot reach Redis at {address}: {error}"),
+        })
+    }
+
+    /// Turns an error reply into a message that names the server (never its password) and
+    /// says whether retrying can help.
+    pub fn refused(&self, error: &str) -> BackendError {
+        let address = &self.address;
+        let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
         // A server that is starting, busy with a script, or failing over may answer properly
         // in a moment: worth retrying (while waiting; at first contact it is 69 all the same).
         if matches!(
             code,
             "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
         ) {
-            return BackendError::Transient(format!(
-                "Redis at {address} is not ready: {code} {detail}"
-            ));
+            return BackendError::Transient(format!("Redis at {address} is not ready: {error}"));
         }
         // An unauthenticated client may not even send a long command: Redis answers with a
         // protocol error instead of NOAUTH.
@@ -233,16 +277,27 @@ impl Node {
             }
             _ => "",
         };
-        BackendError::Refused(format!("Redis at {address} refused: {code} {detail}{hint}"))
+        BackendError::Refused(format!("Redis at {address} refused: {error}{hint}"))
     }
 }
 
-fn io_reason(error: &redis::RedisError) -> String {
-    if error.is_timeout() {
-        "timed out".into()
-    } else {
-        error.to_string()
+/// The first error among the replies to `commands` that are AUTH/SELECT/SUBSCRIBE set-up
+/// (any error there means the connection is unusable), if any.
+fn hello_error(commands: &[&[&[u8]]], replies: &[Reply]) -> io::Result<Option<String>> {
+    for (command, reply) in commands.iter().zip(replies) {
+        if let Reply::Error(e) = reply {
+            return Ok(Some(e.clone()));
+        }
+        if command[0] == b"SUBSCRIBE"
+            && reply.items().first().and_then(Reply::as_text).as_deref() != Some("subscribe")
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the server did not confirm the subscription",
+            ));
+        }
     }
+    Ok(None)
 }
 
 fn bad_url(url: &str) -> String {
@@ -253,10 +308,10 @@ fn bad_url(url: &str) -> String {
         return "file:// (the host-local backend) is not supported by this version of locked-run"
             .into();
     }
-    let shown = match redis::parse_redis_url(url) {
-        Some(parsed) => redact(&parsed),
-        None if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),
-        None => format!("{url:?}"),
+    let shown = match url::Url::parse(url) {
+        Ok(parsed) => redact(&parsed),
+        Err(_) if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),
+        Err(_) => format!("{url:?}"),
     };
     format!(
         "{shown} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db] \
@@ -285,31 +340,89 @@ pub fn redact(url: &url::Url) -> String {
     url.to_string()
 }
 
-/// Forgets the node's connection when dropped before being disarmed.
-struct Unfinished<'a>(Option<&'a Node>);
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if let Some(node) = self.0 {
-            node.forget();
-        }
-    }
-}
-
 /// Release messages on one server's channel.
 pub struct Subscription {
-    stream: PubSubStream,
+    conn: Connection,
     address: String,
 }
 
 impl Wakeups for Subscription {
     async fn next(&mut self) -> Result<(), BackendError> {
-        match self.stream.next().await {
-            Some(_) => Ok(()),
-            None => Err(BackendError::Transient(format!(
-                "lost the subscription connection to Redis at {}",
-                self.address
-            ))),
+        loop {
+            match self.conn.read_reply().await {
+                Ok(reply)
+                    if reply.items().first().and_then(Reply::as_text).as_deref()
+                        == Some("message") =>
+                {
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(BackendError::Transient(format!(
+                        "lost the subscription connection to Redis at {}: {e}",
+                        self.address
+                    )));
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(url: &str) -> Result<Node, String> {
+        Node::open(url, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn tcp_urls() {
+        let n = open("redis://127.0.0.1:6380/2").unwrap();
+        assert_eq!(
+            n.addr,
+            Addr::Tcp {
+                host: "127.0.0.1".into(),
+                port: 6380
+            }
+        );
+        assert_eq!(n.hello, [vec![b"SELECT".to_vec(), b"2".to_vec()]]);
+        let n = open("redis://cron:p%40ss@[::1]").unwrap();
+        assert_eq!(
+            n.addr,
+            Addr::Tcp {
+                host: "::1".into(),
+                port: 6379
+            }
+        );
+        assert_eq!(
+            n.hello,
+            [vec![b"AUTH".to_vec(), b"cron".to_vec(), b"p@ss".to_vec()]]
+        );
+        assert_eq!(n.address(), "redis://cron@[::1]");
+        assert!(open("redis://").unwrap_err().contains("no host"));
+        assert!(open("redis://h/x").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn unix_urls() {
+        let n = open("redis+unix:///run/redis.sock?db=3&pass=secret").unwrap();
+        assert_eq!(n.addr, Addr::Unix("/run/redis.sock".into()));
+        assert_eq!(n.hello[0], [b"AUTH".to_vec(), b"secret".to_vec()]);
+        assert_eq!(n.hello[1], [b"SELECT".to_vec(), b"3".to_vec()]);
+        assert_eq!(n.address(), "redis+unix:///run/redis.sock?db=3");
+    }
+
+    #[test]
+    fn other_schemes_are_refused_without_showing_passwords() {
+        assert!(
+            open("http://h")
+                .unwrap_err()
+                .contains("not a supported Redis URL")
+        );
+        assert!(!open("ftp://u:hunter2@h").unwrap_err().contains("hunter2"));
+        assert!(open("rediss://h").unwrap_err().contains("TLS"));
+        assert!(open("file:///tmp").unwrap_err().contains("host-local"));
+        assert!(open("not a url").is_err());
     }
 }

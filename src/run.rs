@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::child::{self, Target};
+use crate::child::{self, Child, Target};
 use crate::exit::{Exit, Failure};
 use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Timings, Why, show};
 use crate::name::LockName;
@@ -71,7 +71,6 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
         }
     };
 
-    let child_pid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
     let stopper = ChildStopper {
         target,
         signal: cfg.kill_signal,
@@ -91,16 +90,18 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
         let status = loop {
             tokio::select! {
                 biased;
-                status = child.wait() => break status,
                 // Before the signals: a storm of them must not delay a lease deadline.
                 () = &mut keeper => {}
                 event = signals.next_event() => match event {
                     Event::Signal(incoming) => forward(target, incoming, interactive),
-                    // Orphans re-parented to us die: reap them now, or a long job that leaves
-                    // a process behind every minute would fill the process table.
-                    Event::ChildChanged => {
-                        target.reap_and_check_empty(child_pid);
-                    }
+                    Event::ChildChanged => match child.reap() {
+                        Ok(_) => {
+                            if let Some(status) = child.status() {
+                                break Ok(status);
+                            }
+                        }
+                        Err(e) => break Err(e),
+                    },
                 },
             }
         };
@@ -111,7 +112,15 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
         {
             stopper.kill(Why::Late);
         }
-        drain(target, cfg, &mut signals, keeper.as_mut(), interactive).await;
+        drain(
+            &mut child,
+            target,
+            cfg,
+            &mut signals,
+            keeper.as_mut(),
+            interactive,
+        )
+        .await;
         status
     };
 
@@ -208,13 +217,18 @@ fn forward(target: Target, incoming: Incoming, interactive: bool) {
 /// (again at every wake-up, for anything forked meanwhile), while the lease is still kept;
 /// returns only once nothing is left, so the lock is never released under a live process.
 async fn drain<F: Future<Output = ()>>(
+    child: &mut Child,
     target: Target,
     cfg: &RunConfig,
     signals: &mut Signals,
     mut keeper: Pin<&mut F>,
     interactive: bool,
 ) {
-    if target.reap_and_check_empty(None) {
+    let left = |child: &mut Child| {
+        let children_remain = child.reap().unwrap_or(true);
+        target.anything_left(children_remain)
+    };
+    if !left(child) {
         return;
     }
     tracing::info!(
@@ -239,7 +253,7 @@ async fn drain<F: Future<Output = ()>>(
             }
             () = tokio::time::sleep_until(wake) => {}
         }
-        if target.reap_and_check_empty(None) {
+        if !left(child) {
             return;
         }
         let now = Instant::now();

@@ -8,22 +8,12 @@
 //!
 //! Releases are published on `released:{NAME}`.
 
-use std::sync::LazyLock;
-
 /// A script with its SHA1, sent with EVALSHA and, on NOSCRIPT, with EVAL (which also caches it
-/// on the server, so a restarted server costs one extra round trip once).
+/// on the server, so a restarted server costs one extra round trip once). The SHA1s are
+/// written out rather than computed at every start; a test checks them against the server's.
 pub struct Script {
     pub source: &'static str,
-    pub sha1: String,
-}
-
-impl Script {
-    fn new(source: &'static str) -> Self {
-        Script {
-            source,
-            sha1: redis::Script::new(source).get_hash().to_owned(),
-        }
-    }
+    pub sha1: &'static str,
 }
 
 /// KEYS: lock, fence, holder. ARGV: token, ttl ms, host, pid, command, since ms.
@@ -31,9 +21,8 @@ impl Script {
 /// Returns `{1, fence}` when acquired (or when the lock already holds our token: an earlier
 /// attempt whose reply was lost), else `{0, pttl, host, pid, command, since, fence}` describing
 /// the holder (metadata fields are nil when the holder is not a `locked-run`).
-pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub const ACQUIRE: Script = Script {
+    source: r#"
 local fence_type = redis.call('TYPE', KEYS[2])['ok']
 if fence_type ~= 'none' and fence_type ~= 'string' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
@@ -62,13 +51,12 @@ if meta[1] ~= value then
 end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6]}
 "#,
-    )
-});
+    sha1: "b011e48f9e0675dd57344cbd66c90199f8157727",
+};
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
-pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub const RENEW: Script = Script {
+    source: r#"
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if ok and value == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -77,15 +65,14 @@ if ok and value == ARGV[1] then
 end
 return 0
 "#,
-    )
-});
+    sha1: "2bdc75995a5151a3ccefab4cb5ada82a0ff7584a",
+};
 
 /// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel.
 /// Compare-and-DEL plus a publish that wakes waiters; or, with keep > 0, compare-and-PEXPIRE to
 /// the rest of `--min-hold`. 1 when the lock was ours, else 0.
-pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
+pub const RELEASE: Script = Script {
+    source: r#"
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if not ok or value ~= ARGV[1] then
   return 0
@@ -100,5 +87,5 @@ redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('PUBLISH', ARGV[3], 'released')
 return 1
 "#,
-    )
-});
+    sha1: "4a86f11723235513b9865bcea65456bfced5e9b3",
+};

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use nix::sys::signal::Signal;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
-use signal_hook_tokio::{Signals as SignalStream, SignalsInfo};
+use signal_hook_tokio::SignalsInfo;
 
 /// Forwarded to the child's process group.
 pub const FORWARDED: [Signal; 6] = [
@@ -41,10 +41,17 @@ pub struct Incoming {
     pub from_kernel: bool,
 }
 
-/// The handled signals, as async streams.
+/// The handled signals, as one async stream (one self-pipe for all of them).
 pub struct Signals {
     handled: SignalsInfo<WithOrigin>,
-    children: SignalStream,
+}
+
+/// What woke the supervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    Signal(Incoming),
+    /// SIGCHLD: a child changed state (the command, or an orphan inherited as subreaper).
+    ChildChanged,
 }
 
 impl Signals {
@@ -53,61 +60,40 @@ impl Signals {
             .iter()
             .filter(|&&s| !ignored_at_start(s))
             .map(|&s| s as i32)
+            .chain([libc::SIGCHLD])
             .collect();
         Ok(Signals {
             handled: SignalsInfo::<WithOrigin>::new(wanted)?,
-            children: SignalStream::new([libc::SIGCHLD])?,
         })
     }
 
-    /// The next forwarded-kind signal.
-    pub async fn next(&mut self) -> Incoming {
-        next_incoming(&mut self.handled).await
-    }
-
-    /// The next forwarded-kind signal, or a child's change of state (SIGCHLD), possibly of one
-    /// inherited as subreaper.
+    /// The next forwarded-kind signal, or a child's change of state.
     pub async fn next_event(&mut self) -> Event {
-        tokio::select! {
-            incoming = next_incoming(&mut self.handled) => Event::Signal(incoming),
-            some = self.children.next() => match some {
-                Some(_) => Event::ChildChanged,
-                None => std::future::pending().await,
-            },
+        loop {
+            let Some(origin) = self.handled.next().await else {
+                return std::future::pending().await;
+            };
+            if origin.signal == libc::SIGCHLD {
+                return Event::ChildChanged;
+            }
+            if let Ok(signal) = Signal::try_from(origin.signal) {
+                return Event::Signal(Incoming {
+                    signal,
+                    from_kernel: matches!(origin.cause, Cause::Kernel),
+                });
+            }
         }
     }
 
     /// The next signal that ends a wait; others (USR1, USR2) are noted and ignored.
     pub async fn next_ending_wait(&mut self) -> Signal {
         loop {
-            let incoming = self.next().await;
-            if ENDS_WAIT.contains(&incoming.signal) {
-                return incoming.signal;
-            }
-            tracing::info!("ignoring {} while waiting for the lock", incoming.signal);
-        }
-    }
-}
-
-/// What woke the supervisor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
-    Signal(Incoming),
-    ChildChanged,
-}
-
-async fn next_incoming(handled: &mut SignalsInfo<WithOrigin>) -> Incoming {
-    loop {
-        match handled.next().await {
-            Some(origin) => {
-                if let Ok(signal) = Signal::try_from(origin.signal) {
-                    return Incoming {
-                        signal,
-                        from_kernel: matches!(origin.cause, Cause::Kernel),
-                    };
+            if let Event::Signal(incoming) = self.next_event().await {
+                if ENDS_WAIT.contains(&incoming.signal) {
+                    return incoming.signal;
                 }
+                tracing::info!("ignoring {} while waiting for the lock", incoming.signal);
             }
-            None => std::future::pending::<()>().await,
         }
     }
 }

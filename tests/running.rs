@@ -274,3 +274,69 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
     assert_eq!(fence.as_deref(), Some("2"), "the URL's database was used");
     assert!(!redis.exists("fence:{job}"), "not database 0");
 }
+
+#[test]
+fn a_command_that_fails_to_exec_is_126_and_the_lock_is_released() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let script = file(&dir, "bad-interpreter");
+    std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "job", "--", path_str(&script)]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(126), "{out:?}");
+    assert!(out.stderr.contains("cannot run it"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the lock was released"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        redis.get("fence:{job}").as_deref(),
+        Some("1"),
+        "it was taken"
+    );
+    assert!(!redis.exists("lock:{job}"), "and released");
+}
+
+#[test]
+fn the_scripts_sha1s_are_the_servers() {
+    // A stale constant would still work (NOSCRIPT, then EVAL), at two round trips a call.
+    let redis = Redis::start();
+    for script in [
+        locked_run::scripts::ACQUIRE,
+        locked_run::scripts::RENEW,
+        locked_run::scripts::RELEASE,
+    ] {
+        let sha: String = redis.cmd(&["SCRIPT", "LOAD", script.source]);
+        assert_eq!(sha, script.sha1);
+    }
+}
+
+#[test]
+fn verbose_and_log_filter_say_what_happens() {
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    cmd.args(["-u", &redis.url(), "-v", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0));
+    assert!(
+        out.stderr
+            .starts_with("locked-run: info: acquired lock job with fence 1 after waiting"),
+        "{}",
+        out.stderr
+    );
+
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_LOG", "debug")
+        .args(["-u", &redis.url(), "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0));
+    assert!(
+        out.stderr
+            .contains("locked-run: debug: released lock job (ours: true)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -44,7 +44,16 @@ impl Redis {
         for _ in 0..10 {
             let port = port.unwrap_or_else(free_port);
             let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
                 .arg("--dir")
                 .arg(dir.as_ref().unwrap().path())
                 .args(extra)
@@ -62,7 +71,10 @@ impl Redis {
                 return redis;
             }
             redis.kill();
-            dir = Some(std::mem::replace(&mut redis.dir, tempfile::tempdir().unwrap()));
+            dir = Some(std::mem::replace(
+                &mut redis.dir,
+                tempfile::tempdir().unwrap(),
+            ));
         }
         panic!("could not start redis-server on a free port");
     }
@@ -75,7 +87,8 @@ impl Redis {
                 return false;
             }
             if let Ok(client) = redis::Client::open(self.url()) {
-                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
+                {
                     let answer = redis::cmd("PING").query::<String>(&mut conn);
                     // With --requirepass the server answers NOAUTH: up all the same.
                     if answer.is_ok() || answer.is_err_and(|e| e.code() == Some("NOAUTH")) {
@@ -83,7 +96,11 @@ impl Redis {
                     }
                 }
             }
-            assert!(Instant::now() < deadline, "redis-server on port {} did not answer within 10s", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer within 10s",
+                self.port
+            );
             thread::sleep(Duration::from_millis(10));
         }
     }

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""locked-run against flock and `etcdctl lock`, on one machine, in one run.
+
+Measures (see bench/README.md): the wrapper's own overhead, the handoff latency from one
+holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
+Redis commands), and a contention loop. Starts its own redis-server and etcd on loopback and
+stops them. `--smoke` runs one short iteration of each, for CI: figures, no verdicts on time.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, check, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            sys.exit(f"bench: {what} not ready after {timeout}s")
+        time.sleep(0.02)
+
+
+class Servers:
+    """A redis-server and an etcd on free loopback ports, in a scratch directory."""
+
+    def __init__(self, scratch):
+        self.scratch = scratch
+        self.procs = []
+        self.redis_port = free_port()
+        self.procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(scratch)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_until("redis-server", lambda: self.redis("PING") == "PONG")
+        client, peer = free_port(), free_port()
+        self.etcd = f"http://127.0.0.1:{client}"
+        self.procs.append(subprocess.Popen(
+            ["etcd", "--data-dir", str(scratch / "etcd"), "--name", "bench",
+             "--listen-client-urls", self.etcd, "--advertise-client-urls", self.etcd,
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"bench=http://127.0.0.1:{peer}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_until("etcd", lambda: subprocess.run(
+            ["etcdctl", f"--endpoints={self.etcd}", "endpoint", "health"],
+            capture_output=True).returncode == 0)
+
+    def redis(self, *args):
+        out = subprocess.run(["redis-cli", "-p", str(self.redis_port), *args],
+                             capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+class Tools:
+    """How each tool runs a command under a lock named `name`."""
+
+    def __init__(self, binary, servers, scratch):
+        self.binary = binary
+        self.servers = servers
+        self.scratch = scratch
+
+    def locked_run(self, name, *cmd, extra=()):
+        url = f"redis://127.0.0.1:{self.servers.redis_port}"
+        return [str(self.binary), "-u", url, *extra, name, "--", *cmd]
+
+    def flock(self, name, *cmd):
+        return ["flock", str(self.scratch / f"{name}.flock"), *cmd]
+
+    def etcdctl(self, name, *cmd):
+        return ["etcdctl", f"--endpoints={self.servers.etcd}", "lock", name, "--", *cmd]
+
+    def all(self):
+        return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl)]
+
+
+def ms(seconds):
+    return f"{seconds * 1000:.2f} ms"
+
+
+def overhead(tools, runs, warmup):
+    """Median wall time of `X NAME -- true`, by hyperfine, all tools in one run."""
+    out = tools.scratch / "overhead.json"
+    commands = [" ".join(make("bench-overhead", "true")) for _, make in tools.all()]
+    subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
+                    "--export-json", str(out), *commands], check=True,
+                   stdout=subprocess.DEVNULL)
+    results = json.loads(out.read_text())["results"]
+    return {name: statistics.median(r["times"]) for (name, _), r in zip(tools.all(), results)}
+
+
+def handoff(tools, runs):
+    """Holder's child sleeps 0.4 s then stamps its end; a waiter started 0.2 s after it stamps
+    its start first thing; latency = waiter's start - holder's end (CLOCK_REALTIME, ns)."""
+    results = {}
+    for name, make in tools.all():
+        latencies = []
+        for i in range(runs):
+            lock = f"bench-handoff-{i}"
+            slug = name.replace(" ", "-")
+            end_file = tools.scratch / f"end-{slug}-{i}"
+            start_file = tools.scratch / f"start-{slug}-{i}"
+            holder = subprocess.Popen(make(lock, "sh", "-c", f"sleep 0.4; date +%s%N > {end_file}"))
+            time.sleep(0.2)
+            with open(start_file, "w") as out:
+                waiter = subprocess.Popen(make(lock, "date", "+%s%N"), stdout=out)
+            holder.wait(timeout=30)
+            waiter.wait(timeout=30)
+            latencies.append((int(start_file.read_text()) - int(end_file.read_text())) / 1e9)
+        latencies.sort()
+        results[name] = (statistics.median(latencies), latencies[int(0.9 * (len(latencies) - 1))])
+    return results
+
+
+def peak_rss(tools):
+    """VmHWM of the wrapper itself while it supervises a sleeping child (kB)."""
+    results = {}
+    for name, make in (("locked-run", tools.locked_run), ("etcdctl lock", tools.etcdctl)):
+        proc = subprocess.Popen(make("bench-rss", "sleep", "1.5"))
+        time.sleep(1.0)
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        proc.wait(timeout=30)
+        results[name] = int(next(l for l in status.splitlines() if l.startswith("VmHWM:")).split()[1])
+    return results
+
+
+def idle_cost(tools, hold, ttl):
+    """CPU time of locked-run over a hold (from /proc/PID/schedstat, ns precision) and the
+    commands it sent (INFO commandstats, reset before)."""
+    servers = tools.servers
+    servers.redis("CONFIG", "RESETSTAT")
+    proc = subprocess.Popen(tools.locked_run("bench-idle", "sleep", str(hold), extra=("--ttl", f"{ttl}s")))
+    time.sleep(hold - 0.3)
+    cpu_ns = int(Path(f"/proc/{proc.pid}/schedstat").read_text().split()[0])
+    proc.wait(timeout=hold + 30)
+    stats = {}
+    for line in servers.redis("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, fields = line[len("cmdstat_"):].split(":", 1)
+            stats[name] = int(fields.split(",")[0].split("=")[1])
+    sent = {k: v for k, v in stats.items() if k not in ("info", "config|resetstat", "config")}
+    scripts = sent.get("evalsha", 0) + sent.get("eval", 0)
+    renewals_expected = int(hold // (ttl / 6))
+    return cpu_ns / 1e9, sent, scripts, renewals_expected
+
+
+def contention(tools, loops, runs):
+    """`loops` parallel loops of `runs` runs of `X NAME -- true` on one NAME: total wall time."""
+    results = {}
+    for name, make in (("locked-run", tools.locked_run), ("flock", tools.flock)):
+        cmd = make("bench-contention", "true")
+
+        def loop():
+            for _ in range(runs):
+                subprocess.run(cmd, check=True)
+
+        started = time.monotonic()
+        threads = [threading.Thread(target=loop) for _ in range(loops)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results[name] = time.monotonic() - started
+    return results
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = []
+    for tool, args in (("redis-server", ["--version"]), ("etcd", ["--version"]), ("hyperfine", ["--version"])):
+        out = subprocess.run([tool, *args], capture_output=True, text=True).stdout.split("\n")[0]
+        versions.append(out.strip())
+    return f"{os.cpu_count()} cores, {cpu}, Linux {platform.release()}; " + "; ".join(versions)
+
+
+def verdict(ok):
+    return "meets" if ok else "MISSES"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="one short iteration of each (CI)")
+    parser.add_argument("--binary", default=str(ROOT / "target/release/locked-run"))
+    parser.add_argument("--results", help="also write the table to this markdown file")
+    args = parser.parse_args()
+
+    for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine"):
+        if not shutil.which(tool):
+            sys.exit(f"bench: {tool} is not installed (bench/run installs it)")
+    scratch = Path(tempfile.mkdtemp(prefix="locked-run-bench-"))
+    servers = Servers(scratch)
+    tools = Tools(Path(args.binary), servers, scratch)
+    lines = []
+
+    def say(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    try:
+        smoke = args.smoke
+        o = overhead(tools, runs=3 if smoke else 300, warmup=1 if smoke else 30)
+        h = handoff(tools, runs=1 if smoke else 20)
+        r = peak_rss(tools)
+        hold, ttl = (3, 3) if smoke else (30, 30)
+        cpu, sent, scripts, renewals = idle_cost(tools, hold, ttl)
+        c = contention(tools, loops=4, runs=2 if smoke else 50)
+    finally:
+        servers.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    say(f"Machine: {machine()}")
+    say(f"Date: {time.strftime('%Y-%m-%d')}{' (smoke run: one iteration each, not a measurement)' if smoke else ''}")
+    say()
+    say("| measure | locked-run | flock | etcdctl lock | target | verdict |")
+    say("|---|---|---|---|---|---|")
+    lr, fl, et = o["locked-run"], o["flock"], o["etcdctl lock"]
+    say(f"| overhead `X NAME -- true`, median | {ms(lr)} ({lr / fl:.2f}x flock) | {ms(fl)} | {ms(et)} ({et / fl:.1f}x flock) "
+        f"| <= 1.5x flock | {verdict(lr <= 1.5 * fl)} |")
+    (lm, lp), (fm, fp), (em, ep) = h["locked-run"], h["flock"], h["etcdctl lock"]
+    say(f"| handoff median / p90 | {ms(lm)} / {ms(lp)} ({lm / fm:.2f}x flock) | {ms(fm)} / {ms(fp)} | {ms(em)} / {ms(ep)} "
+        f"| median <= 1.3x flock, < etcdctl | {verdict(lm <= 1.3 * fm and lm < em)} |")
+    say(f"| peak RSS of the wrapper | {r['locked-run'] / 1024:.1f} MiB | - | {r['etcdctl lock'] / 1024:.1f} MiB "
+        f"| <= 5 MiB | {verdict(r['locked-run'] <= 5 * 1024)} |")
+    extra = {k: v for k, v in sent.items() if k not in ("evalsha", "eval")}
+    say(f"| {hold} s hold, TTL {ttl} s: CPU time | {cpu * 1000:.1f} ms | - | - | <= 10 ms | {verdict(cpu <= 0.010)} |")
+    say(f"| {hold} s hold: commands sent | {scripts} scripts (1 acquire + {renewals} renewals + 1 release expected)"
+        f"{'; also ' + json.dumps(extra) if extra else ''} | - | - | nothing else "
+        f"| {verdict(scripts <= renewals + 2 and not extra)} |")
+    lc, fc = c["locked-run"], c["flock"]
+    say(f"| contention 4 x {2 if smoke else 50} runs, total | {lc:.2f} s ({lc / fc:.2f}x flock) | {fc:.2f} s | - "
+        f"| <= 1.3x flock | {verdict(lc <= 1.3 * fc)} |")
+    if args.results:
+        Path(args.results).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
