@@ -106,7 +106,9 @@ impl BackendError {
 /// What holds the lock: the run loop's only view of a backend.
 pub trait Backend {
     /// The release notifications a waiter sleeps on.
-    type Wakeups: Wakeups;
+    type Wakeups<'a>: Wakeups
+    where
+        Self: 'a;
 
     /// Whether the lock is a lease that expires unless renewed (false for `flock`).
     fn has_lease(&self) -> bool;
@@ -117,9 +119,11 @@ pub trait Backend {
     /// The owner's unique token, for the child's `LOCKED_RUN_TOKEN`.
     fn token(&self) -> &str;
 
-    /// One acquisition attempt. An attempt whose reply was lost may have succeeded; the next
-    /// attempt recognises the lock as ours.
-    fn try_acquire(&self) -> impl Future<Output = Result<Attempt, BackendError>>;
+    /// One acquisition attempt. With `listen`, the backend may subscribe to release messages
+    /// first, in the same round trip, so that a waiter is listening before it tries. An
+    /// attempt whose reply was lost may have succeeded; the next attempt recognises the lock
+    /// as ours.
+    fn try_acquire(&self, listen: bool) -> impl Future<Output = Result<Attempt, BackendError>>;
 
     /// Compare-and-extend: `Ok(false)` when the lock is no longer ours.
     fn renew(&self, timeout: Duration) -> impl Future<Output = Result<bool, BackendError>>;
@@ -132,8 +136,10 @@ pub trait Backend {
         timeout: Duration,
     ) -> impl Future<Output = Result<bool, BackendError>>;
 
-    /// Start listening for releases; confirmed by the server when this returns.
-    fn subscribe(&self) -> impl Future<Output = Result<Self::Wakeups, BackendError>>;
+    /// Release notifications, confirmed by the server when this returns, and whether that
+    /// subscription already preceded the last attempt (else the caller must try again before
+    /// sleeping, or a release in between would go unseen).
+    fn subscribe(&self) -> impl Future<Output = Result<(Self::Wakeups<'_>, bool), BackendError>>;
 }
 
 /// Release notifications.

@@ -102,6 +102,11 @@ impl Lock {
 
     /// Like [`Lock::acquire`], but says who holds the lock and for how long.
     pub async fn attempt(&self) -> Result<Attempt, BackendError> {
+        self.attempt_listening(false).await
+    }
+
+    /// An attempt; with `listen`, subscribed to release messages before it runs.
+    async fn attempt_listening(&self, listen: bool) -> Result<Attempt, BackendError> {
         let since = wall_clock_ms().to_string();
         let reply = self
             .node
@@ -118,6 +123,7 @@ impl Lock {
                 ],
                 // A grant that takes half the lease to arrive is worth little.
                 self.node.connect_timeout().min(self.ttl / 2),
+                listen.then_some(self.channel.as_str()),
             )
             .await?;
         parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))
@@ -136,6 +142,7 @@ impl Lock {
                 &[&self.lock_key, &self.holder_key],
                 &[&self.token, &self.ttl_ms],
                 timeout,
+                None,
             )
             .await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
@@ -159,6 +166,7 @@ impl Lock {
                 &[&self.lock_key, &self.holder_key],
                 &[&self.token, &keep_ms, &self.channel],
                 timeout,
+                None,
             )
             .await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
@@ -181,7 +189,7 @@ impl Lock {
         ];
         let replies = self
             .node
-            .exchange(&commands, self.node.connect_timeout())
+            .exchange(&commands, self.node.connect_timeout(), None)
             .await?;
         if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
             return Err(self.node.refused(e));
@@ -228,7 +236,7 @@ impl Lock {
 }
 
 impl Backend for Lock {
-    type Wakeups = Subscription;
+    type Wakeups<'a> = Subscription<'a>;
 
     fn has_lease(&self) -> bool {
         true
@@ -242,8 +250,12 @@ impl Backend for Lock {
         &self.token
     }
 
-    async fn try_acquire(&self) -> Result<Attempt, BackendError> {
-        self.attempt().await
+    async fn try_acquire(&self, listen: bool) -> Result<Attempt, BackendError> {
+        let attempt = self.attempt_listening(listen).await;
+        if listen && matches!(attempt, Ok(Attempt::Acquired { .. })) {
+            self.node.stop_listening().await;
+        }
+        attempt
     }
 
     async fn renew(&self, timeout: Duration) -> Result<bool, BackendError> {
@@ -258,7 +270,7 @@ impl Backend for Lock {
         self.release_within(keep_for, timeout).await
     }
 
-    async fn subscribe(&self) -> Result<Subscription, BackendError> {
+    async fn subscribe(&self) -> Result<(Subscription<'_>, bool), BackendError> {
         self.node.subscribe(&self.channel).await
     }
 }

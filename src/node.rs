@@ -4,7 +4,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
@@ -18,13 +18,19 @@ use crate::scripts::Script;
 pub struct Node {
     addr: Addr,
     address: String,
-    /// AUTH and SELECT, sent ahead of the first request on every new connection.
-    hello: Vec<Vec<Vec<u8>>>,
+    user: Option<String>,
+    password: Option<String>,
+    db: i64,
     connect_timeout: Duration,
-    conn: Mutex<Option<Connection>>,
+    /// Cleared when the server turns out not to speak RESP3 (Redis 5): subscriptions then
+    /// need a connection of their own.
+    resp3: AtomicBool,
+    /// The idle connection. A request owns it while it runs, so an abandoned request drops it
+    /// and the next one connects afresh; waiting for a release message only borrows it.
+    conn: tokio::sync::Mutex<Option<Connection>>,
 }
 
-/// Shows the address only: `hello` holds the password.
+/// Shows the address only, never the password.
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
@@ -96,23 +102,43 @@ impl Node {
         if password.is_none() {
             user = None; // AUTH needs a password; a bare user name means the default user
         }
-        let mut hello = Vec::new();
-        if let Some(password) = password {
-            let mut auth = vec![b"AUTH".to_vec()];
-            auth.extend(user.map(String::into_bytes));
-            auth.push(password.into_bytes());
-            hello.push(auth);
-        }
-        if db != 0 {
-            hello.push(vec![b"SELECT".to_vec(), db.to_string().into_bytes()]);
-        }
         Ok(Node {
             addr,
             address,
-            hello,
+            user,
+            password,
+            db,
             connect_timeout,
-            conn: Mutex::new(None),
+            resp3: AtomicBool::new(true),
+            conn: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// The commands a new connection starts with: HELLO 3 (with AUTH) or AUTH, and SELECT.
+    fn hello(&self, resp3: bool) -> Vec<Vec<Vec<u8>>> {
+        let mut hello = Vec::new();
+        let user = self.user.as_deref().unwrap_or("default");
+        match (&self.password, resp3) {
+            (Some(password), true) => hello.push(vec![
+                b"HELLO".to_vec(),
+                b"3".to_vec(),
+                b"AUTH".to_vec(),
+                user.as_bytes().to_vec(),
+                password.as_bytes().to_vec(),
+            ]),
+            (None, true) => hello.push(vec![b"HELLO".to_vec(), b"3".to_vec()]),
+            (Some(password), false) => {
+                let mut auth = vec![b"AUTH".to_vec()];
+                auth.extend(self.user.as_ref().map(|u| u.as_bytes().to_vec()));
+                auth.push(password.as_bytes().to_vec());
+                hello.push(auth);
+            }
+            (None, false) => {}
+        }
+        if self.db != 0 {
+            hello.push(vec![b"SELECT".to_vec(), self.db.to_string().into_bytes()]);
+        }
+        hello
     }
 
     /// The URL without its password, for messages.
@@ -124,77 +150,98 @@ impl Node {
         self.connect_timeout
     }
 
-    /// The idle connection, if there is one; a request owns it while it runs, so a request
-    /// that is abandoned drops it and the next one connects afresh.
-    fn take(&self) -> Option<Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    fn put_back(&self, conn: Connection) {
-        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
-    }
-
-    /// Sends `commands` in one write and returns their replies, within `timeout` (connecting,
-    /// and authenticating, first if needed). Error replies are returned as replies.
+    /// Sends `commands` in one write and returns their replies, within `timeout`, connecting
+    /// (and authenticating) first if needed. With `listen`, the connection is subscribed to
+    /// `listen`'s channel first, in the same write, so the subscription is confirmed before the
+    /// commands run (RESP3; with RESP2 `listen` is ignored). Error replies are returned as
+    /// replies.
     pub async fn exchange(
         &self,
         commands: &[&[&[u8]]],
         timeout: Duration,
+        listen: Option<&str>,
     ) -> Result<Vec<Reply>, BackendError> {
-        let attempt = async {
-            let (mut conn, fresh) = match self.take() {
-                Some(conn) => (conn, false),
-                None => {
-                    let connect = Connection::connect(&self.addr);
-                    (
-                        within(timeout.min(self.connect_timeout), connect).await?,
-                        true,
-                    )
-                }
-            };
-            let hello: Vec<Vec<&[u8]>> = if fresh {
-                self.hello
-                    .iter()
-                    .map(|c| c.iter().map(Vec::as_slice).collect())
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let mut batch: Vec<&[&[u8]]> = hello.iter().map(Vec::as_slice).collect();
-            batch.extend_from_slice(commands);
-            let mut replies = conn.pipeline(&batch).await?;
-            let tail = replies.split_off(hello.len());
-            let refusal = hello_error(&batch[..hello.len()], &replies)?;
-            Ok::<_, io::Error>((conn, refusal, tail))
-        };
-        match within(timeout, attempt).await {
-            Ok((conn, None, replies)) => {
-                self.put_back(conn);
+        let mut slot = self.conn.lock().await;
+        let taken = slot.take();
+        match within(timeout, self.exchange_on(taken, commands, timeout, listen)).await {
+            Ok(Ok((conn, replies))) => {
+                *slot = Some(conn);
                 Ok(replies)
             }
-            Ok((_, Some(refusal), _)) => Err(self.refused(&refusal)),
+            Ok(Err(refusal)) => Err(self.refused(&refusal)),
             Err(e) => Err(self.unreachable(&e, timeout)),
         }
     }
 
+    async fn exchange_on(
+        &self,
+        conn: Option<Connection>,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+        listen: Option<&str>,
+    ) -> io::Result<Result<(Connection, Vec<Reply>), String>> {
+        let (mut conn, fresh) = match conn {
+            Some(conn) => (conn, false),
+            None => (self.connect(timeout).await?, true),
+        };
+        let resp3 = self.resp3.load(Ordering::Relaxed);
+        let hello = if fresh { self.hello(resp3) } else { Vec::new() };
+        let mut batch: Vec<&[&[u8]]> = Vec::new();
+        let hello_args: Vec<Vec<&[u8]>> = hello
+            .iter()
+            .map(|c| c.iter().map(Vec::as_slice).collect())
+            .collect();
+        batch.extend(hello_args.iter().map(Vec::as_slice));
+        // Replies to set-up commands come first; a RESP3 SUBSCRIBE is answered by a push,
+        // which the connection takes, not by a reply.
+        let set_up = batch.len();
+        let subscribe: [&[u8]; 2];
+        if let Some(channel) = listen.filter(|_| resp3 && !conn.subscribed()) {
+            subscribe = [b"SUBSCRIBE", channel.as_bytes()];
+            batch.push(&subscribe);
+        }
+        batch.extend_from_slice(commands);
+        let mut replies = conn.pipeline(&batch).await?;
+        let tail = replies.split_off(set_up.min(replies.len()));
+        if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+            if resp3 && fresh && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
+                // Redis 5 has no HELLO: speak RESP2 from now on, on a new connection.
+                self.resp3.store(false, Ordering::Relaxed);
+                return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
+            }
+            return Ok(Err(e.clone()));
+        }
+        Ok(Ok((conn, tail)))
+    }
+
+    async fn connect(&self, timeout: Duration) -> io::Result<Connection> {
+        within(
+            timeout.min(self.connect_timeout),
+            Connection::connect(&self.addr),
+        )
+        .await
+    }
+
     /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed);
-    /// EVAL also caches it, so that costs one extra round trip once.
+    /// EVAL also caches it, so that costs one extra round trip once. `listen`: see
+    /// [`Node::exchange`].
     pub async fn eval(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&str],
         timeout: Duration,
+        listen: Option<&str>,
     ) -> Result<Reply, BackendError> {
         let numkeys = keys.len().to_string();
         let mut command: Vec<&[u8]> = vec![b"EVALSHA", script.sha1.as_bytes(), numkeys.as_bytes()];
         command.extend(keys.iter().map(|k| k.as_bytes()));
         command.extend(args.iter().map(|a| a.as_bytes()));
-        let mut reply = self.exchange(&[&command], timeout).await?.remove(0);
+        let mut reply = self.exchange(&[&command], timeout, listen).await?.remove(0);
         if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
             command[0] = b"EVAL";
             command[1] = script.source.as_bytes();
-            reply = self.exchange(&[&command], timeout).await?.remove(0);
+            reply = self.exchange(&[&command], timeout, listen).await?.remove(0);
         }
         match reply {
             Reply::Error(e) => Err(self.refused(&e)),
@@ -202,33 +249,77 @@ impl Node {
         }
     }
 
-    /// Subscribes to `channel` on a connection of its own; the server has confirmed the
-    /// subscription when this returns.
-    pub async fn subscribe(&self, channel: &str) -> Result<Subscription, BackendError> {
+    /// Release messages on `channel`, confirmed by the server when this returns. With RESP3
+    /// they come on the command connection, which [`Node::eval`] with `listen` has usually
+    /// subscribed already (then `covered` is true: the subscription preceded the last
+    /// attempt); with RESP2, on a connection of their own.
+    pub async fn subscribe(&self, channel: &str) -> Result<(Subscription<'_>, bool), BackendError> {
+        if self.resp3.load(Ordering::Relaxed) {
+            let covered = self
+                .conn
+                .lock()
+                .await
+                .as_ref()
+                .is_some_and(Connection::subscribed);
+            if !covered {
+                self.exchange(&[], self.connect_timeout, Some(channel))
+                    .await?;
+            }
+            if self.resp3.load(Ordering::Relaxed) {
+                return Ok((Subscription::Shared(self), covered));
+            }
+        }
         let timeout = self.connect_timeout;
         let attempt = async {
-            let mut conn = Connection::connect(&self.addr).await?;
+            let mut conn = self.connect(timeout).await?;
+            let hello = self.hello(false);
             let mut batch: Vec<&[&[u8]]> = Vec::new();
-            let hello: Vec<Vec<&[u8]>> = self
-                .hello
+            let hello_args: Vec<Vec<&[u8]>> = hello
                 .iter()
                 .map(|c| c.iter().map(Vec::as_slice).collect())
                 .collect();
-            batch.extend(hello.iter().map(Vec::as_slice));
+            batch.extend(hello_args.iter().map(Vec::as_slice));
             let subscribe: [&[u8]; 2] = [b"SUBSCRIBE", channel.as_bytes()];
             batch.push(&subscribe);
             let replies = conn.pipeline(&batch).await?;
-            let refusal = hello_error(&batch, &replies)?;
+            let refusal = replies.iter().find_map(|r| match r {
+                Reply::Error(e) => Some(e.clone()),
+                _ => None,
+            });
             Ok::<_, io::Error>((conn, refusal))
         };
         match within(timeout, attempt).await {
-            Ok((conn, None)) => Ok(Subscription {
-                conn,
-                address: self.address.clone(),
-            }),
+            Ok((conn, None)) => Ok((Subscription::Own(conn, self.address.clone()), false)),
             Ok((_, Some(refusal))) => Err(self.refused(&refusal)),
             Err(e) => Err(self.unreachable(&e, timeout)),
         }
+    }
+
+    /// Stops listening for release messages on the command connection (after acquiring).
+    pub async fn stop_listening(&self) {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_mut().filter(|c| c.subscribed()) {
+            if conn.unsubscribe().await.is_err() {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Waits for a release message on the shared connection. Cancel-safe: the connection
+    /// stays, with what it has read so far.
+    async fn next_message(&self) -> Result<(), BackendError> {
+        let mut slot = self.conn.lock().await;
+        let result = match slot.as_mut() {
+            Some(conn) => conn.next_message().await,
+            None => Err(io::Error::new(io::ErrorKind::NotConnected, "not connected")),
+        };
+        result.map_err(|e| {
+            *slot = None;
+            BackendError::Transient(format!(
+                "lost the subscription to Redis at {}: {e}",
+                self.address
+            ))
+        })
     }
 
     fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
@@ -281,25 +372,6 @@ impl Node {
     }
 }
 
-/// The first error among the replies to `commands` that are AUTH/SELECT/SUBSCRIBE set-up
-/// (any error there means the connection is unusable), if any.
-fn hello_error(commands: &[&[&[u8]]], replies: &[Reply]) -> io::Result<Option<String>> {
-    for (command, reply) in commands.iter().zip(replies) {
-        if let Reply::Error(e) = reply {
-            return Ok(Some(e.clone()));
-        }
-        if command[0] == b"SUBSCRIBE"
-            && reply.items().first().and_then(Reply::as_text).as_deref() != Some("subscribe")
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the server did not confirm the subscription",
-            ));
-        }
-    }
-    Ok(None)
-}
-
 fn bad_url(url: &str) -> String {
     if url.starts_with("rediss://") {
         return "rediss:// (TLS) is not supported by this version of locked-run; use redis:// over a trusted network or a tunnel".into();
@@ -341,29 +413,22 @@ pub fn redact(url: &url::Url) -> String {
 }
 
 /// Release messages on one server's channel.
-pub struct Subscription {
-    conn: Connection,
-    address: String,
+pub enum Subscription<'a> {
+    /// On the node's command connection (RESP3).
+    Shared(&'a Node),
+    /// On a connection of its own (RESP2), and the URL for messages.
+    Own(Connection, String),
 }
 
-impl Wakeups for Subscription {
+impl Wakeups for Subscription<'_> {
     async fn next(&mut self) -> Result<(), BackendError> {
-        loop {
-            match self.conn.read_reply().await {
-                Ok(reply)
-                    if reply.items().first().and_then(Reply::as_text).as_deref()
-                        == Some("message") =>
-                {
-                    return Ok(());
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    return Err(BackendError::Transient(format!(
-                        "lost the subscription connection to Redis at {}: {e}",
-                        self.address
-                    )));
-                }
-            }
+        match self {
+            Subscription::Shared(node) => node.next_message().await,
+            Subscription::Own(conn, address) => conn.next_message().await.map_err(|e| {
+                BackendError::Transient(format!(
+                    "lost the subscription connection to Redis at {address}: {e}"
+                ))
+            }),
         }
     }
 }
@@ -386,7 +451,13 @@ mod tests {
                 port: 6380
             }
         );
-        assert_eq!(n.hello, [vec![b"SELECT".to_vec(), b"2".to_vec()]]);
+        assert_eq!(
+            n.hello(true),
+            [
+                vec![b"HELLO".to_vec(), b"3".to_vec()],
+                vec![b"SELECT".to_vec(), b"2".to_vec()]
+            ]
+        );
         let n = open("redis://cron:p%40ss@[::1]").unwrap();
         assert_eq!(
             n.addr,
@@ -396,8 +467,12 @@ mod tests {
             }
         );
         assert_eq!(
-            n.hello,
+            n.hello(false),
             [vec![b"AUTH".to_vec(), b"cron".to_vec(), b"p@ss".to_vec()]]
+        );
+        assert_eq!(
+            n.hello(true)[0],
+            [&b"HELLO"[..], b"3", b"AUTH", b"cron", b"p@ss"]
         );
         assert_eq!(n.address(), "redis://cron@[::1]");
         assert!(open("redis://").unwrap_err().contains("no host"));
@@ -408,8 +483,12 @@ mod tests {
     fn unix_urls() {
         let n = open("redis+unix:///run/redis.sock?db=3&pass=secret").unwrap();
         assert_eq!(n.addr, Addr::Unix("/run/redis.sock".into()));
-        assert_eq!(n.hello[0], [b"AUTH".to_vec(), b"secret".to_vec()]);
-        assert_eq!(n.hello[1], [b"SELECT".to_vec(), b"3".to_vec()]);
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"secret".to_vec()]);
+        assert_eq!(n.hello(false)[1], [b"SELECT".to_vec(), b"3".to_vec()]);
+        assert_eq!(
+            n.hello(true)[0],
+            [&b"HELLO"[..], b"3", b"AUTH", b"default", b"secret"]
+        );
         assert_eq!(n.address(), "redis+unix:///run/redis.sock?db=3");
     }
 

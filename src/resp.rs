@@ -1,9 +1,11 @@
-//! A small RESP2 client: one connection, one request at a time, replies parsed as they come.
+//! A small Redis protocol client (RESP2, and RESP3 with pushes): one connection, one request at
+//! a time, replies parsed as they come.
 //!
 //! `locked-run` sends a handful of commands per run; a general client's connection machinery
 //! (a multiplexing task, channels, a driver) cost more than the round trips themselves. Here a
-//! request is a write and the reads for its reply, on the caller's task, and a request that is
-//! abandoned (timeout, signal) takes its connection with it.
+//! request is a write and the reads for its reply, on the caller's task. With RESP3 a
+//! connection may be subscribed and still send commands: release messages arrive as pushes,
+//! counted aside while replies are read, so one connection both waits and acquires.
 
 use std::fmt;
 use std::io;
@@ -12,17 +14,20 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// A reply, as RESP2 has them.
+/// A reply. RESP3's extra types are folded into these: null is a nil bulk string, maps and sets
+/// are flat arrays, booleans are integers, doubles and big numbers are bulk strings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     Status(String),
     /// `-CODE detail`
     Error(String),
     Int(i64),
-    /// `None`: the nil bulk string.
+    /// `None`: nil.
     Bulk(Option<Vec<u8>>),
     /// `None`: the nil array.
     Array(Option<Vec<Reply>>),
+    /// An out-of-band RESP3 push (pub/sub confirmations and messages).
+    Push(Vec<Reply>),
 }
 
 impl Reply {
@@ -45,9 +50,14 @@ impl Reply {
 
     pub fn items(&self) -> &[Reply] {
         match self {
-            Reply::Array(Some(items)) => items,
+            Reply::Array(Some(items)) | Reply::Push(items) => items,
             _ => &[],
         }
+    }
+
+    /// The kind of a pub/sub reply or push (`subscribe`, `message`, ...).
+    fn pubsub_kind(&self) -> Option<String> {
+        self.items().first()?.as_text()
     }
 }
 
@@ -76,6 +86,13 @@ pub struct Connection {
     buf: Vec<u8>,
     /// Bytes of `buf` already parsed.
     start: usize,
+    /// Pub/sub messages received and not yet taken by [`Connection::next_message`].
+    messages: u64,
+    /// Subscription confirmations received (RESP3 pushes).
+    confirmed: u64,
+    /// An UNSUBSCRIBE was sent and its answer not read yet: a push when it worked, an
+    /// in-band error (NOPERM) when it did not, which must not be taken for the next reply.
+    unsubscribing: bool,
 }
 
 impl Connection {
@@ -93,10 +110,15 @@ impl Connection {
             stream,
             buf: Vec::with_capacity(512),
             start: 0,
+            messages: 0,
+            confirmed: 0,
+            unsubscribing: false,
         })
     }
 
-    /// Sends several commands in one write and reads their replies in order.
+    /// Sends several commands in one write and reads their replies in order. On a RESP3
+    /// connection a SUBSCRIBE is answered by a push, not a reply: it gets no entry in the
+    /// result, and this returns once the subscription is confirmed.
     pub async fn pipeline(&mut self, commands: &[&[&[u8]]]) -> io::Result<Vec<Reply>> {
         let mut out = Vec::with_capacity(256);
         for args in commands {
@@ -104,20 +126,90 @@ impl Connection {
         }
         self.stream.write_all(&out).await?;
         let mut replies = Vec::with_capacity(commands.len());
-        for _ in commands {
-            replies.push(self.read_reply().await?);
+        for args in commands {
+            if args[0].eq_ignore_ascii_case(b"SUBSCRIBE") {
+                let wanted = self.confirmed + 1;
+                while self.confirmed < wanted {
+                    match self.read_any().await? {
+                        Reply::Push(items) => self.note_push(&Reply::Push(items)),
+                        // RESP2: the confirmation is an ordinary reply (the last command).
+                        reply @ Reply::Array(_)
+                            if reply.pubsub_kind().as_deref() == Some("subscribe") =>
+                        {
+                            self.confirmed += 1;
+                            replies.push(reply);
+                        }
+                        reply @ Reply::Error(_) => {
+                            replies.push(reply);
+                            break;
+                        }
+                        other => return Err(unexpected(&other)),
+                    }
+                }
+            } else {
+                replies.push(self.read_reply().await?);
+            }
         }
         Ok(replies)
     }
 
-    /// Sends one command and reads its reply.
-    pub async fn command(&mut self, args: &[&[u8]]) -> io::Result<Reply> {
-        let mut replies = self.pipeline(&[args]).await?;
-        Ok(replies.pop().expect("one reply per command"))
+    /// Whether a subscription has been confirmed on this connection.
+    pub fn subscribed(&self) -> bool {
+        self.confirmed > 0
     }
 
-    /// Reads the next reply (also a pushed pub/sub message).
-    pub async fn read_reply(&mut self) -> io::Result<Reply> {
+    /// Ends every subscription without waiting for the confirmation (a push the next read
+    /// sets aside): a lock holder should not count as a waiter, and should not pay a round
+    /// trip to say so.
+    pub async fn unsubscribe(&mut self) -> io::Result<()> {
+        let mut out = Vec::new();
+        encode(&mut out, &[b"UNSUBSCRIBE"]);
+        self.stream.write_all(&out).await?;
+        self.confirmed = 0;
+        self.messages = 0;
+        self.unsubscribing = true;
+        Ok(())
+    }
+
+    /// Waits for the next pub/sub message (one already received counts): a RESP3 push, or on
+    /// a RESP2 connection in subscribed mode an ordinary array.
+    pub async fn next_message(&mut self) -> io::Result<()> {
+        while self.messages == 0 {
+            match self.read_any().await? {
+                reply @ (Reply::Push(_) | Reply::Array(_)) => self.note_push(&reply),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        self.messages -= 1;
+        Ok(())
+    }
+
+    /// Reads the next reply, setting RESP3 pushes aside (counted).
+    async fn read_reply(&mut self) -> io::Result<Reply> {
+        loop {
+            match self.read_any().await? {
+                push @ Reply::Push(_) => self.note_push(&push),
+                Reply::Error(e) if self.unsubscribing => {
+                    self.unsubscribing = false;
+                    tracing::debug!("UNSUBSCRIBE refused: {e}");
+                }
+                reply => return Ok(reply),
+            }
+        }
+    }
+
+    fn note_push(&mut self, push: &Reply) {
+        match push.pubsub_kind().as_deref() {
+            Some("message") => self.messages += 1,
+            Some("subscribe") => self.confirmed += 1,
+            Some("unsubscribe") => self.unsubscribing = false,
+            _ => {}
+        }
+    }
+
+    /// Reads the next reply or push. Cancel-safe: what has been read stays in the buffer for
+    /// the next call.
+    async fn read_any(&mut self) -> io::Result<Reply> {
         loop {
             if let Some((reply, used)) = parse(&self.buf[self.start..])? {
                 self.start += used;
@@ -131,16 +223,15 @@ impl Connection {
                 self.buf.drain(..self.start);
                 self.start = 0;
             }
-            let len = self.buf.len();
-            self.buf.resize(len + 4096, 0);
-            let n = self.stream.read(&mut self.buf[len..]).await?;
-            self.buf.truncate(len + n);
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).await?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the server closed the connection",
                 ));
             }
+            self.buf.extend_from_slice(&chunk[..n]);
         }
     }
 }
@@ -162,6 +253,10 @@ fn protocol_error(what: &str) -> io::Error {
     )
 }
 
+fn unexpected(reply: &Reply) -> io::Error {
+    protocol_error(&format!("unexpected {reply:?}"))
+}
+
 /// Parses one reply from the front of `buf`: `None` if more bytes are needed.
 fn parse(buf: &[u8]) -> io::Result<Option<(Reply, usize)>> {
     let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
@@ -179,41 +274,66 @@ fn parse(buf: &[u8]) -> io::Result<Option<(Reply, usize)>> {
             .ok_or_else(|| protocol_error("not a number"))
     };
     let after = end + 2;
+    // A length-prefixed blob: `None` if incomplete.
+    let blob = |len: i64| -> Option<(Vec<u8>, usize)> {
+        let len = len as usize;
+        (buf.len() >= after + len + 2).then(|| (buf[after..after + len].to_vec(), after + len + 2))
+    };
+    // `count` replies in a row: `None` if incomplete.
+    let many = |count: usize| -> io::Result<Option<(Vec<Reply>, usize)>> {
+        let mut items = Vec::with_capacity(count.min(1024));
+        let mut used = after;
+        for _ in 0..count {
+            match parse(&buf[used..])? {
+                Some((item, n)) => {
+                    items.push(item);
+                    used += n;
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((items, used)))
+    };
     Ok(match buf[0] {
         b'+' => Some((Reply::Status(text()), after)),
         b'-' => Some((Reply::Error(text()), after)),
         b':' => Some((Reply::Int(number()?), after)),
-        b'$' => {
+        b'_' => Some((Reply::Bulk(None), after)),
+        b'#' => Some((Reply::Int((line == b"t") as i64), after)),
+        b',' | b'(' => Some((Reply::Bulk(Some(line.to_vec())), after)),
+        b'$' | b'!' | b'=' => {
             let len = number()?;
             if len < 0 {
                 return Ok(Some((Reply::Bulk(None), after)));
             }
-            let len = len as usize;
-            if buf.len() < after + len + 2 {
+            let Some((mut data, used)) = blob(len) else {
                 return Ok(None);
+            };
+            match buf[0] {
+                b'!' => Some((
+                    Reply::Error(String::from_utf8_lossy(&data).into_owned()),
+                    used,
+                )),
+                // Verbatim strings start with a format, "txt:".
+                b'=' => Some((Reply::Bulk(Some(data.split_off(4.min(data.len())))), used)),
+                _ => Some((Reply::Bulk(Some(data)), used)),
             }
-            Some((
-                Reply::Bulk(Some(buf[after..after + len].to_vec())),
-                after + len + 2,
-            ))
         }
-        b'*' => {
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
             let count = number()?;
             if count < 0 {
                 return Ok(Some((Reply::Array(None), after)));
             }
-            let mut items = Vec::with_capacity(count as usize);
-            let mut used = after;
-            for _ in 0..count {
-                match parse(&buf[used..])? {
-                    Some((item, n)) => {
-                        items.push(item);
-                        used += n;
-                    }
-                    None => return Ok(None),
-                }
+            let pairs = matches!(buf[0], b'%' | b'|');
+            let Some((items, used)) = many(count as usize * if pairs { 2 } else { 1 })? else {
+                return Ok(None);
+            };
+            match buf[0] {
+                b'>' => Some((Reply::Push(items), used)),
+                // Attributes describe the reply that follows; skip them.
+                b'|' => parse(&buf[used..])?.map(|(reply, n)| (reply, used + n)),
+                _ => Some((Reply::Array(Some(items)), used)),
             }
-            Some((Reply::Array(Some(items)), used))
         }
         other => return Err(protocol_error(&format!("unknown type byte {other:#x}"))),
     })
@@ -231,6 +351,17 @@ pub async fn within<T>(timeout: Duration, f: impl Future<Output = io::Result<T>>
 mod tests {
     use super::*;
 
+    fn all(bytes: &[u8]) -> Vec<Reply> {
+        let mut at = 0;
+        let mut got = Vec::new();
+        while at < bytes.len() {
+            let (reply, used) = parse(&bytes[at..]).unwrap().unwrap();
+            got.push(reply);
+            at += used;
+        }
+        got
+    }
+
     #[test]
     fn encodes_bulk_string_arrays() {
         let mut out = Vec::new();
@@ -239,15 +370,8 @@ mod tests {
     }
 
     #[test]
-    fn parses_every_reply_type_and_waits_for_more() {
-        let all = b"+OK\r\n-ERR no\r\n:42\r\n$3\r\nabc\r\n$-1\r\n*2\r\n:1\r\n$-1\r\n*-1\r\n";
-        let mut at = 0;
-        let mut got = Vec::new();
-        while at < all.len() {
-            let (reply, used) = parse(&all[at..]).unwrap().unwrap();
-            got.push(reply);
-            at += used;
-        }
+    fn parses_resp2_and_waits_for_more() {
+        let got = all(b"+OK\r\n-ERR no\r\n:42\r\n$3\r\nabc\r\n$-1\r\n*2\r\n:1\r\n$-1\r\n*-1\r\n");
         assert_eq!(
             got,
             [
@@ -266,5 +390,23 @@ mod tests {
             assert_eq!(parse(&one[..cut]).unwrap(), None, "cut at {cut}");
         }
         assert!(parse(b"?x\r\n").is_err());
+    }
+
+    #[test]
+    fn folds_resp3_types() {
+        let got = all(b"_\r\n#t\r\n,1.5\r\n%1\r\n$1\r\nk\r\n:2\r\n~1\r\n:3\r\n!5\r\nERR x\r\n=7\r\ntxt:abc\r\n|1\r\n+a\r\n+b\r\n:9\r\n>3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n");
+        assert_eq!(got[0], Reply::Bulk(None));
+        assert_eq!(got[1], Reply::Int(1));
+        assert_eq!(got[2], Reply::Bulk(Some(b"1.5".to_vec())));
+        assert_eq!(
+            got[3],
+            Reply::Array(Some(vec![Reply::Bulk(Some(b"k".to_vec())), Reply::Int(2)]))
+        );
+        assert_eq!(got[4], Reply::Array(Some(vec![Reply::Int(3)])));
+        assert_eq!(got[5], Reply::Error("ERR x".into()));
+        assert_eq!(got[6], Reply::Bulk(Some(b"abc".to_vec())));
+        assert_eq!(got[7], Reply::Int(9), "the attribute is skipped");
+        assert_eq!(got[8].pubsub_kind().as_deref(), Some("message"));
+        assert!(matches!(got[8], Reply::Push(_)));
     }
 }

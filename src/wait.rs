@@ -55,7 +55,7 @@ pub async fn acquire<B: Backend, C: Clock>(
         name,
         maybe_held: false,
     };
-    let mut wakeups: Option<B::Wakeups> = None;
+    let mut wakeups: Option<B::Wakeups<'_>> = None;
     let mut subscribe_after = start;
     let mut answered = false;
     let mut last_busy: Option<Busy> = None;
@@ -71,7 +71,7 @@ pub async fn acquire<B: Backend, C: Clock>(
                 waiter.maybe_held = true;
                 return Err(waiter.give_back(interrupted(signal, name)).await);
             }
-            attempt = backend.try_acquire() => attempt,
+            attempt = backend.try_acquire(patience != Patience::NoWait) => attempt,
         };
         let answer: Result<Busy, BackendError> = match attempt {
             Ok(Attempt::Acquired { fence }) => {
@@ -115,12 +115,14 @@ pub async fn acquire<B: Backend, C: Clock>(
                         subscribed = backend.subscribe() => subscribed,
                     };
                     match subscribed {
-                        Ok(w) => {
-                            // Listening now: ask again, so a release between the first
-                            // answer and the subscription is not missed.
+                        Ok((w, covered)) => {
                             wakeups = Some(w);
-                            last_busy = Some(busy);
-                            continue;
+                            if !covered {
+                                // Listening only now: ask again, so a release between the
+                                // answer and the subscription is not missed.
+                                last_busy = Some(busy);
+                                continue;
+                            }
                         }
                         Err(e) => {
                             // The server did answer: at the deadline this is still a conflict.

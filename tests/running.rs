@@ -265,6 +265,11 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
     let out = waiter.wait();
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert_eq!(out.stdout.trim(), "2");
+    assert!(
+        out.elapsed < Duration::from_secs(5),
+        "woken by the release, not the expiry: {:?}",
+        out.elapsed
+    );
     let mut db3 = redis.conn();
     let _: () = redis::cmd("SELECT").arg(3).query(&mut db3).unwrap();
     let fence: Option<String> = redis::cmd("GET")

@@ -287,3 +287,78 @@ fn a_server_lost_while_waiting_is_69_at_the_deadline() {
     );
     let _ = holder.finish();
 }
+
+/// A holder whose child exits when `go` appears; a waiter; the waiter's child prints its fence.
+/// Returns how long the waiter took after the holder finished, and the holder's stderr.
+fn handoff(url: &str, redis: &Redis, holder_args: &[&str], hold: Duration) -> (Duration, String) {
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut holder = locked_run();
+    holder
+        .args(["-u", url])
+        .args(holder_args)
+        .arg("job")
+        .args(sh(&format!(
+            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        )));
+    let holder = spawn(holder);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let mut waiter = locked_run();
+    waiter.args(["-u", url, "job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
+    let waiter = spawn(waiter);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(redis, "job") == 1
+    });
+    std::thread::sleep(hold); // the holder renews meanwhile
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    let holder = holder.wait();
+    assert_eq!(holder.code(), Some(0), "{holder:?}");
+    let released = std::time::Instant::now();
+    let out = waiter.wait_for(Duration::from_secs(40));
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "2");
+    (released.elapsed(), holder.stderr)
+}
+
+#[test]
+fn a_server_without_resp3_still_wakes_waiters_at_once() {
+    // As Redis 5: no HELLO. Subscriptions then take a connection of their own.
+    let redis = Redis::start_with(&["--rename-command", "HELLO", ""]);
+    let (after, _) = handoff(&redis.url(), &redis, &[], Duration::ZERO);
+    assert!(
+        after < Duration::from_secs(2),
+        "woken by the release, not the 30 s expiry: {after:?}"
+    );
+}
+
+#[test]
+fn a_user_who_may_not_unsubscribe_keeps_its_replies_in_order() {
+    // The holder's UNSUBSCRIBE is refused in-band (NOPERM); that answer must not be taken for
+    // the reply to a renewal (T = 300 ms: renewals every 50 ms) or to the release.
+    let redis = Redis::start();
+    let _: String = redis.cmd(&[
+        "ACL",
+        "SETUSER",
+        "cron",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-unsubscribe",
+    ]);
+    let url = format!("redis://cron:pw@127.0.0.1:{}", redis.port);
+    let (after, holder) = handoff(
+        &url,
+        &redis,
+        &["-v", "--ttl", "300ms"],
+        Duration::from_millis(400),
+    );
+    assert!(after < Duration::from_secs(2), "{after:?}");
+    assert!(
+        !holder.contains("renewal failed"),
+        "a renewal read the refusal as its reply:\n{holder}"
+    );
+}
