@@ -101,24 +101,27 @@ def ms(seconds):
     return f"{seconds * 1000:.2f} ms"
 
 
-def overhead(tools, runs, warmup):
-    """Median wall time of `X NAME -- true`, by hyperfine, all tools in one run."""
+def overhead(tools, rounds, runs, warmup):
+    """Median wall time of `X NAME -- true`, by hyperfine. The tools take turns in rounds of
+    `runs` each, so a machine that drifts in speed affects all of them alike."""
     out = tools.scratch / "overhead.json"
     commands = [" ".join(make("bench-overhead", "true")) for _, make in tools.all()]
-    subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
-                    "--export-json", str(out), *commands], check=True,
-                   stdout=subprocess.DEVNULL)
-    results = json.loads(out.read_text())["results"]
-    return {name: statistics.median(r["times"]) for (name, _), r in zip(tools.all(), results)}
+    times = {name: [] for name, _ in tools.all()}
+    for _ in range(rounds):
+        subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
+                        "--export-json", str(out), *commands], check=True, stdout=subprocess.DEVNULL)
+        for (name, _), result in zip(tools.all(), json.loads(out.read_text())["results"]):
+            times[name].extend(result["times"])
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def handoff(tools, runs):
     """Holder's child sleeps 0.4 s then stamps its end; a waiter started 0.2 s after it stamps
-    its start first thing; latency = waiter's start - holder's end (CLOCK_REALTIME, ns)."""
-    results = {}
-    for name, make in tools.all():
-        latencies = []
-        for i in range(runs):
+    its start first thing; latency = waiter's start - holder's end (CLOCK_REALTIME, ns). The
+    tools take turns, run by run."""
+    latencies = {name: [] for name, _ in tools.all()}
+    for i in range(runs):
+        for name, make in tools.all():
             lock = f"bench-handoff-{i}"
             slug = name.replace(" ", "-")
             end_file = tools.scratch / f"end-{slug}-{i}"
@@ -129,9 +132,11 @@ def handoff(tools, runs):
                 waiter = subprocess.Popen(make(lock, "date", "+%s%N"), stdout=out)
             holder.wait(timeout=30)
             waiter.wait(timeout=30)
-            latencies.append((int(start_file.read_text()) - int(end_file.read_text())) / 1e9)
-        latencies.sort()
-        results[name] = (statistics.median(latencies), latencies[int(0.9 * (len(latencies) - 1))])
+            latencies[name].append((int(start_file.read_text()) - int(end_file.read_text())) / 1e9)
+    results = {}
+    for name, values in latencies.items():
+        values.sort()
+        results[name] = (statistics.median(values), values[int(0.9 * (len(values) - 1))])
     return results
 
 
@@ -171,24 +176,26 @@ def idle_cost(tools, hold, ttl):
     renewals_expected = int(hold // (ttl / 6))
     return cpu_ns / 1e9, sent, scripts, renewals_expected
 
-def contention(tools, loops, runs):
-    """`loops` parallel loops of `runs` runs of `X NAME -- true` on one NAME: total wall time."""
-    results = {}
-    for name, make in (("locked-run", tools.locked_run), ("flock", tools.flock)):
-        cmd = make("bench-contention", "true")
+def contention(tools, loops, runs, rounds):
+    """`loops` parallel loops of `runs` runs of `X NAME -- true` on one NAME: total wall time,
+    the median of `rounds` rounds in which the tools take turns."""
+    totals = {"locked-run": [], "flock": []}
+    for _ in range(rounds):
+        for name, make in (("locked-run", tools.locked_run), ("flock", tools.flock)):
+            cmd = make("bench-contention", "true")
 
-        def loop():
-            for _ in range(runs):
-                subprocess.run(cmd, check=True)
+            def loop():
+                for _ in range(runs):
+                    subprocess.run(cmd, check=True)
 
-        started = time.monotonic()
-        threads = [threading.Thread(target=loop) for _ in range(loops)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        results[name] = time.monotonic() - started
-    return results
+            started = time.monotonic()
+            threads = [threading.Thread(target=loop) for _ in range(loops)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            totals[name].append(time.monotonic() - started)
+    return {name: statistics.median(t) for name, t in totals.items()}
 
 
 def machine():
@@ -232,12 +239,12 @@ def main():
 
     try:
         smoke = args.smoke
-        o = overhead(tools, runs=3 if smoke else 300, warmup=1 if smoke else 30)
+        o = overhead(tools, rounds=1 if smoke else 10, runs=3 if smoke else 50, warmup=1 if smoke else 5)
         h = handoff(tools, runs=1 if smoke else 20)
         r = peak_rss(tools)
         hold, ttl = (3, 3) if smoke else (30, 30)
         cpu, sent, scripts, renewals = idle_cost(tools, hold, ttl)
-        c = contention(tools, loops=4, runs=2 if smoke else 50)
+        c = contention(tools, loops=4, runs=2 if smoke else 50, rounds=1 if smoke else 5)
     finally:
         servers.stop()
         shutil.rmtree(scratch, ignore_errors=True)
