@@ -73,6 +73,18 @@ pub struct LogArgs {
     /// Only errors on stderr (no warnings)
     #[arg(short = 'q', long = "quiet", conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Log lines on stderr as text, or as one JSON object each (for log shippers: every
+    /// milestone of the run, with its figures)
+    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -325,6 +337,36 @@ pub fn one_line(error: &clap::Error) -> String {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// Every long option of every (sub)command appears in its man page, which `cargo xtask
+    /// dist` renders the same way from the same definitions.
+    #[test]
+    fn the_man_pages_document_every_long_option() {
+        let root = <Cli as CommandFactory>::command();
+        let mut commands = vec![root.clone()];
+        commands.extend(
+            root.get_subcommands()
+                .filter(|c| c.get_name() != "help")
+                .cloned(),
+        );
+        for cmd in commands {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd.clone())
+                .render(&mut page)
+                .unwrap();
+            // roff escapes the hyphens of options: `\-\-ttl`.
+            let page = String::from_utf8(page).unwrap().replace("\\-", "-");
+            let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+            assert!(longs.len() > 1, "{}", cmd.get_name());
+            for long in longs {
+                assert!(
+                    page.contains(&format!("--{long}")),
+                    "--{long} missing from the {} page",
+                    cmd.get_name()
+                );
+            }
+        }
+    }
 
     #[test]
     fn clap_definition_is_consistent() {

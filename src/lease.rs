@@ -434,19 +434,29 @@ pub async fn keep<C: Clock, R: Renew, S: Stopper>(
                         Ok(true) => {
                             if lease.failures > 0 {
                                 tracing::info!(
+                                    event = "renewed",
+                                    after_failures = lease.failures,
                                     "renewed the lease after {} failed attempt(s)",
                                     lease.failures
                                 );
+                            } else {
+                                tracing::debug!(event = "renewed", "renewed the lease");
                             }
-                            tracing::debug!("renewed the lease");
                             lease.renewed(sent);
                         }
                         Ok(false) => {
-                            tracing::debug!("renewal: the lock is no longer ours");
+                            tracing::debug!(
+                                event = "not_owner",
+                                "renewal: the lock is no longer ours"
+                            );
                             lease.lost();
                         }
                         Err(error) => {
-                            tracing::info!("renewal failed: {error}; retrying");
+                            tracing::info!(
+                                event = "renewal_failed",
+                                error = %error,
+                                "renewal failed: {error}; retrying"
+                            );
                             lease.renew_failed(now, error);
                         }
                     }

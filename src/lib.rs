@@ -16,6 +16,7 @@
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
 //! - [`run`]: the run loop tying these together.
 //! - [`status`]: the `status` subcommand.
+//! - [`notify`]: `sd_notify` status and readiness for systemd units.
 //! - [`exit`]: exit statuses, mapped to numbers in one place.
 //! - [`log`]: stderr logging.
 
@@ -28,6 +29,7 @@ pub mod lock;
 pub mod log;
 pub mod name;
 pub mod node;
+pub mod notify;
 pub mod resp;
 pub mod run;
 pub mod scripts;
@@ -136,10 +138,11 @@ impl Outcome {
             Ok(Exit::ChildSignal(sig)) => die_by_signal(sig, self.codes),
             Ok(exit) => ExitCode::from(exit.code(self.codes)),
             Err(failure) => {
+                let status = failure.exit.code(self.codes);
                 if !failure.quiet || self.verbose {
-                    eprintln!("locked-run: {}", failure.message);
+                    eprintln!("{}", log::failure_line(&failure.message, status));
                 }
-                ExitCode::from(failure.exit.code(self.codes))
+                ExitCode::from(status)
             }
         }
     }

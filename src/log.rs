@@ -1,43 +1,77 @@
 //! Logging on stderr: warnings only by default (cron mails any output), `-v` for what happens,
-//! `-q` for errors only, `LOCKED_RUN_LOG` for a tracing filter. Every line starts `locked-run:`.
+//! `-q` for errors only, `LOCKED_RUN_LOG` for a tracing filter. Lines start `locked-run:`;
+//! with `--log-format json` every line is one JSON object instead, for log shippers.
+//!
+//! The run's milestones are events with an `event` field (`acquired`, `renewed`,
+//! `renewal_failed`, `lost`, `child_exited`, `released`, ...) and their figures as fields; text
+//! lines show only the message, JSON lines everything.
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
+use std::sync::OnceLock;
 
+use serde_json::{Map, Value, json};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::{Event, Level, Metadata, Subscriber, span};
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::cli::LogArgs;
+use crate::cli::{LogArgs, LogFormat};
+
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+static LOCK: OnceLock<String> = OnceLock::new();
 
 /// Installs the stderr logger for the process.
 pub fn init(args: &LogArgs) {
-    let level = match (args.quiet, args.verbose) {
-        (true, _) => Level::ERROR,
-        (false, 0) => Level::WARN,
-        (false, 1) => Level::INFO,
-        (false, 2) => Level::DEBUG,
-        (false, _) => Level::TRACE,
+    let format = args.log_format;
+    let _ = FORMAT.set(format);
+    let level = match (args.quiet, args.verbose, format) {
+        (true, _, _) => Level::ERROR,
+        // Machines read JSON: they get every milestone, renewals included.
+        (false, 0, LogFormat::Json) => Level::DEBUG,
+        (false, 0, LogFormat::Text) => Level::WARN,
+        (false, 1, _) => Level::INFO,
+        (false, 2, _) => Level::DEBUG,
+        (false, _, _) => Level::TRACE,
     };
     match std::env::var("LOCKED_RUN_LOG")
         .ok()
         .filter(|f| !f.trim().is_empty())
     {
         Some(filter) => {
-            let _ = tracing_subscriber::fmt()
-                .with_writer(std::io::stderr)
-                .event_format(Plain)
-                .with_env_filter(EnvFilter::new(filter))
+            let _ = tracing_subscriber::registry()
+                .with(EnvFilter::new(filter))
+                .with(Lines)
                 .try_init();
         }
-        // The usual case needs no filter parsing, span registry or formatter machinery: a few
-        // lines that print events up to a level keep every run's start-up short.
+        // The usual case needs no filter parsing or span registry: a few lines that print
+        // events up to a level keep every run's start-up short.
         None => {
             let _ = tracing::subscriber::set_global_default(Leveled { max: level });
+        }
+    }
+}
+
+/// Names the lock in every JSON line from here on.
+pub fn set_lock(name: &str) {
+    let _ = LOCK.set(name.to_owned());
+}
+
+fn format() -> LogFormat {
+    FORMAT.get().copied().unwrap_or(LogFormat::Text)
+}
+
+/// The one line a failure owes the user, in the log's format.
+pub fn failure_line(message: &str, status: u8) -> String {
+    match format() {
+        LogFormat::Text => format!("locked-run: {message}"),
+        LogFormat::Json => {
+            let mut fields = Map::new();
+            fields.insert("event".into(), json!("failed"));
+            fields.insert("status".into(), json!(status));
+            json_line(Level::ERROR, message, fields)
         }
     }
 }
@@ -65,10 +99,7 @@ impl Subscriber for Leveled {
     fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let mut line = format!("locked-run: {}: ", level_word(event.metadata().level()));
-        event.record(&mut Line(&mut line));
-        line.push('\n');
-        let _ = std::io::stderr().write_all(line.as_bytes());
+        print(event);
     }
 
     fn enter(&self, _: &span::Id) {}
@@ -76,48 +107,78 @@ impl Subscriber for Leveled {
     fn exit(&self, _: &span::Id) {}
 }
 
-/// Writes an event's message, then its other fields as `key=value`.
-struct Line<'a>(&'a mut String);
+/// The same printing, as a layer under `LOCKED_RUN_LOG`'s filter.
+struct Lines;
 
-impl Visit for Line<'_> {
+impl<S: Subscriber> Layer<S> for Lines {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        print(event);
+    }
+}
+
+fn print(event: &Event<'_>) {
+    let mut fields = Fields::default();
+    event.record(&mut fields);
+    let level = *event.metadata().level();
+    let line = match format() {
+        LogFormat::Text => format!("locked-run: {}: {}", level_word(&level), fields.message),
+        LogFormat::Json => json_line(level, &fields.message, fields.rest),
+    };
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+fn json_line(level: Level, message: &str, rest: Map<String, Value>) -> String {
+    let mut object = Map::new();
+    let now = std::time::SystemTime::now();
+    object.insert(
+        "ts".into(),
+        json!(humantime::format_rfc3339_millis(now).to_string()),
+    );
+    object.insert("level".into(), json!(level_word(&level)));
+    if let Some(lock) = LOCK.get() {
+        object.insert("lock".into(), json!(lock));
+    }
+    object.insert("pid".into(), json!(std::process::id()));
+    object.extend(rest);
+    object.insert("message".into(), json!(message));
+    Value::Object(object).to_string()
+}
+
+/// An event's message, and its other fields as JSON values.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    rest: Map<String, Value>,
+}
+
+impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
-            self.0.push_str(value);
+            self.message.push_str(value);
         } else {
-            let _ = write!(self.0, " {}={value}", field.name());
+            self.rest.insert(field.name().into(), json!(value));
         }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.rest.insert(field.name().into(), json!(value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.rest.insert(field.name().into(), json!(value));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.rest.insert(field.name().into(), json!(value));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if field.name() == "message" {
-            let _ = write!(self.0, "{value:?}");
+            let _ = write!(self.message, "{value:?}");
         } else {
-            let _ = write!(self.0, " {}={value:?}", field.name());
+            self.rest
+                .insert(field.name().into(), json!(format!("{value:?}")));
         }
-    }
-}
-
-/// The same line, through tracing-subscriber's formatter (with `LOCKED_RUN_LOG`).
-struct Plain;
-
-impl<S, N> FormatEvent<S, N> for Plain
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        write!(
-            writer,
-            "locked-run: {}: ",
-            level_word(event.metadata().level())
-        )?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
     }
 }
 

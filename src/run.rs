@@ -16,6 +16,7 @@ use crate::child::{self, Child, Target};
 use crate::exit::{Exit, Failure};
 use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Timings, Why, show};
 use crate::name::LockName;
+use crate::notify;
 use crate::signals::{Event, Incoming, Signals};
 use crate::wait::{self, Patience};
 
@@ -34,6 +35,7 @@ pub struct RunConfig {
 
 /// Runs `cfg.command` under the lock held by `backend`.
 pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failure> {
+    crate::log::set_lock(cfg.name.as_str());
     let program = child::resolve(&cfg.command[0])?;
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
@@ -48,6 +50,9 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
     )
     .await?;
     tracing::info!(
+        event = "acquired",
+        fence = acquired.fence,
+        waited_ms = acquired.waited.as_millis() as u64,
         "acquired lock {} with fence {} after waiting {}",
         cfg.name,
         acquired.fence,
@@ -79,6 +84,10 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
     };
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let renewer = Renewer(backend);
+    notify::send(&format!(
+        "READY=1\nSTATUS=holding lock {} (fence {})",
+        cfg.name, acquired.fence
+    ));
     let status = {
         let mut keeper = pin!(async {
             if backend.has_lease() {
@@ -124,6 +133,15 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
         status
     };
 
+    if let Ok(status) = &status {
+        tracing::info!(
+            event = "child_exited",
+            status = status.code(),
+            signal = status.signal(),
+            "the command {}",
+            ended(status)
+        );
+    }
     let keep_for = cfg
         .min_hold
         .and_then(|hold| hold.checked_sub(clock.now().saturating_sub(acquired.sent)))
@@ -132,11 +150,7 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
 
     let status =
         status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;
-    let ended = match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("was ended by {}", signal_name(sig)),
-        _ => "ended".into(),
-    };
+    let ended = ended(&status);
     if let Some(why) = stopper.reason.get() {
         let lease = lease.borrow();
         let cause = match why {
@@ -182,7 +196,13 @@ async fn release<B: Backend>(
 ) -> Option<bool> {
     match backend.release(keep_for, cfg.release_timeout).await {
         Ok(ours) => {
-            tracing::debug!("released lock {} (ours: {ours})", cfg.name);
+            tracing::debug!(
+                event = "released",
+                still_ours = ours,
+                kept_ms = keep_for.map(|d| d.as_millis() as u64),
+                "released lock {} (ours: {ours})",
+                cfg.name
+            );
             Some(ours)
         }
         Err(e) if lost => {
@@ -291,8 +311,16 @@ impl ChildStopper {
         if self.reason.get().is_none() {
             self.reason.set(Some(why));
             self.first_signal.set(Some(signal));
+            notify::send(&format!(
+                "STATUS=lost the lock; stopping the command ({why:?})"
+            ));
         }
-        tracing::info!("stopping the command ({why:?}): sending {signal}");
+        tracing::info!(
+            event = "lost",
+            why = ?why,
+            signal = %signal,
+            "stopping the command ({why:?}): sending {signal}"
+        );
     }
 }
 
@@ -313,6 +341,15 @@ struct Renewer<'a, B>(&'a B);
 impl<B: Backend> Renew for Renewer<'_, B> {
     async fn renew(&self, timeout: Duration) -> Result<bool, String> {
         self.0.renew(timeout).await.map_err(|e| e.to_string())
+    }
+}
+
+/// "exited with status 3", "was ended by SIGTERM".
+fn ended(status: &std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was ended by {}", signal_name(sig)),
+        _ => "ended".into(),
     }
 }
 

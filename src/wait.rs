@@ -3,12 +3,14 @@
 //! jitter, the `--wait` deadline or a signal, whichever comes first. No polling: a waiter asks
 //! the server again only when something may have changed.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Wakeups};
 use crate::exit::{Exit, Failure};
 use crate::lease::{Clock, Timings, show};
 use crate::name::LockName;
+use crate::notify;
 use crate::signals::Signals;
 
 /// How long to wait for a held lock.
@@ -144,7 +146,16 @@ pub async fn acquire<B: Backend, C: Clock>(
                         backoff(no_expiry_retries)
                     }
                 };
-                tracing::debug!("lock {name} is {busy}; sleeping up to {}", show(nap));
+                tracing::debug!(
+                    event = "waiting",
+                    holder_fence = busy.holder.fence,
+                    "lock {name} is {busy}; sleeping up to {}",
+                    show(nap)
+                );
+                notify::send(&format!(
+                    "STATUS=waiting for lock {name} ({})",
+                    holder_words(&busy)
+                ));
                 last_busy = Some(busy);
                 nap
             }
@@ -277,6 +288,19 @@ fn gave_up(
             format!("gave up waiting for lock {name} after {waited}"),
         ),
     }
+}
+
+/// "held by web-3 pid 4242, fence 17", for the unit's status line.
+fn holder_words(busy: &Busy) -> String {
+    let h = &busy.holder;
+    let mut words = format!("held by {}", h.host.as_deref().unwrap_or("another program"));
+    if let Some(pid) = h.pid {
+        let _ = write!(words, " pid {pid}");
+    }
+    if let Some(fence) = h.fence {
+        let _ = write!(words, ", fence {fence}");
+    }
+    words
 }
 
 #[cfg(test)]

@@ -345,3 +345,30 @@ fn verbose_and_log_filter_say_what_happens() {
         out.stderr
     );
 }
+
+#[test]
+fn a_unix_socket_url_works() {
+    let dir = scratch();
+    let socket = file(&dir, "redis.sock");
+    let redis = Redis::start_with(&["--unixsocket", path_str(&socket)]);
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &format!("redis+unix://{}?db=2", path_str(&socket)),
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+    let mut db2 = redis.conn();
+    let _: () = redis::cmd("SELECT").arg(2).query(&mut db2).unwrap();
+    let fence: Option<String> = redis::cmd("GET")
+        .arg("fence:{job}")
+        .query(&mut db2)
+        .unwrap();
+    assert_eq!(fence.as_deref(), Some("1"), "the URL's database");
+}

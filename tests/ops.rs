@@ -1,0 +1,192 @@
+//! What operators' tooling reads: sd_notify status and readiness for systemd units, and
+//! `--log-format json` for log shippers.
+
+use std::os::unix::net::UnixDatagram;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// A notify socket the test listens on, as systemd would.
+fn notify_socket(dir: &tempfile::TempDir, name: &str) -> (UnixDatagram, String) {
+    let path = file(dir, name);
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    (socket, path_str(&path).to_owned())
+}
+
+fn receive(socket: &UnixDatagram) -> String {
+    let mut buf = [0u8; 4096];
+    let n = socket.recv(&mut buf).expect("a notification within 10 s");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn sd_notify_says_waiting_for_whom_then_holding_and_ready() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let (holder_socket, holder_path) = notify_socket(&dir, "holder.sock");
+    let (waiter_socket, waiter_path) = notify_socket(&dir, "waiter.sock");
+
+    let mut holder = locked_run();
+    holder
+        .env("NOTIFY_SOCKET", &holder_path)
+        .args(["-u", &redis.url(), "job"])
+        .args(sh(&format!(
+            "while [ ! -e {d}/go ]; do sleep 0.01; done",
+            d = path_str(dir.path())
+        )));
+    let holder = spawn(holder);
+    assert_eq!(
+        receive(&holder_socket),
+        "READY=1\nSTATUS=holding lock job (fence 1)"
+    );
+
+    let mut waiter = locked_run();
+    waiter
+        .env("NOTIFY_SOCKET", &waiter_path)
+        .args(["-u", &redis.url(), "job", "--", "true"]);
+    let waiter = spawn(waiter);
+    assert_eq!(
+        receive(&waiter_socket),
+        format!(
+            "STATUS=waiting for lock job (held by {host} pid {}, fence 1)",
+            holder.pid()
+        )
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(
+        receive(&waiter_socket),
+        "READY=1\nSTATUS=holding lock job (fence 2)"
+    );
+    assert_eq!(waiter.wait().code(), Some(0));
+}
+
+#[test]
+fn sd_notify_reaches_an_abstract_socket() {
+    let redis = Redis::start();
+    let name = format!("locked-run-test-{}", std::process::id());
+    let addr =
+        <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(
+            name.as_bytes(),
+        )
+        .unwrap();
+    let socket = UnixDatagram::bind_addr(&addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut cmd = locked_run();
+    cmd.env("NOTIFY_SOCKET", format!("@{name}"))
+        .args(["-u", &redis.url(), "job", "--", "true"]);
+    assert_eq!(run(cmd).code(), Some(0));
+    assert_eq!(
+        receive(&socket),
+        "READY=1\nSTATUS=holding lock job (fence 1)"
+    );
+}
+
+fn json_lines(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect()
+}
+
+fn events(lines: &[serde_json::Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l["event"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn json_logs_carry_every_milestone_of_a_run() {
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    // T = 300 ms: renewals every 50 ms during a 200 ms command.
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "--log-format",
+        "json",
+        "--ttl",
+        "300ms",
+        "job",
+        "--",
+        "sleep",
+        "0.2",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let lines = json_lines(&out.stderr);
+    let events = events(&lines);
+    assert_eq!(
+        events.first().map(String::as_str),
+        Some("acquired"),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().filter(|e| *e == "renewed").count() >= 2,
+        "{events:?}"
+    );
+    let n = events.len();
+    assert_eq!(&events[n - 2..], ["child_exited", "released"], "{events:?}");
+    let acquired = &lines[0];
+    assert_eq!(acquired["fence"], 1);
+    assert!(acquired["waited_ms"].is_u64());
+    assert_eq!(acquired["lock"], "job");
+    assert_eq!(acquired["level"], "info");
+    assert!(acquired["ts"].as_str().unwrap().ends_with('Z'));
+    assert!(
+        acquired["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("acquired lock job")
+    );
+    assert_eq!(lines[n - 2]["status"], 0);
+    assert_eq!(lines[n - 1]["still_ours"], true);
+}
+
+#[test]
+fn json_logs_tell_a_lost_lease_and_end_with_the_failure() {
+    let mut redis = Redis::start();
+    let dir = scratch();
+    let (running, child) = start_job(
+        &redis.url(),
+        dir.path(),
+        &[
+            "--log-format",
+            "json",
+            "--ttl",
+            "300ms",
+            "--connect-timeout",
+            "200ms",
+        ],
+        "exec sleep 60",
+    );
+    redis.kill();
+    assert!(wait_pid_exit(child, Duration::from_secs(10)));
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    let lines = json_lines(&out.stderr);
+    let events = events(&lines);
+    assert!(events.contains(&"renewal_failed".to_owned()), "{events:?}");
+    let lost = lines
+        .iter()
+        .find(|l| l["event"] == "lost")
+        .expect("a lost event");
+    assert_eq!(lost["signal"], "SIGTERM");
+    let last = lines.last().unwrap();
+    assert_eq!(last["event"], "failed");
+    assert_eq!(last["status"], 76);
+    assert_eq!(last["level"], "error");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("lost the lock job")
+    );
+}
