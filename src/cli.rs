@@ -124,6 +124,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = crate::exit::LOST)]
     pub lost_exit_code: u8,
 
+    /// Redlock (several URLs): how long each server may take to answer an acquire
+    /// [default: TTL/100, at least 5ms]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub node_timeout: Option<Duration>,
+
     /// Keep the lock at least DUR after it was taken, even if the command ends sooner
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub min_hold: Option<Duration>,
@@ -190,6 +195,12 @@ impl Cli {
 }
 
 impl RunArgs {
+    /// Redlock's per-server timeout: `--node-timeout`, else T/100 but at least 5 ms.
+    pub fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 100).max(Duration::from_millis(5)))
+    }
+
     pub fn codes(&self) -> Codes {
         Codes {
             conflict: self.conflict_exit_code,
@@ -205,6 +216,9 @@ impl RunArgs {
                 "{raw:?} is a subcommand's name: options go after it (`locked-run {raw} [OPTIONS] NAME`); \
                  to use it as a lock NAME write `locked-run run {raw} -- COMMAND`"
             )));
+        }
+        if self.node_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Failure::usage("--node-timeout must be longer than 0s"));
         }
         if self.conn.connect_timeout.is_zero() {
             return Err(Failure::usage("--connect-timeout must be longer than 0s"));

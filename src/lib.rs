@@ -11,6 +11,7 @@
 //! - [`resp`]: a small RESP2 client (one connection, one request at a time).
 //! - [`node`]: one Redis server: URL, connection, script calls, subscriptions, error messages.
 //! - [`lock`]: the lock as a Rust type ([`Lock`]); the single-server backend.
+//! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
 //! - [`wait`]: waiting for a held lock without polling.
 //! - [`child`]: finding, spawning, signalling and reaping the command.
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
@@ -30,6 +31,7 @@ pub mod log;
 pub mod name;
 pub mod node;
 pub mod notify;
+pub mod redlock;
 pub mod resp;
 pub mod run;
 pub mod scripts;
@@ -39,8 +41,10 @@ pub mod wait;
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 pub use crate::lock::Lock;
+pub use crate::redlock::Redlock;
 
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::exit::{Codes, Exit, Failure};
@@ -61,13 +65,22 @@ pub fn execute(cli: Cli) -> Outcome {
         Command::Run { args, explicit } => run_command(args, explicit),
         Command::Status(args) => {
             log::init(&args.log);
-            let result = open_lock(
+            let timeout = args.conn.connect_timeout;
+            let result = open_backend(
                 &args.conn,
                 &args.name,
-                std::time::Duration::from_secs(1),
+                Duration::from_secs(1),
                 "status",
+                timeout,
             )
-            .and_then(|lock| runtime()?.block_on(status::status(&lock, args.json)));
+            .and_then(|backend| {
+                runtime()?.block_on(async {
+                    match &backend {
+                        Opened::One(lock) => status::status(lock, args.json).await,
+                        Opened::Many(redlock) => status::status_redlock(redlock, args.json).await,
+                    }
+                })
+            });
             Outcome {
                 result,
                 codes: Codes::default(),
@@ -94,8 +107,11 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
             .file_name()
             .map_or_else(|| cfg.command[0].to_string_lossy(), |n| n.to_string_lossy())
             .into_owned();
-        let lock = open_lock(&args.conn, cfg.name.as_str(), t.ttl, &program)?;
-        runtime()?.block_on(run::run(&lock, &cfg))
+        let node_timeout = args.node_timeout(t.ttl);
+        match open_backend(&args.conn, cfg.name.as_str(), t.ttl, &program, node_timeout)? {
+            Opened::One(lock) => runtime()?.block_on(run::run(lock.as_ref(), &cfg)),
+            Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg)),
+        }
     });
     Outcome {
         result,
@@ -104,22 +120,59 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
     }
 }
 
-fn open_lock(
+/// The backend the URLs name: one server, or Redlock over several.
+enum Opened {
+    One(Box<Lock>),
+    Many(Redlock),
+}
+
+fn open_backend(
     conn: &ConnArgs,
     name: &str,
-    ttl: std::time::Duration,
+    ttl: Duration,
     command: &str,
-) -> Result<Lock, Failure> {
+    node_timeout: Duration,
+) -> Result<Opened, Failure> {
     let name = LockName::new(name).map_err(Failure::usage)?;
     let urls = conn.urls();
-    if urls.len() > 1 {
+    let nodes = urls
+        .iter()
+        .map(|url| Node::open(url, conn.connect_timeout).map_err(Failure::usage))
+        .collect::<Result<Vec<Node>, Failure>>()?;
+    if nodes.len() == 1 {
+        let node = nodes.into_iter().next().expect("one node");
+        return Ok(Opened::One(Box::new(Lock::on(node, name, ttl, command))));
+    }
+    for (i, node) in nodes.iter().enumerate() {
+        if let Some(same) = nodes[..i].iter().find(|other| other.same_server(node)) {
+            return Err(Failure::usage(format!(
+                "{} is given twice (as {}): the same server counted twice would fake a Redlock quorum",
+                node.address(),
+                same.address()
+            )));
+        }
+    }
+    if nodes.len() < 3 {
         return Err(Failure::usage(format!(
-            "{} Redis URLs given; this version supports one server (Redlock over several is not built yet)",
-            urls.len()
+            "{} Redis URLs given: Redlock needs at least 3 independent servers (a quorum of 2 out of 2 \
+             survives no failure); give one URL for a single server, or 3 or more",
+            nodes.len()
         )));
     }
-    let node = Node::open(&urls[0], conn.connect_timeout).map_err(Failure::usage)?;
-    Ok(Lock::on(node, name, ttl, command))
+    if nodes.len() % 2 == 0 {
+        tracing::info!(
+            "{} servers: a quorum is {}, so only {} may fail, no more than with {}",
+            nodes.len(),
+            nodes.len() / 2 + 1,
+            nodes.len() / 2 - 1,
+            nodes.len() - 1
+        );
+    }
+    let locks = nodes
+        .into_iter()
+        .map(|node| Lock::on(node, name.clone(), ttl, command))
+        .collect();
+    Ok(Opened::Many(Redlock::new(locks, node_timeout)))
 }
 
 /// A single-threaded runtime: the child is forked from the main thread, which PDEATHSIG needs.

@@ -45,6 +45,8 @@ pub struct Report {
     pub fence: Option<u64>,
     /// `None` when free.
     pub held: Option<Busy>,
+    /// The lock's value (the owner's token) while held; compared across Redlock's servers.
+    pub value: Option<String>,
 }
 
 impl Lock {
@@ -107,6 +109,17 @@ impl Lock {
 
     /// An attempt; with `listen`, subscribed to release messages before it runs.
     async fn attempt_listening(&self, listen: bool) -> Result<Attempt, BackendError> {
+        // A grant that takes half the lease to arrive is worth little.
+        self.attempt_within(listen, self.node.connect_timeout().min(self.ttl / 2))
+            .await
+    }
+
+    /// An attempt that gives up after `timeout` (Redlock's per-server timeout).
+    pub(crate) async fn attempt_within(
+        &self,
+        listen: bool,
+        timeout: Duration,
+    ) -> Result<Attempt, BackendError> {
         let since = wall_clock_ms().to_string();
         let reply = self
             .node
@@ -121,8 +134,7 @@ impl Lock {
                     &self.command,
                     &since,
                 ],
-                // A grant that takes half the lease to arrive is worth little.
-                self.node.connect_timeout().min(self.ttl / 2),
+                timeout,
                 listen.then_some(self.channel.as_str()),
             )
             .await?;
@@ -134,7 +146,7 @@ impl Lock {
         self.extend_within(self.node.connect_timeout()).await
     }
 
-    async fn extend_within(&self, timeout: Duration) -> Result<bool, BackendError> {
+    pub(crate) async fn extend_within(&self, timeout: Duration) -> Result<bool, BackendError> {
         let reply = self
             .node
             .eval(
@@ -153,7 +165,7 @@ impl Lock {
         self.release_within(None, self.node.connect_timeout()).await
     }
 
-    async fn release_within(
+    pub(crate) async fn release_within(
         &self,
         keep_for: Option<Duration>,
         timeout: Duration,
@@ -170,6 +182,41 @@ impl Lock {
             )
             .await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+    }
+
+    /// Redlock's second phase: raises this server's fence counter to `fence` (never lowers it)
+    /// while the lock here still holds our token. `Ok(true)`: confirmed.
+    pub(crate) async fn raise_fence(
+        &self,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        let fence = fence.to_string();
+        let reply = self
+            .node
+            .eval(
+                &scripts::RAISE_FENCE,
+                &[&self.lock_key, &self.fence_key, &self.holder_key],
+                &[&self.token, &fence],
+                timeout,
+                None,
+            )
+            .await?;
+        as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+    }
+
+    /// The same lock with `token` as its owner's token (Redlock: one token on every server).
+    pub(crate) fn with_token(mut self, token: &str) -> Lock {
+        self.token = token.to_owned();
+        self
+    }
+
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
     }
 
     /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree).
@@ -200,7 +247,11 @@ impl Lock {
         };
         let fence = fence.as_text().and_then(|f| f.parse().ok());
         let Some(value) = value.as_text() else {
-            return Ok(Report { fence, held: None });
+            return Ok(Report {
+                fence,
+                held: None,
+                value: None,
+            });
         };
         let fields: std::collections::HashMap<String, String> = meta
             .items()
@@ -224,6 +275,7 @@ impl Lock {
                 holder,
                 expiry: expiry(pttl.as_int().unwrap_or(-1)),
             }),
+            value: Some(value),
         })
     }
 

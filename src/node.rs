@@ -141,6 +141,11 @@ impl Node {
         hello
     }
 
+    /// Whether `other` names the same server and database (Redlock must not count it twice).
+    pub fn same_server(&self, other: &Node) -> bool {
+        self.addr == other.addr && self.db == other.db
+    }
+
     /// The URL without its password, for messages.
     pub fn address(&self) -> &str {
         &self.address

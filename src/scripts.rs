@@ -89,3 +89,22 @@ return 1
 "#,
     sha1: "4a86f11723235513b9865bcea65456bfced5e9b3",
 };
+
+/// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
+/// counter to ARGV[2] (never lowers it) only while the lock holds our token; 1 when done, 0
+/// when the lock is not ours here.
+pub const RAISE_FENCE: Script = Script {
+    source: r#"
+local ok, value = pcall(redis.call, 'GET', KEYS[1])
+if not ok or value ~= ARGV[1] then
+  return 0
+end
+local fence = tonumber(ARGV[2])
+if (tonumber(redis.call('GET', KEYS[2])) or 0) < fence then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+redis.call('HSET', KEYS[3], 'fence', ARGV[2])
+return 1
+"#,
+    sha1: "65ba9bd590982ebe216521ad885e20d104c0d8b9",
+};

@@ -3,10 +3,13 @@
 
 use serde_json::{Value, json};
 
-use crate::backend::{Expiry, Holder};
+use std::time::Duration;
+
+use crate::backend::{Busy, Expiry, Holder};
 use crate::exit::{Exit, Failure};
 use crate::lease::show;
 use crate::lock::{Lock, Report};
+use crate::redlock::Redlock;
 
 /// Prints the lock's state on stdout and returns the status to exit with.
 pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
@@ -25,6 +28,119 @@ pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
     } else {
         Exit::Free
     })
+}
+
+/// `status` over Redlock's servers: held when a quorum holds one owner's value; each server's
+/// own state below. 69 when fewer than a quorum answer.
+pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Failure> {
+    let reports = redlock.inspect().await;
+    let quorum = redlock.quorum();
+    let n = reports.len();
+    let answered: Vec<&Report> = reports
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    if answered.len() < quorum {
+        let first = reports.iter().find_map(|(_, r)| r.as_ref().err());
+        return Err(Failure::unavailable(format!(
+            "only {} of {n} Redis servers answered, a quorum is {quorum}{}",
+            answered.len(),
+            first.map_or_else(String::new, |e| format!(": {e}"))
+        )));
+    }
+    // The owner whose value a quorum of servers holds, if any.
+    let owner = answered
+        .iter()
+        .filter_map(|r| r.value.as_deref())
+        .find(|v| {
+            answered
+                .iter()
+                .filter(|r| r.value.as_deref() == Some(*v))
+                .count()
+                >= quorum
+        });
+    let holding: Vec<&Report> = answered
+        .iter()
+        .copied()
+        .filter(|r| owner.is_some() && r.value.as_deref() == owner)
+        .collect();
+    // The lock lasts while a quorum holds it: until the quorum-th longest of their leases ends.
+    let mut expiries: Vec<Expiry> = holding
+        .iter()
+        .filter_map(|r| r.held.as_ref().map(|b| b.expiry))
+        .collect();
+    expiries.sort_by_key(|e| std::cmp::Reverse(expiry_key(*e)));
+    let summary = Report {
+        fence: answered.iter().filter_map(|r| r.fence).max(),
+        held: owner.map(|_| Busy {
+            holder: holding
+                .iter()
+                .filter_map(|r| r.held.as_ref().map(|b| b.holder.clone()))
+                .find(Holder::is_known)
+                .unwrap_or_default(),
+            expiry: expiries
+                .get(quorum - 1)
+                .copied()
+                .unwrap_or(Expiry::In(Duration::ZERO)),
+        }),
+        value: owner.map(str::to_owned),
+    };
+    let name = redlock.name();
+    if as_json {
+        let mut object = to_json(name, &summary);
+        object["quorum"] = json!(quorum);
+        object["servers"] = Value::Array(
+            reports
+                .iter()
+                .map(|(url, report)| match report {
+                    Ok(r) => {
+                        let mut o = json!({"url": url});
+                        let fields = to_json(name, r);
+                        for (k, v) in fields
+                            .as_object()
+                            .into_iter()
+                            .flatten()
+                            .filter(|(k, _)| *k != "name")
+                        {
+                            o[k] = v.clone();
+                        }
+                        o
+                    }
+                    Err(e) => json!({"url": url, "error": e.to_string()}),
+                })
+                .collect(),
+        );
+        println!("{object}");
+    } else {
+        println!(
+            "{}; {} of {n} servers hold it, a quorum is {quorum}",
+            to_text(name, &summary),
+            holding.len()
+        );
+        for (url, report) in &reports {
+            match report {
+                Ok(r) => println!(
+                    "  {url}: {}",
+                    to_text(name, r)
+                        .split_once(": ")
+                        .map_or("", |(_, rest)| rest)
+                ),
+                Err(e) => println!("  {url}: no answer: {e}"),
+            }
+        }
+    }
+    Ok(if summary.held.is_some() {
+        Exit::Held
+    } else {
+        Exit::Free
+    })
+}
+
+fn expiry_key(e: Expiry) -> Duration {
+    match e {
+        Expiry::Never => Duration::MAX,
+        Expiry::In(d) => d,
+    }
 }
 
 /// One JSON object: `name`, `held`, `fence` (last issued, or null), `ttl_ms` (null when free,
@@ -79,14 +195,13 @@ pub fn to_text(name: &str, report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Busy;
-    use std::time::Duration;
 
     #[test]
     fn free_and_held_in_json() {
         let free = Report {
             fence: Some(3),
             held: None,
+            value: None,
         };
         assert_eq!(
             to_json("job", &free),
@@ -104,6 +219,7 @@ mod tests {
                 },
                 expiry: Expiry::In(Duration::from_millis(1200)),
             }),
+            value: Some("t".into()),
         };
         let j = to_json("job", &held);
         assert_eq!(j["held"], json!(true));

@@ -535,16 +535,12 @@ fn wall_clock_jumps() -> Figure {
             thread::sleep(Duration::from_millis(1_000));
             std::fs::write(&rc, "-1h\n").unwrap();
         }
-        // Renewals must go on through both jumps: the lease never runs out on the server.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while alive(running.pid()) && Instant::now() < deadline {
-            if !fake_monotonic {
-                let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
-                assert!(
-                    pttl > 0 || !alive(running.pid()),
-                    "the lease lapsed on the server ({pttl})"
-                );
-            }
+        // Renewals must go on through both jumps: the lease never runs out on the server
+        // while the command (sleep 3) runs; the check stops short of its end and the release.
+        let until = running.started + Duration::from_millis(2_700);
+        while !fake_monotonic && Instant::now() < until {
+            let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+            assert!(pttl > 0, "the lease lapsed on the server ({pttl})");
             thread::sleep(Duration::from_millis(50));
         }
         running.wait()
@@ -565,72 +561,6 @@ fn wall_clock_jumps() -> Figure {
 }
 
 // ---- contention -----------------------------------------------------------------------------
-
-/// A child that appends `start FENCE T` and `end FENCE T` (T: CLOCK_MONOTONIC, ns) to the shared
-/// log, holding the lock 5-25 ms; on SIGTERM it logs its end and exits.
-const CRITICAL_SECTION: &str = r#"
-use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC sleep);
-my ($log) = @ARGV; my $f = $ENV{LOCKED_RUN_FENCE};
-sub note { open(my $h, ">>", $log) or die; printf $h "%s %d %d %d\n", $_[0], $f, int(clock_gettime(CLOCK_MONOTONIC) * 1e9), $$; close $h; }
-$SIG{TERM} = sub { note("end"); exit 143 };
-note("start"); sleep(0.005 + rand(0.02)); note("end");
-"#;
-
-struct Section {
-    fence: u64,
-    start: u64,
-    end: Option<u64>,
-}
-
-/// No two critical sections overlap, and fences grow strictly in start order.
-fn check_log(log: &Path) -> usize {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut by_pid: BTreeMap<u64, Section> = BTreeMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let (kind, fence, t, pid): (&str, u64, u64, u64) = (
-            f[0],
-            f[1].parse().unwrap(),
-            f[2].parse().unwrap(),
-            f[3].parse().unwrap(),
-        );
-        match kind {
-            "start" => {
-                by_pid.insert(
-                    pid,
-                    Section {
-                        fence,
-                        start: t,
-                        end: None,
-                    },
-                );
-            }
-            _ => by_pid.get_mut(&pid).expect("end after start").end = Some(t),
-        }
-    }
-    let mut sections: Vec<Section> = by_pid.into_values().collect();
-    sections.sort_by_key(|s| s.start);
-    for pair in sections.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        let end = a
-            .end
-            .unwrap_or_else(|| panic!("fence {}: a section that never ended", a.fence));
-        assert!(
-            end < b.start,
-            "fences {} and {} overlap by {} us",
-            a.fence,
-            b.fence,
-            (end - b.start) / 1000
-        );
-        assert!(
-            b.fence > a.fence,
-            "fence {} started after fence {}",
-            b.fence,
-            a.fence
-        );
-    }
-    sections.len()
-}
 
 /// Six workers, each running `runs` locked jobs in a row on one NAME; returns their statuses.
 fn workers(url: &str, log: &Path, runs: usize, extra: &[&str]) -> Vec<i32> {

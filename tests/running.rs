@@ -313,6 +313,7 @@ fn the_scripts_sha1s_are_the_servers() {
         locked_run::scripts::ACQUIRE,
         locked_run::scripts::RENEW,
         locked_run::scripts::RELEASE,
+        locked_run::scripts::RAISE_FENCE,
     ] {
         let sha: String = redis.cmd(&["SCRIPT", "LOAD", script.source]);
         assert_eq!(sha, script.sha1);

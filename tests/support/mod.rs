@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::net::TcpListener;
@@ -111,6 +112,11 @@ impl Redis {
 
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// The server's pid, unless it was killed.
+    pub fn pid_if_running(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
     }
 
     pub fn conn(&self) -> redis::Connection {
@@ -423,4 +429,70 @@ pub fn expiry_lower_bound(redis: &Redis) -> Instant {
     let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
     assert!(pttl > 0, "the lock is held with a lease: {pttl}");
     before + Duration::from_millis(pttl as u64)
+}
+
+/// A child that appends `start FENCE T` and `end FENCE T` (T: CLOCK_MONOTONIC, ns) to the shared
+/// log, holding the lock 5-25 ms; on SIGTERM it logs its end and exits.
+pub const CRITICAL_SECTION: &str = r#"
+use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC sleep);
+my ($log) = @ARGV; my $f = $ENV{LOCKED_RUN_FENCE};
+sub note { open(my $h, ">>", $log) or die; printf $h "%s %d %d %d\n", $_[0], $f, int(clock_gettime(CLOCK_MONOTONIC) * 1e9), $$; close $h; }
+$SIG{TERM} = sub { note("end"); exit 143 };
+note("start"); sleep(0.005 + rand(0.02)); note("end");
+"#;
+
+pub struct Section {
+    fence: u64,
+    start: u64,
+    end: Option<u64>,
+}
+
+/// No two critical sections overlap, and fences grow strictly in start order.
+pub fn check_log(log: &Path) -> usize {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut by_pid: BTreeMap<u64, Section> = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (kind, fence, t, pid): (&str, u64, u64, u64) = (
+            f[0],
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        match kind {
+            "start" => {
+                by_pid.insert(
+                    pid,
+                    Section {
+                        fence,
+                        start: t,
+                        end: None,
+                    },
+                );
+            }
+            _ => by_pid.get_mut(&pid).expect("end after start").end = Some(t),
+        }
+    }
+    let mut sections: Vec<Section> = by_pid.into_values().collect();
+    sections.sort_by_key(|s| s.start);
+    for pair in sections.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let end = a
+            .end
+            .unwrap_or_else(|| panic!("fence {}: a section that never ended", a.fence));
+        assert!(
+            end < b.start,
+            "fences {} and {} overlap by {} us",
+            a.fence,
+            b.fence,
+            (end - b.start) / 1000
+        );
+        assert!(
+            b.fence > a.fence,
+            "fence {} started after fence {}",
+            b.fence,
+            a.fence
+        );
+    }
+    sections.len()
 }

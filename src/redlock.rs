@@ -1,0 +1,339 @@
+//! Redlock over N independent Redis primaries, with fencing tokens that stay monotonic.
+//!
+//! The lock is held when a quorum (N/2 + 1) of servers granted it, within the lease: every
+//! server is asked in parallel, each with a timeout far below T, and the lease clock measures
+//! validity from before the first request, as for one server. Renewals need a quorum too.
+//!
+//! The fence, in two phases (DESIGN.md, "Redlock"):
+//! 1. each server's acquire script returns its own `INCR fence:{NAME}` (c_i);
+//! 2. f = max(c_i) over the servers that granted, and each of them raises its counter to f,
+//!    only while it still holds our token; f is the fence only once a quorum confirmed.
+//!
+//! Any two confirmed quorums share a server. There the later holder's INCR runs after our key
+//! was gone, hence after our raise, so its token is larger than f, as long as the servers of a
+//! confirmed quorum keep their counters.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::future::{join_all, select_all};
+use futures_util::stream::FuturesUnordered;
+
+use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups};
+use crate::lock::{Lock, Report};
+use crate::node::Subscription;
+
+/// A lock on N servers, all with one token.
+pub struct Redlock {
+    locks: Vec<Lock>,
+    node_timeout: Duration,
+    key: String,
+    token: String,
+}
+
+impl Redlock {
+    /// `locks` on distinct servers (at least 3), each with the same token.
+    pub fn new(locks: Vec<Lock>, node_timeout: Duration) -> Redlock {
+        let token = uuid::Uuid::new_v4().to_string();
+        let locks: Vec<Lock> = locks.into_iter().map(|l| l.with_token(&token)).collect();
+        Redlock {
+            key: locks[0].name().lock_key(),
+            locks,
+            node_timeout,
+            token,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.locks[0].name().as_str()
+    }
+
+    pub fn quorum(&self) -> usize {
+        self.locks.len() / 2 + 1
+    }
+
+    fn servers(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Releases everywhere, also where no answer came (the request may have landed).
+    async fn release_everywhere(
+        &self,
+        keep_for: Option<Duration>,
+        timeout: Duration,
+    ) -> Vec<Result<bool, BackendError>> {
+        join_all(
+            self.locks
+                .iter()
+                .map(|l| l.release_within(keep_for, timeout)),
+        )
+        .await
+    }
+
+    /// Each server's state, for `status`.
+    pub async fn inspect(&self) -> Vec<(String, Result<Report, BackendError>)> {
+        let reports = join_all(self.locks.iter().map(Lock::inspect)).await;
+        self.locks
+            .iter()
+            .map(|l| l.address().to_owned())
+            .zip(reports)
+            .collect()
+    }
+}
+
+impl Backend for Redlock {
+    type Wakeups<'a> = AnyOf<Subscription<'a>>;
+
+    fn has_lease(&self) -> bool {
+        true
+    }
+
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn token(&self) -> &str {
+        &self.token
+    }
+
+    async fn try_acquire(&self, listen: bool) -> Result<Attempt, BackendError> {
+        let (n, quorum) = (self.servers(), self.quorum());
+        let answers = join_all(
+            self.locks
+                .iter()
+                .map(|l| l.attempt_within(listen, self.node_timeout)),
+        )
+        .await;
+        let mut granted: Vec<(usize, u64)> = Vec::new();
+        let mut busy: Vec<Busy> = Vec::new();
+        let mut errors: Vec<BackendError> = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Ok(Attempt::Acquired { fence }) => granted.push((i, fence)),
+                Ok(Attempt::Busy(b)) => busy.push(b),
+                Err(e) => errors.push(e),
+            }
+        }
+        if granted.len() >= quorum {
+            let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
+            let raised = join_all(
+                granted
+                    .iter()
+                    .map(|&(i, _)| self.locks[i].raise_fence(fence, self.node_timeout)),
+            )
+            .await;
+            let confirmed = raised.iter().filter(|r| matches!(r, Ok(true))).count();
+            if confirmed >= quorum {
+                if listen {
+                    join_all(self.locks.iter().map(|l| l.node().stop_listening())).await;
+                }
+                return Ok(Attempt::Acquired { fence });
+            }
+            self.release_everywhere(None, self.node_timeout).await;
+            return Err(BackendError::Transient(format!(
+                "the fence {fence} was confirmed by {confirmed} of {n} servers, not a quorum of {quorum}"
+            )));
+        }
+        if !granted.is_empty() || !errors.is_empty() {
+            self.release_everywhere(None, self.node_timeout).await;
+        }
+        if errors.len() > n - quorum {
+            let answered = n - errors.len();
+            let transient = errors.iter().any(BackendError::is_transient);
+            let first = &errors[0];
+            let message = format!(
+                "only {answered} of {n} Redis servers answered, a quorum is {quorum}: {first}"
+            );
+            return Err(if transient {
+                BackendError::Transient(message)
+            } else {
+                BackendError::Refused(message)
+            });
+        }
+        let holder = most_common_holder(&busy);
+        if busy.len() >= quorum {
+            let expiry = busy
+                .iter()
+                .map(|b| b.expiry)
+                .max_by_key(|e| match e {
+                    Expiry::Never => Duration::MAX,
+                    Expiry::In(d) => *d,
+                })
+                .unwrap_or(Expiry::In(Duration::ZERO));
+            return Ok(Attempt::Busy(Busy { holder, expiry }));
+        }
+        // A split vote: nobody holds a quorum. Try again soon, after a random delay, so
+        // that competing clients do not keep splitting it.
+        let again = Duration::from_millis(fastrand::u64(5..=50));
+        Ok(Attempt::Busy(Busy {
+            holder,
+            expiry: Expiry::In(again),
+        }))
+    }
+
+    async fn renew(&self, timeout: Duration) -> Result<bool, BackendError> {
+        let (n, quorum) = (self.servers(), self.quorum());
+        // A little under the round's own timeout, so that the round can say which servers
+        // failed; and the round ends as soon as its outcome is known, slow servers or not.
+        let per_server = timeout * 9 / 10;
+        let answers = gather(
+            self.locks.iter().map(|l| l.extend_within(per_server)),
+            |answers| {
+                let ours = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Ok(true))))
+                    .count();
+                let against = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Ok(false) | Err(_))))
+                    .count();
+                ours >= quorum || against > n - quorum
+            },
+        )
+        .await;
+        let ours = answers
+            .iter()
+            .filter(|a| matches!(a, Some(Ok(true))))
+            .count();
+        let not_ours = answers
+            .iter()
+            .filter(|a| matches!(a, Some(Ok(false))))
+            .count();
+        if ours >= quorum {
+            return Ok(true);
+        }
+        if not_ours > n - quorum {
+            return Ok(false);
+        }
+        let why = answers
+            .iter()
+            .find_map(|a| a.as_ref()?.as_ref().err())
+            .map_or_else(String::new, |e| format!(": {e}"));
+        Err(BackendError::Transient(format!(
+            "the renewal was confirmed by {ours} of {n} servers, not a quorum of {quorum}{why}"
+        )))
+    }
+
+    async fn release(
+        &self,
+        keep_for: Option<Duration>,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        let quorum = self.quorum();
+        // Every server is asked; once a quorum has released, the others get one more
+        // per-server timeout, not the whole release timeout: a slow server's key expires by
+        // itself, and waiters hear the releases of the others.
+        let mut pending: FuturesUnordered<_> = self
+            .locks
+            .iter()
+            .map(|l| l.release_within(keep_for, timeout))
+            .collect();
+        let (mut ours, mut first_error) = (0, None);
+        let mut grace_until: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match grace_until {
+                None => pending.next().await,
+                Some(until) => match tokio::time::timeout_at(until, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            match next {
+                None => break,
+                Some(Ok(true)) => ours += 1,
+                Some(Ok(false)) => {}
+                Some(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            if ours >= quorum && grace_until.is_none() {
+                grace_until = Some(tokio::time::Instant::now() + self.node_timeout);
+            }
+        }
+        match first_error {
+            Some(e) if ours == 0 => Err(e),
+            _ => Ok(ours >= quorum),
+        }
+    }
+
+    async fn subscribe(&self) -> Result<(AnyOf<Subscription<'_>>, bool), BackendError> {
+        let answers = join_all(self.locks.iter().map(|l| l.node().subscribe(l.channel()))).await;
+        let mut subscriptions = Vec::new();
+        let mut covered = true;
+        let mut first_error = None;
+        for answer in answers {
+            match answer {
+                Ok((subscription, before_attempt)) => {
+                    covered &= before_attempt;
+                    subscriptions.push(subscription);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        // Every release publishes on every server it reaches: one subscription would do, more
+        // survive servers going down.
+        match first_error {
+            Some(e) if subscriptions.is_empty() => Err(e),
+            _ => Ok((AnyOf(subscriptions), covered)),
+        }
+    }
+}
+
+/// Runs `futures` concurrently and collects their outputs by position until `done` says the
+/// outcome is known (or all have ended); the rest are dropped (their connections with them).
+async fn gather<T, F: Future<Output = T>>(
+    futures: impl Iterator<Item = F>,
+    done: impl Fn(&[Option<T>]) -> bool,
+) -> Vec<Option<T>> {
+    let mut pending: FuturesUnordered<_> = futures
+        .enumerate()
+        .map(|(i, f)| async move { (i, f.await) })
+        .collect();
+    let mut outputs: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
+    while let Some((i, output)) = pending.next().await {
+        outputs[i] = Some(output);
+        if done(&outputs) {
+            break;
+        }
+    }
+    outputs
+}
+
+/// The holder most servers report (a quorum's holder, when there is one).
+fn most_common_holder(busy: &[Busy]) -> Holder {
+    let mut best: Option<(&Holder, usize)> = None;
+    for b in busy {
+        let count = busy.iter().filter(|o| o.holder == b.holder).count();
+        if best.is_none_or(|(_, c)| count > c) {
+            best = Some((&b.holder, count));
+        }
+    }
+    best.map(|(h, _)| h.clone()).unwrap_or_default()
+}
+
+/// Release messages from any of several servers.
+pub struct AnyOf<W>(Vec<W>);
+
+impl<W: Wakeups> Wakeups for AnyOf<W> {
+    async fn next(&mut self) -> Result<(), BackendError> {
+        loop {
+            if self.0.is_empty() {
+                return Err(BackendError::Transient("lost every subscription".into()));
+            }
+            let (result, index) = {
+                let waits = self.0.iter_mut().map(|w| Box::pin(w.next()));
+                let (result, index, _) = select_all(waits).await;
+                (result, index)
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::info!("{e}; still listening on {} server(s)", self.0.len() - 1);
+                    self.0.remove(index);
+                }
+            }
+        }
+    }
+}

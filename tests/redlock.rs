@@ -1,0 +1,373 @@
+//! Redlock over five real redis-server processes: quorum, failures, loss mid-run, fences that
+//! stay monotonic when a minority of servers restart empty, contention, a slow server, status.
+
+use std::time::{Duration, Instant};
+
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::*;
+
+struct Five {
+    servers: Vec<Redis>,
+}
+
+impl Five {
+    fn start() -> Five {
+        Five {
+            servers: (0..5).map(|_| Redis::start()).collect(),
+        }
+    }
+
+    fn url_args(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .flat_map(|r| ["-u".to_owned(), r.url()])
+            .collect()
+    }
+
+    /// How many servers hold `lock:{job}` with `value`.
+    fn holding(&self, value: &str) -> usize {
+        self.servers
+            .iter()
+            .filter(|r| r.child_alive() && r.get("lock:{job}").as_deref() == Some(value))
+            .count()
+    }
+}
+
+impl Redis {
+    /// Whether this server is still running (killed ones are skipped by the checks).
+    fn child_alive(&self) -> bool {
+        alive(self.pid_if_running().unwrap_or(-1))
+    }
+}
+
+fn locked_run_on(five: &Five) -> std::process::Command {
+    let mut cmd = locked_run();
+    cmd.args(five.url_args());
+    cmd
+}
+
+#[test]
+fn a_quorum_holds_the_lock_with_one_token_and_fence() {
+    let five = Five::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run_on(&five);
+    cmd.arg("job").args(sh(&format!(
+        "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; echo $LOCKED_RUN_FENCE; \
+         while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let running = spawn(cmd);
+    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    });
+    assert_eq!(
+        five.holding(token.trim()),
+        5,
+        "every server holds our token"
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    let out = running.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+    assert_eq!(five.holding(token.trim()), 0, "released everywhere");
+}
+
+#[test]
+fn two_servers_down_still_works_three_down_is_69() {
+    let mut five = Five::start();
+    five.servers[0].kill();
+    five.servers[3].kill();
+    let mut cmd = locked_run_on(&five);
+    cmd.args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+
+    five.servers[4].kill();
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    let mut cmd = locked_run_on(&five);
+    cmd.args(["job", "--", "touch", path_str(&marker)]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("only 2 of 5 Redis servers answered, a quorum is 3"),
+        "{}",
+        out.stderr
+    );
+    assert!(!marker.exists(), "nothing was run");
+    assert!(
+        !five.servers[1].exists("lock:{job}") && !five.servers[2].exists("lock:{job}"),
+        "nothing held"
+    );
+}
+
+#[test]
+fn a_majority_lost_mid_run_stops_the_child_before_those_keys_expire() {
+    let five = Five::start();
+    let dir = scratch();
+    let (running, child) = start_job_args(&five, dir.path(), &["--ttl", "2s"], "exec sleep 60");
+    // The earliest server-side expiry among the three servers about to freeze.
+    let expiry = five.servers[..3]
+        .iter()
+        .map(expiry_lower_bound)
+        .min()
+        .unwrap();
+    for r in &five.servers[..3] {
+        r.pause();
+    }
+    assert!(wait_pid_exit(child, Duration::from_secs(10)));
+    let death = Instant::now();
+    assert!(death < expiry, "dead {:?} after the expiry", death - expiry);
+    eprintln!("kill margin [Redlock, 3 of 5 frozen]: {:?}", expiry - death);
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    assert!(out.stderr.contains("not a quorum of 3"), "{}", out.stderr);
+    for r in &five.servers[..3] {
+        r.resume();
+    }
+}
+
+fn start_job_args(
+    five: &Five,
+    dir: &std::path::Path,
+    extra: &[&str],
+    child: &str,
+) -> (Running, i32) {
+    let urls = five.url_args();
+    let mut args: Vec<&str> = urls.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    // start_job passes the first URL itself; the other four follow in `args`.
+    start_job(&five.servers[0].url(), dir, &args[2..], child)
+}
+
+#[test]
+fn fences_keep_growing_while_minorities_restart_empty() {
+    let mut five = Five::start();
+    let mut last = 0u64;
+    for round in 0..20 {
+        let mut cmd = locked_run_on(&five);
+        cmd.args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(0), "round {round}: {out:?}");
+        let fence: u64 = out.stdout.trim().parse().unwrap();
+        assert!(fence > last, "round {round}: fence {fence} after {last}");
+        last = fence;
+        // Two servers (a minority) lose everything, counters included.
+        let a = fastrand::usize(0..5);
+        let b = (a + 1 + fastrand::usize(0..4)) % 5;
+        five.servers[a].restart_empty();
+        five.servers[b].restart_empty();
+    }
+}
+
+#[test]
+fn four_processes_contending_never_overlap() {
+    let five = Five::start();
+    let dir = scratch();
+    let log = file(&dir, "log");
+    let urls = five.url_args();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..8 {
+                    let mut cmd = locked_run();
+                    cmd.args(&urls).args([
+                        "--ttl",
+                        "2s",
+                        "shared",
+                        "--",
+                        "perl",
+                        "-e",
+                        CRITICAL_SECTION,
+                        path_str(&log),
+                    ]);
+                    assert_eq!(run(cmd).code(), Some(0));
+                }
+            });
+        }
+    });
+    assert_eq!(check_log(&log), 32);
+}
+
+#[test]
+fn a_slow_server_does_not_stall_the_acquisition() {
+    let five = Five::start();
+    let proxy = Proxy::start(five.servers[4].port);
+    proxy.set(Mode::Latency(Duration::from_secs(2)));
+    let mut cmd = locked_run();
+    for r in &five.servers[..4] {
+        cmd.args(["-u", &r.url()]);
+    }
+    // T = 10 s: each server may take T/100 = 100 ms to answer.
+    cmd.args([
+        "-u",
+        &proxy.url(),
+        "--ttl",
+        "10s",
+        "-v",
+        "job",
+        "--",
+        "true",
+    ]);
+    let started = Instant::now();
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let acquired = out.stderr.lines().next().unwrap_or("");
+    assert!(acquired.contains("acquired lock job"), "{}", out.stderr);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "did not wait for the slow server: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_waiter_wakes_on_the_release() {
+    let five = Five::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut holder = locked_run_on(&five);
+    holder.arg("job").args(sh(&format!(
+        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let holder = spawn(holder);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let mut waiter = locked_run_on(&five);
+    waiter.args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
+    let waiter = spawn(waiter);
+    wait_until(
+        "the waiter listens on every server",
+        Duration::from_secs(10),
+        || {
+            five.servers.iter().all(|r| {
+                let reply: Vec<redis::Value> = r.cmd(&["PUBSUB", "NUMSUB", "released:{job}"]);
+                reply.get(1) == Some(&redis::Value::Int(1))
+            })
+        },
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let released = Instant::now();
+    let out = waiter.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    // Larger than the holder's; not necessarily 2: an attempt that met the release half-way
+    // took counters on some servers before giving its votes back.
+    assert!(
+        out.stdout.trim().parse::<u64>().unwrap() > 1,
+        "{}",
+        out.stdout
+    );
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken by the release: {:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn status_shows_each_server_and_the_quorum() {
+    let mut five = Five::start();
+    let dir = scratch();
+    let (running, _) = start_job_args(&five, dir.path(), &[], "exec sleep 60");
+    five.servers[2].kill();
+    let mut cmd = locked_run();
+    cmd.arg("status")
+        .args(five.url_args())
+        .args(["--json", "job"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["held"], true);
+    assert_eq!(v["quorum"], 3);
+    assert_eq!(v["fence"], 1);
+    assert_eq!(v["holder"]["pid"], running.pid());
+    let servers = v["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 5);
+    assert_eq!(servers.iter().filter(|s| s["held"] == true).count(), 4);
+    assert!(
+        servers[2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach")
+    );
+
+    let mut text = locked_run();
+    text.arg("status").args(five.url_args()).arg("job");
+    let text = run(text);
+    assert!(
+        text.stdout
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("4 of 5 servers hold it, a quorum is 3"),
+        "{}",
+        text.stdout
+    );
+    assert_eq!(text.stdout.lines().count(), 6);
+    signal(running.pid(), libc::SIGTERM);
+    let _ = running.wait();
+}
+
+#[test]
+fn bad_server_lists_are_refused() {
+    let five = Five::start();
+    let url = five.servers[0].url();
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &url,
+        "-u",
+        &five.servers[1].url(),
+        "-u",
+        &url,
+        "job",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("is given twice"), "{}", out.stderr);
+
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "-u", &five.servers[1].url(), "job", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(2));
+    assert!(
+        out.stderr.contains("at least 3 independent servers"),
+        "{}",
+        out.stderr
+    );
+
+    let mut cmd = locked_run();
+    cmd.args(five.url_args()[..8].to_vec())
+        .args(["-v", "job", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("4 servers: a quorum is 3, so only 1 may fail"),
+        "{}",
+        out.stderr
+    );
+
+    // Several URLs in LOCKED_RUN_URL, comma-separated.
+    let list = five
+        .servers
+        .iter()
+        .map(Redis::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", list)
+        .args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.trim().parse::<u64>().unwrap() > 1,
+        "{}",
+        out.stdout
+    );
+}
