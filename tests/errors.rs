@@ -64,7 +64,7 @@ fn usage_errors_are_status_2_with_one_line() {
         (&["-u", "redis://", "job", "true"], "no host"),
         (
             &["-u", "redis://a:1", "-u", "redis://b:2", "job", "true"],
-            "one server",
+            "at least 3 independent servers",
         ),
         (&["release", "true"], "locked-run run release"),
     ];
