@@ -51,6 +51,16 @@ class Servers:
              "--save", "", "--appendonly", "no", "--dir", str(scratch)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_until("redis-server", lambda: self.redis("PING") == "PONG")
+        # Five more, independent, for Redlock.
+        self.redlock_ports = [free_port() for _ in range(5)]
+        for port in self.redlock_ports:
+            self.procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(scratch)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in self.redlock_ports:
+            wait_until("redis-server", lambda: subprocess.run(
+                ["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True).stdout.strip() == "PONG")
         client, peer = free_port(), free_port()
         self.etcd = f"http://127.0.0.1:{client}"
         self.procs.append(subprocess.Popen(
@@ -87,6 +97,10 @@ class Tools:
         url = f"redis://127.0.0.1:{self.servers.redis_port}"
         return [str(self.binary), "-u", url, *extra, name, "--", *cmd]
 
+    def redlock(self, name, *cmd):
+        urls = [arg for port in self.servers.redlock_ports for arg in ("-u", f"redis://127.0.0.1:{port}")]
+        return [str(self.binary), *urls, name, "--", *cmd]
+
     def flock(self, name, *cmd):
         return ["flock", str(self.scratch / f"{name}.flock"), *cmd]
 
@@ -94,7 +108,8 @@ class Tools:
         return ["etcdctl", f"--endpoints={self.servers.etcd}", "lock", name, "--", *cmd]
 
     def all(self):
-        return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl)]
+        return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl),
+                ("Redlock, 5 servers", self.redlock)]
 
 
 def ms(seconds):
@@ -254,12 +269,14 @@ def main():
     say()
     say("| measure | locked-run | flock | etcdctl lock | target | verdict |")
     say("|---|---|---|---|---|---|")
-    lr, fl, et = o["locked-run"], o["flock"], o["etcdctl lock"]
+    lr, fl, et, rl = o["locked-run"], o["flock"], o["etcdctl lock"], o["Redlock, 5 servers"]
     say(f"| overhead `X NAME -- true`, median | {ms(lr)} ({lr / fl:.2f}x flock) | {ms(fl)} | {ms(et)} ({et / fl:.1f}x flock) "
         f"| <= 1.5x flock | {verdict(lr <= 1.5 * fl)} |")
-    (lm, lp), (fm, fp), (em, ep) = h["locked-run"], h["flock"], h["etcdctl lock"]
+    say(f"| overhead, Redlock over 5 servers | {ms(rl)} ({rl / fl:.2f}x flock) | - | - | (measured) | - |")
+    (lm, lp), (fm, fp), (em, ep), (rm, rp) = h["locked-run"], h["flock"], h["etcdctl lock"], h["Redlock, 5 servers"]
     say(f"| handoff median / p90 | {ms(lm)} / {ms(lp)} ({lm / fm:.2f}x flock) | {ms(fm)} / {ms(fp)} | {ms(em)} / {ms(ep)} "
         f"| median <= 1.3x flock, < etcdctl | {verdict(lm <= 1.3 * fm and lm < em)} |")
+    say(f"| handoff, Redlock over 5 servers | {ms(rm)} / {ms(rp)} ({rm / fm:.2f}x flock) | - | - | (measured) | - |")
     say(f"| peak RSS of the wrapper | {r['locked-run'] / 1024:.1f} MiB | - | {r['etcdctl lock'] / 1024:.1f} MiB "
         f"| <= 5 MiB | {verdict(r['locked-run'] <= 5 * 1024)} |")
     # Besides the scripts: HELLO when connecting, SUBSCRIBE/UNSUBSCRIBE around the acquire.
