@@ -53,15 +53,20 @@ pub enum Sub {
 
 #[derive(Args, Debug, Clone)]
 pub struct ConnArgs {
-    /// Redis server URL: redis://[user@]host[:port][/db] or redis+unix:///path [env: LOCKED_RUN_URL]
-    /// [default: redis://127.0.0.1:6379]. Give passwords through LOCKED_RUN_URL or REDISCLI_AUTH,
-    /// not on the command line, which `ps` shows.
+    /// Redis server URL: redis://[user@]host[:port][/db] or redis+unix:///path; three or more for
+    /// Redlock [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
+    /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH, not on the command line, which `ps`
+    /// shows.
     #[arg(short = 'u', long = "url", value_name = "URL")]
     pub url: Vec<String>,
 
     /// How long one connection attempt may take
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
+
+    /// Read the Redis password from FILE (its first line), for URLs that carry none
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -128,6 +133,15 @@ pub struct RunArgs {
     /// [default: TTL/100, at least 5ms]
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub node_timeout: Option<Duration>,
+
+    /// After taking the lock, require N replicas of the server to acknowledge it (WAIT), or
+    /// release it and exit 69: a failover then cannot promote a replica that never saw it
+    #[arg(long, value_name = "N")]
+    pub wait_replicas: Option<u32>,
+
+    /// How long --wait-replicas waits for the acknowledgements
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, requires = "wait_replicas")]
+    pub wait_replicas_timeout: Duration,
 
     /// Keep the lock at least DUR after it was taken, even if the command ends sooner
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -248,6 +262,39 @@ impl RunArgs {
 }
 
 impl ConnArgs {
+    /// The password for URLs that carry none: `--password-file`, else `REDISCLI_AUTH`.
+    pub fn default_password(&self) -> Result<Option<String>, Failure> {
+        if let Some(path) = &self.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(format!(
+                    "cannot read --password-file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let password = text.lines().next().unwrap_or("").to_owned();
+            if password.is_empty() {
+                return Err(Failure::usage(format!(
+                    "--password-file {} is empty",
+                    path.display()
+                )));
+            }
+            return Ok(Some(password));
+        }
+        Ok(std::env::var("REDISCLI_AUTH")
+            .ok()
+            .filter(|p| !p.is_empty()))
+    }
+
+    /// Warns when a password was given on the command line, where `ps` shows it to every user.
+    pub fn warn_about_visible_passwords(&self) {
+        if self.url.iter().any(|u| crate::node::url_has_password(u)) {
+            tracing::warn!(
+                "a password given with --url is visible to every user of this machine (ps); \
+                 put the URL in LOCKED_RUN_URL, or the password in --password-file or REDISCLI_AUTH"
+            );
+        }
+    }
+
     /// The server URLs: `--url`, else `LOCKED_RUN_URL`, else the default.
     pub fn urls(&self) -> Vec<String> {
         if !self.url.is_empty() {

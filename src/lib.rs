@@ -109,7 +109,16 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
             .into_owned();
         let node_timeout = args.node_timeout(t.ttl);
         match open_backend(&args.conn, cfg.name.as_str(), t.ttl, &program, node_timeout)? {
-            Opened::One(lock) => runtime()?.block_on(run::run(lock.as_ref(), &cfg)),
+            Opened::One(lock) => {
+                let lock = match args.wait_replicas.filter(|&n| n > 0) {
+                    Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
+                    None => *lock,
+                };
+                runtime()?.block_on(run::run(&lock, &cfg))
+            }
+            Opened::Many(_) if args.wait_replicas.is_some() => Err(Failure::usage(
+                "--wait-replicas is for one primary with replicas; Redlock's servers are independent primaries",
+            )),
             Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg)),
         }
     });
@@ -135,9 +144,13 @@ fn open_backend(
 ) -> Result<Opened, Failure> {
     let name = LockName::new(name).map_err(Failure::usage)?;
     let urls = conn.urls();
+    let password = conn.default_password()?;
+    conn.warn_about_visible_passwords();
     let nodes = urls
         .iter()
-        .map(|url| Node::open(url, conn.connect_timeout).map_err(Failure::usage))
+        .map(|url| {
+            Node::open(url, conn.connect_timeout, password.as_deref()).map_err(Failure::usage)
+        })
         .collect::<Result<Vec<Node>, Failure>>()?;
     if nodes.len() == 1 {
         let node = nodes.into_iter().next().expect("one node");

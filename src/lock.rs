@@ -36,6 +36,8 @@ pub struct Lock {
     host: String,
     pid: String,
     command: String,
+    /// `--wait-replicas`: replicas that must acknowledge a grant, and how long they may take.
+    wait_replicas: Option<(u32, Duration)>,
 }
 
 /// What `status` reports.
@@ -50,9 +52,13 @@ pub struct Report {
 }
 
 impl Lock {
-    /// A lock named `name` on the server at `url`, with lease length `ttl`.
+    /// A lock named `name` on the server at `url`, with lease length `ttl`; a password missing
+    /// from the URL is taken from `REDISCLI_AUTH`.
     pub fn new(url: &str, name: &str, ttl: Duration) -> Result<Lock, String> {
-        let node = Node::open(url, Duration::from_secs(5))?;
+        let password = std::env::var("REDISCLI_AUTH")
+            .ok()
+            .filter(|p| !p.is_empty());
+        let node = Node::open(url, Duration::from_secs(5), password.as_deref())?;
         let name = LockName::new(name)?;
         Ok(Lock::on(node, name, ttl, "library"))
     }
@@ -76,7 +82,15 @@ impl Lock {
             host,
             pid: std::process::id().to_string(),
             command: command.to_owned(),
+            wait_replicas: None,
         }
+    }
+
+    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (WAIT): the
+    /// answer to a failover that would otherwise promote a replica that never saw the lock.
+    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> Lock {
+        self.wait_replicas = Some((replicas, timeout));
+        self
     }
 
     pub fn name(&self) -> &LockName {
@@ -138,7 +152,53 @@ impl Lock {
                 listen.then_some(self.channel.as_str()),
             )
             .await?;
-        parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))
+        let attempt = parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))?;
+        if let (Attempt::Acquired { .. }, Some((replicas, wait))) = (&attempt, self.wait_replicas) {
+            self.replicas_acknowledge(replicas, wait).await?;
+        }
+        Ok(attempt)
+    }
+
+    /// WAIT for `replicas` acknowledgements of the grant just made (on the same connection, so
+    /// they cover it); too few, and the lock is given back before the error is returned.
+    async fn replicas_acknowledge(
+        &self,
+        replicas: u32,
+        wait: Duration,
+    ) -> Result<(), BackendError> {
+        let (count, ms) = (replicas.to_string(), wait.as_millis().max(1).to_string());
+        let timeout = wait + self.node.connect_timeout();
+        let acked = match self
+            .node
+            .exchange(
+                &[&[b"WAIT", count.as_bytes(), ms.as_bytes()]],
+                timeout,
+                None,
+            )
+            .await
+        {
+            Ok(replies) => match replies.first() {
+                Some(Reply::Error(e)) => Err(self.node.refused(e)),
+                Some(reply) => reply.as_int().ok_or_else(|| self.unexpected(reply)),
+                None => Err(self.unexpected(&Reply::Array(None))),
+            },
+            Err(e) => Err(e),
+        };
+        match acked {
+            Ok(acked) if acked >= i64::from(replicas) => Ok(()),
+            other => {
+                let _ = self.release_within(None, self.node.connect_timeout()).await;
+                Err(match other {
+                    Ok(acked) => BackendError::Refused(format!(
+                        "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged lock {} \
+                         within {}; it was released. Check the replicas (INFO replication) or lower --wait-replicas",
+                        self.name,
+                        crate::lease::show(wait)
+                    )),
+                    Err(e) => e,
+                })
+            }
+        }
     }
 
     /// Extends the lease to a full TTL from now, if it is still ours.

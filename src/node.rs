@@ -41,9 +41,14 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// Parses `url`: `redis://[user[:password]@]host[:port][/db]` or
-    /// `redis+unix:///path[?db=N&user=U&pass=P]`. A password missing from the URL is taken from
-    /// `REDISCLI_AUTH`, as `redis-cli` does. Errors are usage errors, never showing the password.
-    pub fn open(url: &str, connect_timeout: Duration) -> Result<Node, String> {
+    /// `redis+unix:///path[?db=N&user=U&pass=P]`. A password missing from the URL is
+    /// `default_password` (`--password-file`, `REDISCLI_AUTH`). Errors are usage errors, never
+    /// showing the password.
+    pub fn open(
+        url: &str,
+        connect_timeout: Duration,
+        default_password: Option<&str>,
+    ) -> Result<Node, String> {
         let parsed = url::Url::parse(url).map_err(|_| bad_url(url))?;
         let address = redact(&parsed);
         let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
@@ -95,9 +100,7 @@ impl Node {
             })?,
         };
         if password.is_none() {
-            password = std::env::var("REDISCLI_AUTH")
-                .ok()
-                .filter(|p| !p.is_empty());
+            password = default_password.map(str::to_owned);
         }
         if password.is_none() {
             user = None; // AUTH needs a password; a bare user name means the default user
@@ -396,6 +399,13 @@ fn bad_url(url: &str) -> String {
     )
 }
 
+/// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
+pub fn url_has_password(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|u| {
+        u.password().is_some() || u.query_pairs().any(|(k, _)| k == "pass" || k == "password")
+    })
+}
+
 /// The URL with any password removed, so it can be printed.
 pub fn redact(url: &url::Url) -> String {
     let mut url = url.clone();
@@ -443,7 +453,24 @@ mod tests {
     use super::*;
 
     fn open(url: &str) -> Result<Node, String> {
-        Node::open(url, Duration::from_secs(1))
+        Node::open(url, Duration::from_secs(1), None)
+    }
+
+    #[test]
+    fn a_default_password_fills_in_only_where_the_url_has_none() {
+        let n = Node::open("redis://h", Duration::from_secs(1), Some("fromfile")).unwrap();
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"fromfile".to_vec()]);
+        let n = Node::open("redis://:inurl@h", Duration::from_secs(1), Some("fromfile")).unwrap();
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"inurl".to_vec()]);
+    }
+
+    /// Whether the URL itself carries a password (for the warning about `ps`).
+    #[test]
+    fn passwords_in_urls_are_noticed() {
+        assert!(url_has_password("redis://:pw@h"));
+        assert!(url_has_password("redis+unix:///s?pass=pw"));
+        assert!(!url_has_password("redis://user@h"));
+        assert!(!url_has_password("not a url"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod fencing;
 mod lease_loss;
 mod library;
 mod ops;
+mod production;
 mod redlock;
 mod running;
 mod signals;

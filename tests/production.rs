@@ -1,0 +1,176 @@
+//! Production Redis: secrets that never show, replicas that must acknowledge the lock, TLS,
+//! Sentinel and Cluster.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const SECRET: &str = "hunter2-secret";
+
+fn all_output(out: &Output) -> String {
+    format!("{}{}", out.stdout, out.stderr)
+}
+
+#[test]
+fn a_password_on_the_command_line_draws_a_warning_and_is_never_printed() {
+    let redis = Redis::start_with(&["--requirepass", SECRET]);
+    let url = format!("redis://:{SECRET}@127.0.0.1:{}", redis.port);
+
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "-vv", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("visible to every user of this machine (ps)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!all_output(&out).contains(SECRET), "{out:?}");
+
+    for json in [false, true] {
+        let mut status = locked_run();
+        status.args(["status", "-u", &url, "-v", "job"]);
+        if json {
+            status.arg("--json");
+        }
+        let out = run(status);
+        assert_eq!(out.code(), Some(1), "{out:?}");
+        assert!(!all_output(&out).contains(SECRET), "{out:?}");
+    }
+
+    // Failing: unreachable, and a wrong password.
+    let unreachable = format!("redis://:{SECRET}@127.0.0.1:{}", free_port());
+    let wrong = format!("redis://:{SECRET}x@127.0.0.1:{}", redis.port);
+    for url in [&unreachable, &wrong] {
+        let mut cmd = locked_run();
+        cmd.args(["-u", url, "-vv", "job", "--", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(69), "{out:?}");
+        assert!(!all_output(&out).contains(SECRET), "{out:?}");
+    }
+
+    // Through the environment: no warning, and still no password shown.
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url)
+        .args(["-v", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        !out.stderr.contains("visible to every user"),
+        "{}",
+        out.stderr
+    );
+    assert!(!all_output(&out).contains(SECRET));
+}
+
+#[test]
+fn a_password_file_is_read_for_urls_without_one() {
+    let redis = Redis::start_with(&["--requirepass", SECRET]);
+    let dir = scratch();
+    let file_path = file(&dir, "password");
+    std::fs::write(&file_path, format!("{SECRET}\n")).unwrap();
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "--password-file",
+        path_str(&file_path),
+        "job",
+        "--",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(!all_output(&out).contains(SECRET));
+
+    std::fs::write(&file_path, "").unwrap();
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "--password-file",
+        path_str(&file_path),
+        "job",
+        "--",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("is empty"), "{}", out.stderr);
+
+    // Unreadable even for root: a directory.
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &redis.url(),
+        "--password-file",
+        path_str(dir.path()),
+        "job",
+        "--",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("locked-run: cannot read --password-file"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn too_few_replica_acknowledgements_release_the_lock_and_exit_69() {
+    let primary = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    wait_until("the replica is in sync", Duration::from_secs(10), || {
+        primary
+            .cmd::<String>(&["INFO", "replication"])
+            .contains("connected_slaves:1")
+            && replica
+                .cmd::<String>(&["INFO", "replication"])
+                .contains("master_link_status:up")
+    });
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &primary.url(),
+        "--wait-replicas",
+        "1",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &primary.url(),
+        "--wait-replicas",
+        "2",
+        "--wait-replicas-timeout",
+        "200ms",
+        "job",
+        "--",
+    ])
+    .args(["touch", path_str(&marker)]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("only 1 of the 2 replicas asked for (--wait-replicas) acknowledged lock job"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1);
+    assert!(!marker.exists(), "nothing was run");
+    assert!(!primary.exists("lock:{job}"), "nothing is held");
+}
