@@ -67,6 +67,18 @@ pub struct ConnArgs {
     /// Read the Redis password from FILE (its first line), for URLs that carry none
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<std::path::PathBuf>,
+
+    /// rediss://: trust the CA certificate(s) in this PEM file instead of the system's
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca_cert: Option<std::path::PathBuf>,
+
+    /// rediss://: a client certificate (PEM), for servers that ask for one
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// rediss://: the client certificate's private key (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -262,6 +274,14 @@ impl RunArgs {
 }
 
 impl ConnArgs {
+    pub fn tls(&self) -> crate::tls::TlsOptions {
+        crate::tls::TlsOptions {
+            ca_cert: self.tls_ca_cert.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+        }
+    }
+
     /// The password for URLs that carry none: `--password-file`, else `REDISCLI_AUTH`.
     pub fn default_password(&self) -> Result<Option<String>, Failure> {
         if let Some(path) = &self.password_file {

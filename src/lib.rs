@@ -10,6 +10,7 @@
 //! - [`scripts`]: the Lua scripts of the protocol.
 //! - [`resp`]: a small RESP2 client (one connection, one request at a time).
 //! - [`node`]: one Redis server: URL, connection, script calls, subscriptions, error messages.
+//! - [`tls`]: TLS for `rediss://` (rustls).
 //! - [`lock`]: the lock as a Rust type ([`Lock`]); the single-server backend.
 //! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
 //! - [`wait`]: waiting for a held lock without polling.
@@ -37,6 +38,7 @@ pub mod run;
 pub mod scripts;
 pub mod signals;
 pub mod status;
+pub mod tls;
 pub mod wait;
 
 use std::path::Path;
@@ -149,7 +151,8 @@ fn open_backend(
     let nodes = urls
         .iter()
         .map(|url| {
-            Node::open(url, conn.connect_timeout, password.as_deref()).map_err(Failure::usage)
+            Node::open_with(url, conn.connect_timeout, password.as_deref(), &conn.tls())
+                .map_err(Failure::usage)
         })
         .collect::<Result<Vec<Node>, Failure>>()?;
     if nodes.len() == 1 {

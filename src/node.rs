@@ -13,6 +13,7 @@ use crate::backend::{BackendError, Wakeups};
 use crate::lease::show;
 use crate::resp::{Addr, Connection, Reply, within};
 use crate::scripts::Script;
+use crate::tls::TlsOptions;
 
 /// A Redis server reached through one URL.
 pub struct Node {
@@ -22,6 +23,8 @@ pub struct Node {
     password: Option<String>,
     db: i64,
     connect_timeout: Duration,
+    /// For `rediss://`.
+    tls: Option<tokio_rustls::TlsConnector>,
     /// Cleared when the server turns out not to speak RESP3 (Redis 5): subscriptions then
     /// need a connection of their own.
     resp3: AtomicBool,
@@ -49,6 +52,21 @@ impl Node {
         connect_timeout: Duration,
         default_password: Option<&str>,
     ) -> Result<Node, String> {
+        Node::open_with(
+            url,
+            connect_timeout,
+            default_password,
+            &TlsOptions::default(),
+        )
+    }
+
+    /// [`Node::open`], with the TLS options for `rediss://` URLs.
+    pub fn open_with(
+        url: &str,
+        connect_timeout: Duration,
+        default_password: Option<&str>,
+        tls: &TlsOptions,
+    ) -> Result<Node, String> {
         let parsed = url::Url::parse(url).map_err(|_| bad_url(url))?;
         let address = redact(&parsed);
         let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
@@ -58,8 +76,9 @@ impl Node {
                 .find(|(k, _)| names.contains(&k.as_ref()))
                 .map(|(_, v)| v.into_owned())
         };
+        let secure = parsed.scheme() == "rediss";
         let (addr, mut user, mut password, db) = match parsed.scheme() {
-            "redis" => {
+            "redis" | "rediss" => {
                 let host = match parsed.host() {
                     Some(url::Host::Domain(d)) if !d.is_empty() => d.to_owned(),
                     Some(url::Host::Ipv4(ip)) => ip.to_string(),
@@ -105,6 +124,11 @@ impl Node {
         if password.is_none() {
             user = None; // AUTH needs a password; a bare user name means the default user
         }
+        let tls = if secure {
+            Some(crate::tls::connector(tls)?)
+        } else {
+            None
+        };
         Ok(Node {
             addr,
             address,
@@ -112,6 +136,7 @@ impl Node {
             password,
             db,
             connect_timeout,
+            tls,
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
         })
@@ -225,7 +250,7 @@ impl Node {
     async fn connect(&self, timeout: Duration) -> io::Result<Connection> {
         within(
             timeout.min(self.connect_timeout),
-            Connection::connect(&self.addr),
+            Connection::connect(&self.addr, self.tls.as_ref()),
         )
         .await
     }
@@ -332,11 +357,22 @@ impl Node {
 
     fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
         let address = &self.address;
+        // A TLS handshake that failed (certificates, protocol), rather than no connection.
+        let handshake = !matches!(
+            error.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::NotFound
+        );
+        let tls_hint = if self.tls.is_some() && handshake {
+            "; check the server's certificate against --tls-ca-cert (or the system's CAs), and \
+             --tls-cert/--tls-key if the server wants a client certificate"
+        } else {
+            ""
+        };
         BackendError::Transient(match error.kind() {
             io::ErrorKind::TimedOut => {
                 format!("Redis at {address} did not answer within {}", show(timeout))
             }
-            _ => format!("cannot reach Redis at {address}: {error}"),
+            _ => format!("cannot reach Redis at {address}: {error}{tls_hint}"),
         })
     }
 
@@ -381,9 +417,6 @@ impl Node {
 }
 
 fn bad_url(url: &str) -> String {
-    if url.starts_with("rediss://") {
-        return "rediss:// (TLS) is not supported by this version of locked-run; use redis:// over a trusted network or a tunnel".into();
-    }
     if url.starts_with("file://") {
         return "file:// (the host-local backend) is not supported by this version of locked-run"
             .into();
@@ -394,8 +427,8 @@ fn bad_url(url: &str) -> String {
         Err(_) => format!("{url:?}"),
     };
     format!(
-        "{shown} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db] \
-         or redis+unix:///path/to/socket"
+        "{shown} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
+         rediss:// (TLS) or redis+unix:///path/to/socket"
     )
 }
 
@@ -532,7 +565,7 @@ mod tests {
                 .contains("not a supported Redis URL")
         );
         assert!(!open("ftp://u:hunter2@h").unwrap_err().contains("hunter2"));
-        assert!(open("rediss://h").unwrap_err().contains("TLS"));
+        assert!(open("rediss://h").is_ok(), "TLS with the system roots");
         assert!(open("file:///tmp").unwrap_err().contains("host-local"));
         assert!(open("not a url").is_err());
     }

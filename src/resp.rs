@@ -96,13 +96,23 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects (TCP with Nagle off, or a Unix socket).
-    pub async fn connect(addr: &Addr) -> io::Result<Connection> {
+    /// Connects (TCP with Nagle off, or a Unix socket), through TLS when `tls` is given.
+    pub async fn connect(
+        addr: &Addr,
+        tls: Option<&tokio_rustls::TlsConnector>,
+    ) -> io::Result<Connection> {
         let stream: Box<dyn Stream> = match addr {
             Addr::Tcp { host, port } => {
                 let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
-                Box::new(stream)
+                match tls {
+                    Some(tls) => {
+                        let name = rustls_pki_types::ServerName::try_from(host.clone())
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                        Box::new(tls.connect(name, stream).await?)
+                    }
+                    None => Box::new(stream),
+                }
             }
             Addr::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
         };

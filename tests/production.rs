@@ -174,3 +174,78 @@ fn too_few_replica_acknowledgements_release_the_lock_and_exit_69() {
     assert!(!marker.exists(), "nothing was run");
     assert!(!primary.exists("lock:{job}"), "nothing is held");
 }
+
+#[test]
+fn tls_with_the_tests_ca_and_client_certificates() {
+    let certs = Certs::make();
+    let redis = Redis::start_tls(&certs, false);
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = path_str(&certs.ca);
+
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &url,
+        "--tls-ca-cert",
+        ca,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+    let mut status = locked_run();
+    status.args(["status", "-u", &url, "--tls-ca-cert", ca, "job"]);
+    assert_eq!(run(status).code(), Some(1), "status over TLS says free");
+    // By name too: the certificate is for localhost as well.
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &format!("rediss://localhost:{}", redis.port),
+        "--tls-ca-cert",
+        ca,
+        "job",
+        "true",
+    ]);
+    assert_eq!(run(cmd).code(), Some(0));
+
+    // A CA that did not sign the server's certificate, or the system's CAs (which did not
+    // either): refused, with a line that says where to look.
+    for args in [vec!["--tls-ca-cert", path_str(&certs.other_ca)], vec![]] {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &url]).args(&args).args(["job", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(69), "{args:?}: {out:?}");
+        assert!(out.stderr.contains("certificate"), "{}", out.stderr);
+        assert!(out.stderr.contains("--tls-ca-cert"), "{}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1);
+    }
+}
+
+#[test]
+fn tls_client_certificates_when_the_server_asks() {
+    let certs = Certs::make();
+    let redis = Redis::start_tls(&certs, true);
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = path_str(&certs.ca);
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "--tls-ca-cert", ca, "job", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "no client certificate: {out:?}");
+
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &url,
+        "--tls-ca-cert",
+        ca,
+        "--tls-cert",
+        path_str(&certs.client_cert),
+    ])
+    .args(["--tls-key", path_str(&certs.client_key), "job", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+}

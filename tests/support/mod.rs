@@ -40,6 +40,57 @@ impl Redis {
         Redis::start_in(dir, None, extra)
     }
 
+    /// A TLS-only server (port 0, --tls-port), with the test's certificates; clients must
+    /// show a certificate when `client_auth`.
+    pub fn start_tls(certs: &Certs, client_auth: bool) -> Redis {
+        for _ in 0..10 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .args(["--tls-cert-file", path_str(&certs.server_cert)])
+                .args(["--tls-key-file", path_str(&certs.server_key)])
+                .args(["--tls-ca-cert-file", path_str(&certs.ca)])
+                .args(["--tls-auth-clients", if client_auth { "yes" } else { "no" }])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed");
+            let mut redis = Redis {
+                port,
+                child: Some(child),
+                dir: tempfile::tempdir().unwrap(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(Some(_)) = redis.child.as_mut().unwrap().try_wait() {
+                    break; // the port was taken meanwhile: try another
+                }
+                let ping = Command::new("redis-cli")
+                    .args(["--tls", "--cacert", path_str(&certs.ca)])
+                    .args([
+                        "--cert",
+                        path_str(&certs.client_cert),
+                        "--key",
+                        path_str(&certs.client_key),
+                    ])
+                    .args(["-p", &port.to_string(), "PING"])
+                    .output()
+                    .expect("redis-cli is installed");
+                if String::from_utf8_lossy(&ping.stdout).trim() == "PONG" {
+                    return redis;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "TLS redis-server on {port} did not answer"
+                );
+                thread::sleep(Duration::from_millis(20));
+            }
+            redis.kill();
+        }
+        panic!("could not start a TLS redis-server");
+    }
+
     fn start_in(dir: tempfile::TempDir, port: Option<u16>, extra: &[&str]) -> Redis {
         let mut dir = Some(dir);
         for _ in 0..10 {
@@ -495,4 +546,98 @@ pub fn check_log(log: &Path) -> usize {
         );
     }
     sections.len()
+}
+
+/// A test CA, a server certificate for localhost and 127.0.0.1, a client certificate, and a
+/// second CA that signed none of them; made with openssl.
+pub struct Certs {
+    pub dir: tempfile::TempDir,
+    pub ca: PathBuf,
+    pub other_ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl Certs {
+    pub fn make() -> Certs {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&d)
+                .output()
+                .expect("openssl is installed (see .ci/run)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "other-ca"] {
+            let (key, crt, subject) = (
+                format!("{ca}.key"),
+                format!("{ca}.crt"),
+                format!("/CN=locked-run test {ca}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend([
+                "-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subject,
+            ]);
+            openssl(&args);
+        }
+        std::fs::write(
+            d.join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
+        for who in ["server", "client"] {
+            let (key, csr, crt, subject) = (
+                format!("{who}.key"),
+                format!("{who}.csr"),
+                format!("{who}.crt"),
+                format!("/CN={who}"),
+            );
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
+            openssl(&args);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-extfile",
+                "san.ext",
+            ]);
+        }
+        Certs {
+            ca: d.join("ca.crt"),
+            other_ca: d.join("other-ca.crt"),
+            server_cert: d.join("server.crt"),
+            server_key: d.join("server.key"),
+            client_cert: d.join("client.crt"),
+            client_key: d.join("client.key"),
+            dir,
+        }
+    }
 }

@@ -1,0 +1,77 @@
+//! TLS for `rediss://` URLs, with rustls: the system's roots by default (`--tls-ca-cert` for a
+//! private CA), and client certificates (`--tls-cert`, `--tls-key`) where the server asks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+/// The TLS options of the command line.
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// PEM file of the CA certificate(s) to trust instead of the system's.
+    pub ca_cert: Option<PathBuf>,
+    /// PEM files of a client certificate (chain) and its key.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// A connector for these options; errors are usage errors (unreadable files, bad PEM).
+pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
+    let mut roots = RootCertStore::empty();
+    match &options.ca_cert {
+        Some(path) => {
+            for cert in certificates(path, "--tls-ca-cert")? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("--tls-ca-cert {}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(
+                    "no system CA certificates found for rediss://; give --tls-ca-cert".into(),
+                );
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    let config = match (&options.cert, &options.key) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates(cert, "--tls-cert")?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("--tls-key {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("--tls-cert and --tls-key go together".into()),
+    };
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+fn certificates(path: &Path, option: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("{option} {}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{option} {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{option} {}: no PEM certificate in it",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
