@@ -25,6 +25,8 @@ pub struct Node {
     connect_timeout: Duration,
     /// For `rediss://`.
     tls: Option<tokio_rustls::TlsConnector>,
+    /// For `redis+sentinel://`: who to ask where the primary is; `addr` is then unused.
+    sentinel: Option<Sentinel>,
     /// Cleared when the server turns out not to speak RESP3 (Redis 5): subscriptions then
     /// need a connection of their own.
     resp3: AtomicBool,
@@ -67,6 +69,9 @@ impl Node {
         default_password: Option<&str>,
         tls: &TlsOptions,
     ) -> Result<Node, String> {
+        if url.starts_with("redis+sentinel://") {
+            return Node::open_sentinel(url, connect_timeout, default_password);
+        }
         let parsed = url::Url::parse(url).map_err(|_| bad_url(url))?;
         let address = redact(&parsed);
         let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
@@ -137,6 +142,88 @@ impl Node {
             db,
             connect_timeout,
             tls,
+            sentinel: None,
+            resp3: AtomicBool::new(true),
+            conn: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]`: the
+    /// primary is asked of the sentinels (port 26379 by default) at every new connection, so
+    /// after a failover the next attempt reaches the new primary.
+    fn open_sentinel(
+        url: &str,
+        connect_timeout: Duration,
+        default_password: Option<&str>,
+    ) -> Result<Node, String> {
+        let usage = || {
+            format!(
+                "{} is not a sentinel URL: use redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
+                redact_sentinel(url)
+            )
+        };
+        let rest = &url["redis+sentinel://".len()..];
+        let (hosts_part, path) = rest.split_once('/').ok_or_else(usage)?;
+        let (auth, hosts_part) = match hosts_part.rsplit_once('@') {
+            Some((auth, hosts)) => (Some(auth), hosts),
+            None => (None, hosts_part),
+        };
+        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        let (mut user, mut password) = match auth.map(|a| a.split_once(':').unwrap_or((a, ""))) {
+            Some((u, p)) => (
+                Some(decode(u)).filter(|u| !u.is_empty()),
+                Some(decode(p)).filter(|p| !p.is_empty()),
+            ),
+            None => (None, None),
+        };
+        let mut hosts = Vec::new();
+        for host in hosts_part.split(',').filter(|h| !h.is_empty()) {
+            let (name, port) = match host.rsplit_once(':') {
+                Some((name, port))
+                    if !name.ends_with(':') && (!name.starts_with('[') || name.ends_with(']')) =>
+                {
+                    (name, port.parse().map_err(|_| usage())?)
+                }
+                _ => (host, 26379),
+            };
+            hosts.push((
+                name.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                port,
+            ));
+        }
+        let mut segments = path.split('/');
+        let master = segments
+            .next()
+            .filter(|m| !m.is_empty())
+            .ok_or_else(usage)?
+            .to_owned();
+        let db: i64 = match segments.next() {
+            None | Some("") => 0,
+            Some(db) => db.parse().map_err(|_| usage())?,
+        };
+        if hosts.is_empty() {
+            return Err(usage());
+        }
+        if password.is_none() {
+            password = default_password.map(str::to_owned);
+        }
+        if password.is_none() {
+            user = None;
+        }
+        Ok(Node {
+            addr: Addr::Tcp {
+                host: hosts[0].0.clone(),
+                port: hosts[0].1,
+            },
+            address: redact_sentinel(url),
+            user,
+            password,
+            db,
+            connect_timeout,
+            tls: None,
+            sentinel: Some(Sentinel { hosts, master }),
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
         })
@@ -171,7 +258,7 @@ impl Node {
 
     /// Whether `other` names the same server and database (Redlock must not count it twice).
     pub fn same_server(&self, other: &Node) -> bool {
-        self.addr == other.addr && self.db == other.db
+        self.addr == other.addr && self.db == other.db && self.sentinel == other.sentinel
     }
 
     /// The URL without its password, for messages.
@@ -248,11 +335,20 @@ impl Node {
     }
 
     async fn connect(&self, timeout: Duration) -> io::Result<Connection> {
-        within(
-            timeout.min(self.connect_timeout),
-            Connection::connect(&self.addr, self.tls.as_ref()),
-        )
-        .await
+        let timeout = timeout.min(self.connect_timeout);
+        match &self.sentinel {
+            None => within(timeout, Connection::connect(&self.addr, self.tls.as_ref())).await,
+            Some(sentinel) => {
+                let primary = sentinel.primary(timeout).await?;
+                within(timeout, Connection::connect(&primary, None)).await
+            }
+        }
+    }
+
+    /// Drops the idle connection: the next request connects afresh (and, through sentinels,
+    /// to whichever server is the primary by then).
+    async fn forget(&self) {
+        *self.conn.lock().await = None;
     }
 
     /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed);
@@ -277,7 +373,12 @@ impl Node {
             reply = self.exchange(&[&command], timeout, listen).await?.remove(0);
         }
         match reply {
-            Reply::Error(e) => Err(self.refused(&e)),
+            Reply::Error(e) => {
+                // After a refusal, start afresh: a server that says READONLY may have been
+                // demoted, and the sentinels know the new primary.
+                self.forget().await;
+                Err(self.refused(&e))
+            }
             reply => Ok(reply),
         }
     }
@@ -383,10 +484,13 @@ impl Node {
         let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
         // A server that is starting, busy with a script, or failing over may answer properly
         // in a moment: worth retrying (while waiting; at first contact it is 69 all the same).
-        if matches!(
-            code,
-            "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
-        ) {
+        let failing_over = self.sentinel.is_some() && code == "READONLY";
+        if failing_over
+            || matches!(
+                code,
+                "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
+            )
+        {
             return BackendError::Transient(format!("Redis at {address} is not ready: {error}"));
         }
         // An unauthenticated client may not even send a long command: Redis answers with a
@@ -432,8 +536,83 @@ fn bad_url(url: &str) -> String {
     )
 }
 
+/// The sentinels of a `redis+sentinel://` URL and the name of the primary they watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Sentinel {
+    hosts: Vec<(String, u16)>,
+    master: String,
+}
+
+impl Sentinel {
+    /// Asks the sentinels in turn where the primary is.
+    async fn primary(&self, timeout: Duration) -> io::Result<Addr> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no sentinel given");
+        for (host, port) in &self.hosts {
+            let sentinel = Addr::Tcp {
+                host: host.clone(),
+                port: *port,
+            };
+            let ask = async {
+                let mut conn = Connection::connect(&sentinel, None).await?;
+                conn.command(&[
+                    b"SENTINEL",
+                    b"get-master-addr-by-name",
+                    self.master.as_bytes(),
+                ])
+                .await
+            };
+            match within(timeout, ask).await {
+                Ok(reply) => match reply.items() {
+                    [ip, port] => {
+                        if let (Some(host), Some(port)) = (ip.as_text(), port.as_int()) {
+                            return Ok(Addr::Tcp {
+                                host,
+                                port: port as u16,
+                            });
+                        }
+                    }
+                    _ => {
+                        last = io::Error::new(
+                            io::ErrorKind::NotFound,
+                            format!(
+                                "sentinel {sentinel} does not know a primary named {:?}",
+                                self.master
+                            ),
+                        )
+                    }
+                },
+                Err(e) => last = io::Error::new(e.kind(), format!("sentinel {sentinel}: {e}")),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// A sentinel URL without its password.
+fn redact_sentinel(url: &str) -> String {
+    let Some(rest) = url.strip_prefix("redis+sentinel://") else {
+        return url.to_owned();
+    };
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let hosts = match hosts.rsplit_once('@') {
+        Some((auth, hosts)) => match auth.split_once(':') {
+            Some((user, _)) if !user.is_empty() => format!("{user}@{hosts}"),
+            None if !auth.is_empty() => format!("{auth}@{hosts}"),
+            _ => hosts.to_owned(),
+        },
+        None => hosts.to_owned(),
+    };
+    format!("redis+sentinel://{hosts}/{path}")
+}
+
 /// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
 pub fn url_has_password(url: &str) -> bool {
+    if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        let hosts = rest.split_once('/').map_or(rest, |(h, _)| h);
+        return hosts
+            .rsplit_once('@')
+            .is_some_and(|(auth, _)| auth.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
+    }
     url::Url::parse(url).is_ok_and(|u| {
         u.password().is_some() || u.query_pairs().any(|(k, _)| k == "pass" || k == "password")
     })
@@ -555,6 +734,32 @@ mod tests {
             [&b"HELLO"[..], b"3", b"AUTH", b"default", b"secret"]
         );
         assert_eq!(n.address(), "redis+unix:///run/redis.sock?db=3");
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let n = open("redis+sentinel://:pw@s1:26380,s2,[::1]:26381/mymaster/2").unwrap();
+        let s = n.sentinel.as_ref().unwrap();
+        assert_eq!(s.master, "mymaster");
+        assert_eq!(
+            s.hosts,
+            [
+                ("s1".to_owned(), 26380),
+                ("s2".to_owned(), 26379),
+                ("::1".to_owned(), 26381)
+            ]
+        );
+        assert_eq!(n.db, 2);
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"pw".to_vec()]);
+        assert_eq!(
+            n.address(),
+            "redis+sentinel://s1:26380,s2,[::1]:26381/mymaster/2"
+        );
+        assert!(url_has_password("redis+sentinel://:pw@s1/m"));
+        assert!(!url_has_password("redis+sentinel://s1/m"));
+        assert!(!url_has_password("redis+sentinel://user@s1/m"));
+        assert!(open("redis+sentinel://s1").is_err());
+        assert!(open("redis+sentinel://s1/").is_err());
     }
 
     #[test]

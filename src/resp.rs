@@ -163,6 +163,12 @@ impl Connection {
         Ok(replies)
     }
 
+    /// Sends one command and reads its reply.
+    pub async fn command(&mut self, args: &[&[u8]]) -> io::Result<Reply> {
+        let mut replies = self.pipeline(&[args]).await?;
+        replies.pop().ok_or_else(|| protocol_error("no reply"))
+    }
+
     /// Whether a subscription has been confirmed on this connection.
     pub fn subscribed(&self) -> bool {
         self.confirmed > 0

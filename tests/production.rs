@@ -249,3 +249,191 @@ fn tls_client_certificates_when_the_server_asks() {
     let out = run(cmd);
     assert_eq!(out.code(), Some(0), "{out:?}");
 }
+
+/// A primary, a replica in sync, and three sentinels watching them as `mymaster`.
+struct Watched {
+    primary: Redis,
+    replica: Redis,
+    sentinels: Vec<std::process::Child>,
+    ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        for s in &mut self.sentinels {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
+
+impl Watched {
+    fn start() -> Watched {
+        let primary = Redis::start();
+        let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        wait_until("the replica is in sync", Duration::from_secs(10), || {
+            replica
+                .cmd::<String>(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        let dir = scratch();
+        let mut sentinels = Vec::new();
+        let mut ports = Vec::new();
+        for i in 0..3 {
+            let port = free_port();
+            let conf = file(&dir, &format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {d}\nsentinel monitor mymaster 127.0.0.1 {p} 2\n\
+                     sentinel down-after-milliseconds mymaster 2000\nsentinel failover-timeout mymaster 10000\n",
+                    d = path_str(dir.path()),
+                    p = primary.port
+                ),
+            )
+            .unwrap();
+            let child = std::process::Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            sentinels.push(child);
+            ports.push(port);
+        }
+        let watched = Watched {
+            primary,
+            replica,
+            sentinels,
+            ports,
+            _dir: dir,
+        };
+        let replica_port = watched.replica.port.to_string();
+        wait_until(
+            "the sentinels know the primary and its replica",
+            Duration::from_secs(20),
+            || {
+                watched.ports.iter().all(|p| {
+                    let out = sentinel_cli(*p, &["SENTINEL", "replicas", "mymaster"]);
+                    out.contains(&replica_port) && !out.contains("s_down")
+                })
+            },
+        );
+        watched
+    }
+
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+sentinel://{}/mymaster", hosts.join(","))
+    }
+
+    /// Forces a failover and waits until the replica is the primary the sentinels name.
+    fn fail_over(&self) {
+        let out = sentinel_cli(self.ports[0], &["SENTINEL", "FAILOVER", "mymaster"]);
+        assert!(out.contains("OK"), "SENTINEL FAILOVER: {out}");
+        let replica_port = self.replica.port.to_string();
+        wait_until("the replica was promoted", Duration::from_secs(30), || {
+            sentinel_cli(
+                self.ports[0],
+                &["SENTINEL", "get-master-addr-by-name", "mymaster"],
+            )
+            .contains(&replica_port)
+                && self
+                    .replica
+                    .cmd::<String>(&["INFO", "replication"])
+                    .contains("role:master")
+        });
+    }
+}
+
+fn sentinel_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn through_sentinels_a_failover_that_kept_the_lock_goes_on() {
+    let watched = Watched::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run();
+    cmd.args(["-u", &watched.url(), "--ttl", "20s", "job"])
+        .args(sh(&format!(
+            "echo $LOCKED_RUN_FENCE > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        )));
+    let running = spawn(cmd);
+    assert_eq!(
+        wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| t
+            .ends_with('\n')),
+        "1\n"
+    );
+    assert!(
+        watched.primary.exists("lock:{job}"),
+        "taken on the primary the sentinels named"
+    );
+    wait_until(
+        "the key reached the replica",
+        Duration::from_secs(10),
+        || watched.replica.exists("lock:{job}"),
+    );
+
+    watched.fail_over();
+    // Renewals (every 3.3 s) follow the sentinels to the new primary: its copy of the key is
+    // pushed back to a full lease.
+    wait_until(
+        "a renewal on the new primary",
+        Duration::from_secs(15),
+        || watched.replica.cmd::<i64>(&["PTTL", "lock:{job}"]) > 19_000,
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    let out = running.wait();
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "the lock survived the failover: {out:?}"
+    );
+    assert!(
+        !watched.replica.exists("lock:{job}"),
+        "released on the new primary"
+    );
+}
+
+#[test]
+fn through_sentinels_a_failover_that_lost_the_lock_stops_the_command() {
+    let watched = Watched::start();
+    let dir = scratch();
+    let (running, child) = start_job(
+        &watched.url(),
+        dir.path(),
+        &["--ttl", "20s"],
+        "exec sleep 60",
+    );
+    wait_until(
+        "the key reached the replica",
+        Duration::from_secs(10),
+        || watched.replica.exists("lock:{job}"),
+    );
+    // As if the primary had died before replicating the grant: the replica never saw it.
+    let _: String = watched
+        .replica
+        .cmd(&["CONFIG", "SET", "replica-read-only", "no"]);
+    let _: i64 = watched.replica.cmd(&["DEL", "lock:{job}"]);
+    watched.fail_over();
+    assert!(
+        wait_pid_exit(child, Duration::from_secs(30)),
+        "the command was stopped"
+    );
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    assert!(out.stderr.contains("no longer ours"), "{}", out.stderr);
+}
