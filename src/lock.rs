@@ -65,6 +65,7 @@ impl Lock {
 
     /// A lock on an opened node; `command` is the program name shown to `status`.
     pub fn on(node: Node, name: LockName, ttl: Duration, command: &str) -> Lock {
+        node.set_hash_tag(name.as_str());
         let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
@@ -231,12 +232,17 @@ impl Lock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
+        let publish = if self.node.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
         let reply = self
             .node
             .eval(
                 &scripts::RELEASE,
                 &[&self.lock_key, &self.holder_key],
-                &[&self.token, &keep_ms, &self.channel],
+                &[&self.token, &keep_ms, &self.channel, publish],
                 timeout,
                 None,
             )

@@ -27,6 +27,12 @@ pub struct Node {
     tls: Option<tokio_rustls::TlsConnector>,
     /// For `redis+sentinel://`: who to ask where the primary is; `addr` is then unused.
     sentinel: Option<Sentinel>,
+    /// For `redis+cluster://`: the seed nodes; the server is the one that owns `slot`.
+    cluster: Option<Vec<(String, u16)>>,
+    /// The hash slot of the lock's keys (set by the lock, from its NAME).
+    slot: std::sync::OnceLock<u16>,
+    /// The cluster node last found to own `slot` (updated on MOVED).
+    route: std::sync::Mutex<Option<Addr>>,
     /// Cleared when the server turns out not to speak RESP3 (Redis 5): subscriptions then
     /// need a connection of their own.
     resp3: AtomicBool,
@@ -69,8 +75,8 @@ impl Node {
         default_password: Option<&str>,
         tls: &TlsOptions,
     ) -> Result<Node, String> {
-        if url.starts_with("redis+sentinel://") {
-            return Node::open_sentinel(url, connect_timeout, default_password);
+        if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
+            return Node::open_multi(url, connect_timeout, default_password);
         }
         let parsed = url::Url::parse(url).map_err(|_| bad_url(url))?;
         let address = redact(&parsed);
@@ -143,27 +149,52 @@ impl Node {
             connect_timeout,
             tls,
             sentinel: None,
+            cluster: None,
+            slot: std::sync::OnceLock::new(),
+            route: std::sync::Mutex::new(None),
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
         })
     }
 
-    /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]`: the
-    /// primary is asked of the sentinels (port 26379 by default) at every new connection, so
-    /// after a failover the next attempt reaches the new primary.
-    fn open_sentinel(
+    /// URLs that name several hosts:
+    /// - `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]`: the
+    ///   primary is asked of the sentinels (port 26379 by default) at every new connection, so
+    ///   after a failover the next attempt reaches the new primary;
+    /// - `redis+cluster://[user[:password]@]host[:port][,host[:port]...]`: seed nodes of a
+    ///   Redis Cluster, asked which node owns the lock's hash slot.
+    fn open_multi(
         url: &str,
         connect_timeout: Duration,
         default_password: Option<&str>,
     ) -> Result<Node, String> {
+        let is_cluster = url.starts_with("redis+cluster://");
         let usage = || {
-            format!(
-                "{} is not a sentinel URL: use redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
-                redact_sentinel(url)
-            )
+            if is_cluster {
+                format!(
+                    "{} is not a cluster URL: use redis+cluster://[user[:password]@]host[:port][,host[:port]...]",
+                    redact_multi(url)
+                )
+            } else {
+                format!(
+                    "{} is not a sentinel URL: use redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
+                    redact_multi(url)
+                )
+            }
         };
-        let rest = &url["redis+sentinel://".len()..];
-        let (hosts_part, path) = rest.split_once('/').ok_or_else(usage)?;
+        let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+        let (hosts_part, path) = if is_cluster {
+            let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+            if !path.is_empty() {
+                return Err(format!(
+                    "{}: a Redis Cluster has only database 0",
+                    redact_multi(url)
+                ));
+            }
+            (hosts, "cluster")
+        } else {
+            rest.split_once('/').ok_or_else(usage)?
+        };
         let (auth, hosts_part) = match hosts_part.rsplit_once('@') {
             Some((auth, hosts)) => (Some(auth), hosts),
             None => (None, hosts_part),
@@ -184,7 +215,7 @@ impl Node {
                 {
                     (name, port.parse().map_err(|_| usage())?)
                 }
-                _ => (host, 26379),
+                _ => (host, if is_cluster { 6379 } else { 26379 }),
             };
             hosts.push((
                 name.trim_start_matches('[')
@@ -217,13 +248,19 @@ impl Node {
                 host: hosts[0].0.clone(),
                 port: hosts[0].1,
             },
-            address: redact_sentinel(url),
+            address: redact_multi(url),
             user,
             password,
             db,
             connect_timeout,
             tls: None,
-            sentinel: Some(Sentinel { hosts, master }),
+            sentinel: (!is_cluster).then(|| Sentinel {
+                hosts: hosts.clone(),
+                master,
+            }),
+            cluster: is_cluster.then_some(hosts),
+            slot: std::sync::OnceLock::new(),
+            route: std::sync::Mutex::new(None),
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
         })
@@ -256,9 +293,30 @@ impl Node {
         hello
     }
 
+    /// Sets the hash slot of the lock's keys from their hash tag (the NAME), for a Cluster.
+    pub fn set_hash_tag(&self, tag: &str) {
+        let _ = self.slot.set(crc16(tag.as_bytes()) % 16384);
+    }
+
+    /// Whether this is a Redis Cluster: releases then publish on a sharded channel.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    fn subscribe_command(&self) -> &'static [u8] {
+        if self.cluster.is_some() {
+            b"SSUBSCRIBE"
+        } else {
+            b"SUBSCRIBE"
+        }
+    }
+
     /// Whether `other` names the same server and database (Redlock must not count it twice).
     pub fn same_server(&self, other: &Node) -> bool {
-        self.addr == other.addr && self.db == other.db && self.sentinel == other.sentinel
+        self.addr == other.addr
+            && self.db == other.db
+            && self.sentinel == other.sentinel
+            && self.cluster == other.cluster
     }
 
     /// The URL without its password, for messages.
@@ -276,6 +334,68 @@ impl Node {
     /// commands run (RESP3; with RESP2 `listen` is ignored). Error replies are returned as
     /// replies.
     pub async fn exchange(
+        &self,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+        listen: Option<&str>,
+    ) -> Result<Vec<Reply>, BackendError> {
+        // On a Cluster, follow redirections: MOVED (the slot has a new owner: go there from now
+        // on) and ASK (the slot is being moved: this one request goes to the importing node).
+        for _ in 0..5 {
+            let replies = self.exchange_once(commands, timeout, listen).await?;
+            if self.cluster.is_none() {
+                return Ok(replies);
+            }
+            match redirection(&replies) {
+                Some(("MOVED", target)) => {
+                    tracing::debug!("the lock's slot moved to {target}");
+                    *self.route.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
+                    *self.conn.lock().await = None;
+                }
+                Some((_, target)) => {
+                    tracing::debug!("the lock's slot is being moved to {target}: asking there");
+                    return self.exchange_asking(&target, commands, timeout).await;
+                }
+                None => return Ok(replies),
+            }
+        }
+        Err(BackendError::Transient(format!(
+            "the Redis Cluster at {} kept redirecting the lock's slot",
+            self.address
+        )))
+    }
+
+    /// One request to the node that is importing the slot (ASK), on a connection of its own.
+    async fn exchange_asking(
+        &self,
+        target: &Addr,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+    ) -> Result<Vec<Reply>, BackendError> {
+        let attempt = async {
+            let mut conn = within(
+                timeout.min(self.connect_timeout),
+                Connection::connect(target, self.tls.as_ref()),
+            )
+            .await?;
+            let hello = self.hello(self.resp3.load(Ordering::Relaxed));
+            let hello_args: Vec<Vec<&[u8]>> = hello
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            let mut batch: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
+            let asking: [&[u8]; 1] = [b"ASKING"];
+            batch.push(&asking);
+            batch.extend_from_slice(commands);
+            let mut replies = conn.pipeline(&batch).await?;
+            Ok::<_, io::Error>(replies.split_off(hello.len() + 1))
+        };
+        within(timeout, attempt)
+            .await
+            .map_err(|e| self.unreachable(&e, timeout))
+    }
+
+    async fn exchange_once(
         &self,
         commands: &[&[&[u8]]],
         timeout: Duration,
@@ -317,7 +437,7 @@ impl Node {
         let set_up = batch.len();
         let subscribe: [&[u8]; 2];
         if let Some(channel) = listen.filter(|_| resp3 && !conn.subscribed()) {
-            subscribe = [b"SUBSCRIBE", channel.as_bytes()];
+            subscribe = [self.subscribe_command(), channel.as_bytes()];
             batch.push(&subscribe);
         }
         batch.extend_from_slice(commands);
@@ -336,13 +456,24 @@ impl Node {
 
     async fn connect(&self, timeout: Duration) -> io::Result<Connection> {
         let timeout = timeout.min(self.connect_timeout);
-        match &self.sentinel {
-            None => within(timeout, Connection::connect(&self.addr, self.tls.as_ref())).await,
-            Some(sentinel) => {
-                let primary = sentinel.primary(timeout).await?;
-                within(timeout, Connection::connect(&primary, None)).await
-            }
+        if let Some(sentinel) = &self.sentinel {
+            let primary = sentinel.primary(timeout).await?;
+            return within(timeout, Connection::connect(&primary, None)).await;
         }
+        if let Some(seeds) = &self.cluster {
+            let known = self.route.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let owner = match known {
+                Some(owner) => owner,
+                None => {
+                    let owner =
+                        slot_owner(seeds, self.slot.get().copied().unwrap_or(0), timeout).await?;
+                    *self.route.lock().unwrap_or_else(|p| p.into_inner()) = Some(owner.clone());
+                    owner
+                }
+            };
+            return within(timeout, Connection::connect(&owner, None)).await;
+        }
+        within(timeout, Connection::connect(&self.addr, self.tls.as_ref())).await
     }
 
     /// Drops the idle connection: the next request connects afresh (and, through sentinels,
@@ -413,7 +544,7 @@ impl Node {
                 .map(|c| c.iter().map(Vec::as_slice).collect())
                 .collect();
             batch.extend(hello_args.iter().map(Vec::as_slice));
-            let subscribe: [&[u8]; 2] = [b"SUBSCRIBE", channel.as_bytes()];
+            let subscribe: [&[u8]; 2] = [self.subscribe_command(), channel.as_bytes()];
             batch.push(&subscribe);
             let replies = conn.pipeline(&batch).await?;
             let refusal = replies.iter().find_map(|r| match r {
@@ -433,7 +564,7 @@ impl Node {
     pub async fn stop_listening(&self) {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_mut().filter(|c| c.subscribed()) {
-            if conn.unsubscribe().await.is_err() {
+            if conn.unsubscribe(self.cluster.is_some()).await.is_err() {
                 *slot = None;
             }
         }
@@ -588,9 +719,95 @@ impl Sentinel {
     }
 }
 
-/// A sentinel URL without its password.
-fn redact_sentinel(url: &str) -> String {
-    let Some(rest) = url.strip_prefix("redis+sentinel://") else {
+/// The node of a Redis Cluster that owns `slot`, asked of the seeds in turn (CLUSTER SLOTS).
+async fn slot_owner(seeds: &[(String, u16)], slot: u16, timeout: Duration) -> io::Result<Addr> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no cluster node given");
+    for (host, port) in seeds {
+        let seed = Addr::Tcp {
+            host: host.clone(),
+            port: *port,
+        };
+        let ask = async {
+            let mut conn = Connection::connect(&seed, None).await?;
+            conn.command(&[b"CLUSTER", b"SLOTS"]).await
+        };
+        match within(timeout, ask).await {
+            Ok(Reply::Error(e)) => last = io::Error::other(format!("cluster node {seed}: {e}")),
+            Ok(reply) => {
+                for range in reply.items() {
+                    let items = range.items();
+                    let (Some(start), Some(end)) = (
+                        items.first().and_then(Reply::as_int),
+                        items.get(1).and_then(Reply::as_int),
+                    ) else {
+                        continue;
+                    };
+                    if (start..=end).contains(&i64::from(slot)) {
+                        let primary = items.get(2).map(Reply::items).unwrap_or_default();
+                        if let (Some(ip), Some(port)) = (
+                            primary.first().and_then(Reply::as_text),
+                            primary.get(1).and_then(Reply::as_int),
+                        ) {
+                            // An empty address means "the node you asked".
+                            let host = if ip.is_empty() { host.clone() } else { ip };
+                            return Ok(Addr::Tcp {
+                                host,
+                                port: port as u16,
+                            });
+                        }
+                    }
+                }
+                last = io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no node of the cluster owns slot {slot}"),
+                );
+            }
+            Err(e) => last = io::Error::new(e.kind(), format!("cluster node {seed}: {e}")),
+        }
+    }
+    Err(last)
+}
+
+/// A MOVED or ASK among the replies: the kind, and where to go.
+fn redirection(replies: &[Reply]) -> Option<(&'static str, Addr)> {
+    replies.iter().find_map(|reply| {
+        let Reply::Error(e) = reply else { return None };
+        let mut words = e.split_whitespace();
+        let kind = match words.next()? {
+            "MOVED" => "MOVED",
+            "ASK" => "ASK",
+            _ => return None,
+        };
+        let (host, port) = words.nth(1)?.rsplit_once(':')?;
+        Some((
+            kind,
+            Addr::Tcp {
+                host: host.to_owned(),
+                port: port.parse().ok()?,
+            },
+        ))
+    })
+}
+
+/// CRC16/XMODEM, Redis Cluster's key hash (slot = crc16(tag) mod 16384).
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// A sentinel or cluster URL (several hosts) without its password.
+fn redact_multi(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
     let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -602,12 +819,15 @@ fn redact_sentinel(url: &str) -> String {
         },
         None => hosts.to_owned(),
     };
-    format!("redis+sentinel://{hosts}/{path}")
+    format!("{scheme}://{hosts}/{path}")
 }
 
 /// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
 pub fn url_has_password(url: &str) -> bool {
-    if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+    if let Some(rest) = url
+        .strip_prefix("redis+sentinel://")
+        .or_else(|| url.strip_prefix("redis+cluster://"))
+    {
         let hosts = rest.split_once('/').map_or(rest, |(h, _)| h);
         return hosts
             .rsplit_once('@')
@@ -760,6 +980,39 @@ mod tests {
         assert!(!url_has_password("redis+sentinel://user@s1/m"));
         assert!(open("redis+sentinel://s1").is_err());
         assert!(open("redis+sentinel://s1/").is_err());
+    }
+
+    #[test]
+    fn cluster_urls_and_slots() {
+        let n = open("redis+cluster://:pw@n1:7000,n2:7001,n3").unwrap();
+        assert_eq!(
+            n.cluster.as_deref().unwrap(),
+            [
+                ("n1".to_owned(), 7000),
+                ("n2".to_owned(), 7001),
+                ("n3".to_owned(), 6379)
+            ]
+        );
+        assert_eq!(n.address(), "redis+cluster://n1:7000,n2:7001,n3/");
+        assert!(url_has_password("redis+cluster://:pw@n1"));
+        assert!(
+            open("redis+cluster://n1:7000/1")
+                .unwrap_err()
+                .contains("only database 0")
+        );
+        // The reference value of CLUSTER KEYSLOT 123456789.
+        assert_eq!(crc16(b"123456789") % 16384, 12739);
+        let e = Reply::Error("MOVED 3999 127.0.0.1:6381".into());
+        assert_eq!(
+            redirection(&[Reply::Int(1), e]),
+            Some((
+                "MOVED",
+                Addr::Tcp {
+                    host: "127.0.0.1".into(),
+                    port: 6381
+                }
+            ))
+        );
     }
 
     #[test]

@@ -137,14 +137,19 @@ impl Connection {
         self.stream.write_all(&out).await?;
         let mut replies = Vec::with_capacity(commands.len());
         for args in commands {
-            if args[0].eq_ignore_ascii_case(b"SUBSCRIBE") {
+            if args[0].eq_ignore_ascii_case(b"SUBSCRIBE")
+                || args[0].eq_ignore_ascii_case(b"SSUBSCRIBE")
+            {
                 let wanted = self.confirmed + 1;
                 while self.confirmed < wanted {
                     match self.read_any().await? {
                         Reply::Push(items) => self.note_push(&Reply::Push(items)),
                         // RESP2: the confirmation is an ordinary reply (the last command).
                         reply @ Reply::Array(_)
-                            if reply.pubsub_kind().as_deref() == Some("subscribe") =>
+                            if matches!(
+                                reply.pubsub_kind().as_deref(),
+                                Some("subscribe" | "ssubscribe")
+                            ) =>
                         {
                             self.confirmed += 1;
                             replies.push(reply);
@@ -177,9 +182,16 @@ impl Connection {
     /// Ends every subscription without waiting for the confirmation (a push the next read
     /// sets aside): a lock holder should not count as a waiter, and should not pay a round
     /// trip to say so.
-    pub async fn unsubscribe(&mut self) -> io::Result<()> {
+    pub async fn unsubscribe(&mut self, sharded: bool) -> io::Result<()> {
         let mut out = Vec::new();
-        encode(&mut out, &[b"UNSUBSCRIBE"]);
+        encode(
+            &mut out,
+            &[if sharded {
+                &b"SUNSUBSCRIBE"[..]
+            } else {
+                b"UNSUBSCRIBE"
+            }],
+        );
         self.stream.write_all(&out).await?;
         self.confirmed = 0;
         self.messages = 0;
@@ -216,9 +228,9 @@ impl Connection {
 
     fn note_push(&mut self, push: &Reply) {
         match push.pubsub_kind().as_deref() {
-            Some("message") => self.messages += 1,
-            Some("subscribe") => self.confirmed += 1,
-            Some("unsubscribe") => self.unsubscribing = false,
+            Some("message" | "smessage") => self.messages += 1,
+            Some("subscribe" | "ssubscribe") => self.confirmed += 1,
+            Some("unsubscribe" | "sunsubscribe") => self.unsubscribing = false,
             _ => {}
         }
     }

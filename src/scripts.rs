@@ -6,7 +6,7 @@
 //! - `fence:{NAME}`  the fencing counter, never deleted;
 //! - `holder:{NAME}` a hash: token, host, pid, command, since (ms), fence; same expiry as the lock.
 //!
-//! Releases are published on `released:{NAME}`.
+//! Releases are published on `released:{NAME}` (a sharded channel on a Cluster).
 
 /// A script with its SHA1, sent with EVALSHA and, on NOSCRIPT, with EVAL (which also caches it
 /// on the server, so a restarted server costs one extra round trip once). The SHA1s are
@@ -68,7 +68,8 @@ return 0
     sha1: "2bdc75995a5151a3ccefab4cb5ada82a0ff7584a",
 };
 
-/// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel.
+/// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel, and the publish command
+/// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot).
 /// Compare-and-DEL plus a publish that wakes waiters; or, with keep > 0, compare-and-PEXPIRE to
 /// the rest of `--min-hold`. 1 when the lock was ours, else 0.
 pub const RELEASE: Script = Script {
@@ -84,10 +85,10 @@ if keep > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', ARGV[3], 'released')
+redis.call(ARGV[4], ARGV[3], 'released')
 return 1
 "#,
-    sha1: "4a86f11723235513b9865bcea65456bfced5e9b3",
+    sha1: "4a1fdc458d67ba8561a591f6b64dc5b363d16528",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence

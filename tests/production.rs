@@ -437,3 +437,249 @@ fn through_sentinels_a_failover_that_lost_the_lock_stops_the_command() {
     assert_eq!(out.code(), Some(76), "{out:?}");
     assert!(out.stderr.contains("no longer ours"), "{}", out.stderr);
 }
+
+/// Three primaries of a Redis Cluster, created with `redis-cli --cluster create`.
+struct Cluster {
+    nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Redis> = (0..3)
+            .map(|_| {
+                let bus = free_port().to_string();
+                Redis::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-port",
+                    &bus,
+                ])
+            })
+            .collect();
+        let mut create = std::process::Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Cluster { nodes };
+        wait_until("the cluster is up", Duration::from_secs(20), || {
+            cluster.nodes.iter().all(|n| {
+                n.cmd::<String>(&["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+            })
+        });
+        cluster
+    }
+
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    fn slot(&self, key: &str) -> i64 {
+        self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key])
+    }
+
+    /// The node that owns `key`'s slot.
+    fn owner(&self, key: &str) -> &Redis {
+        let owner = self.owner_id(self.slot(key));
+        self.nodes
+            .iter()
+            .find(|n| n.cmd::<String>(&["CLUSTER", "MYID"]) == owner)
+            .unwrap()
+    }
+
+    fn owner_id(&self, slot: i64) -> String {
+        let slots: Vec<redis::Value> = self.nodes[0].cmd(&["CLUSTER", "SLOTS"]);
+        for range in slots {
+            let redis::Value::Array(items) = range else {
+                continue;
+            };
+            let (redis::Value::Int(start), redis::Value::Int(end)) = (&items[0], &items[1]) else {
+                continue;
+            };
+            if (*start..=*end).contains(&slot) {
+                if let redis::Value::Array(primary) = &items[2] {
+                    if let Some(redis::Value::BulkString(id)) = primary.get(2) {
+                        return String::from_utf8_lossy(id).into_owned();
+                    }
+                }
+            }
+        }
+        panic!("nobody owns slot {slot}")
+    }
+}
+
+#[test]
+fn a_cluster_keeps_each_locks_keys_in_one_slot_on_every_node() {
+    let cluster = Cluster::start();
+    // One NAME whose slot lives on each of the three nodes.
+    let mut names: Vec<String> = Vec::new();
+    for i in 0.. {
+        let name = format!("job-{i}");
+        let owner = cluster.owner(&format!("lock:{{{name}}}")).port;
+        if !names
+            .iter()
+            .any(|n| cluster.owner(&format!("lock:{{{n}}}")).port == owner)
+        {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    for name in &names {
+        let mut cmd = locked_run();
+        cmd.args([
+            "-u",
+            &cluster.url(),
+            name,
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKED_RUN_FENCE",
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(0), "{name}: {out:?}");
+        assert_eq!(out.stdout.trim(), "1");
+        let slots: Vec<i64> = ["lock", "fence", "holder", "released"]
+            .iter()
+            .map(|k| cluster.slot(&format!("{k}:{{{name}}}")))
+            .collect();
+        assert!(slots.iter().all(|&s| s == slots[0]), "{name}: {slots:?}");
+        let owner = cluster.owner(&format!("fence:{{{name}}}"));
+        assert_eq!(
+            owner.get(&format!("fence:{{{name}}}")).as_deref(),
+            Some("1"),
+            "{name}: on the slot's owner"
+        );
+    }
+}
+
+#[test]
+fn a_cluster_waiter_wakes_on_the_sharded_release() {
+    let cluster = Cluster::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut holder = locked_run();
+    holder.args(["-u", &cluster.url(), "job"]).args(sh(&format!(
+        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let holder = spawn(holder);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let mut waiter = locked_run();
+    waiter.args([
+        "-u",
+        &cluster.url(),
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    let waiter = spawn(waiter);
+    let owner = cluster.owner("lock:{job}");
+    wait_until(
+        "the waiter listens on the slot's node",
+        Duration::from_secs(10),
+        || {
+            let reply: Vec<redis::Value> = owner.cmd(&["PUBSUB", "SHARDNUMSUB", "released:{job}"]);
+            reply.get(1) == Some(&redis::Value::Int(1))
+        },
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let released = std::time::Instant::now();
+    let out = waiter.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "2");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken by SPUBLISH: {:?}",
+        released.elapsed()
+    );
+}
+
+#[test]
+fn a_cluster_run_survives_its_slot_being_resharded() {
+    let cluster = Cluster::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run();
+    // T = 2 s: a renewal every 333 ms, through the migration.
+    cmd.args(["-u", &cluster.url(), "--ttl", "2s", "-vv", "job"])
+        .args(sh(&format!(
+            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        )));
+    let running = spawn(cmd);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let slot = cluster.slot("lock:{job}");
+    let source = cluster.owner("lock:{job}");
+    let target = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port != source.port)
+        .unwrap();
+    let (source_id, target_id): (String, String) = (
+        source.cmd(&["CLUSTER", "MYID"]),
+        target.cmd(&["CLUSTER", "MYID"]),
+    );
+    let slot_s = slot.to_string();
+    let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &source_id]);
+    let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &target_id]);
+    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]);
+    let mut migrate = vec![
+        "MIGRATE".to_owned(),
+        "127.0.0.1".into(),
+        target.port.to_string(),
+        "".into(),
+        "0".into(),
+        "5000".into(),
+        "KEYS".into(),
+    ];
+    migrate.extend(keys);
+    let migrate: Vec<&str> = migrate.iter().map(String::as_str).collect();
+    let _: String = source.cmd(&migrate);
+    // The slot is half-moved: renewals are answered with ASK for a while.
+    std::thread::sleep(Duration::from_millis(800));
+    for n in &cluster.nodes {
+        let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &target_id]);
+    }
+    // Moved: renewals now hear MOVED and follow. One must land on the new owner.
+    wait_until("a renewal on the new owner", Duration::from_secs(5), || {
+        target.cmd::<i64>(&["PTTL", "lock:{job}"]) > 1_800
+    });
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    let out = running.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("is being moved to"),
+        "ASK was followed: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("the lock's slot moved to"),
+        "MOVED was followed: {}",
+        out.stderr
+    );
+    assert!(!target.exists("lock:{job}"), "released on the new owner");
+}
