@@ -76,7 +76,10 @@ fn usage_errors_are_status_2_with_one_line() {
 
 #[test]
 fn a_bad_url_never_shows_its_password() {
-    let out = run_args(&["-u", "ftp://user:hunter2@host/", "job", "true"]);
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", "ftp://user:hunter2@host/")
+        .args(["job", "true"]);
+    let out = run(cmd);
     assert_one_line(&out, 2, "not a supported Redis URL");
     assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
 }
@@ -86,11 +89,16 @@ fn an_unreachable_server_is_69_at_once_naming_it_without_the_password() {
     let port = free_port();
     let url = format!("redis://user:hunter2@127.0.0.1:{port}/0");
     let out = run_args(&["-u", &url, "job", "true"]);
-    assert_one_line(
-        &out,
-        69,
-        &format!("cannot reach Redis at redis://user@127.0.0.1:{port}/0"),
+    assert_eq!(out.code(), Some(69));
+    assert!(
+        out.stderr
+            .starts_with("locked-run: warning: a password given with --url is visible"),
+        "{}",
+        out.stderr
     );
+    let last = out.stderr.lines().last().unwrap();
+    let expected = format!("locked-run: cannot reach Redis at redis://user@127.0.0.1:{port}/0");
+    assert!(last.starts_with(&expected), "{last}");
     assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
     assert!(
         out.elapsed < Duration::from_secs(3),
@@ -135,7 +143,9 @@ fn a_user_without_eval_gets_noperm_and_no_password_shown() {
         "ACL", "SETUSER", "cron", "on", ">hunter2", "~*", "&*", "+@all", "-eval", "-evalsha",
     ]);
     let url = format!("redis://cron:hunter2@127.0.0.1:{}", redis.port);
-    let out = run_args(&["-u", &url, "job", "true"]);
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url).args(["job", "true"]);
+    let out = run(cmd);
     assert_one_line(&out, 69, "NOPERM");
     assert!(
         out.stderr.contains("README's ACL section"),

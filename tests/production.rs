@@ -335,8 +335,20 @@ impl Watched {
 
     /// Forces a failover and waits until the replica is the primary the sentinels name.
     fn fail_over(&self) {
-        let out = sentinel_cli(self.ports[0], &["SENTINEL", "FAILOVER", "mymaster"]);
-        assert!(out.contains("OK"), "SENTINEL FAILOVER: {out}");
+        // Until a sentinel has had the replica's own INFO, it calls no replica suitable
+        // (NOGOODSLAVE): ask until it accepts.
+        wait_until(
+            "SENTINEL FAILOVER accepted",
+            Duration::from_secs(30),
+            || {
+                let out = sentinel_cli(self.ports[0], &["SENTINEL", "FAILOVER", "mymaster"]);
+                assert!(
+                    out.contains("OK") || out.contains("NOGOODSLAVE"),
+                    "SENTINEL FAILOVER: {out}"
+                );
+                out.contains("OK")
+            },
+        );
         let replica_port = self.replica.port.to_string();
         wait_until("the replica was promoted", Duration::from_secs(30), || {
             sentinel_cli(
