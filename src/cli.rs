@@ -30,7 +30,7 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
     version,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
+    override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run release [--force] [OPTIONS] <NAME>\n       locked-run doctor [OPTIONS]\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
     after_help = "Exit status: the command's own; 128+N if it was ended by signal N; 75 not acquired \
 (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command stopped; 69 Redis \
 unreachable or refusing; 2 usage error; 126/127 command not executable/not found."
@@ -49,6 +49,10 @@ pub enum Sub {
     Run(RunArgs),
     /// Show whether a lock is held, by whom, since when, its fence and time left (exit 0 held, 1 free)
     Status(StatusArgs),
+    /// Release a stuck lock, whoever holds it (with --force; exit 0 released, 1 was free)
+    Release(ReleaseArgs),
+    /// Check the Redis setup: reachability, role, memory policy, persistence, permissions, clocks
+    Doctor(DoctorArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -182,7 +186,7 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
 
-    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}
+    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}, waiters
     #[arg(long)]
     pub json: bool,
 
@@ -194,6 +198,40 @@ pub struct StatusArgs {
     pub name: String,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// Really delete the lock (never its fence counter); without it, only show who holds it
+    #[arg(long)]
+    pub force: bool,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+
+    /// Lock name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// One JSON object: ok, and checks [{server, check, status, detail}]
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock NAME whose keys the permission checks use
+    #[arg(long, value_name = "NAME", default_value = "doctor")]
+    pub name: String,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
 /// What the command line asks for.
 pub enum Command {
     /// `explicit`: written as `locked-run run ...`, so NAME may be a subcommand's name.
@@ -202,6 +240,8 @@ pub enum Command {
         explicit: bool,
     },
     Status(StatusArgs),
+    Release(ReleaseArgs),
+    Doctor(DoctorArgs),
 }
 
 impl Cli {
@@ -212,6 +252,8 @@ impl Cli {
                 explicit: true,
             },
             Some(Sub::Status(args)) => Command::Status(args),
+            Some(Sub::Release(args)) => Command::Release(args),
+            Some(Sub::Doctor(args)) => Command::Doctor(args),
             None => Command::Run {
                 args: self.run,
                 explicit: false,
@@ -489,7 +531,8 @@ mod tests {
 
     #[test]
     fn reserved_names_need_explicit_run() {
-        let cli = parse(&["release", "true"]).unwrap();
+        // Options before a subcommand's name make it the NAME of a run.
+        let cli = parse(&["-q", "release", "job", "true"]).unwrap();
         let Command::Run { args, .. } = cli.into_command() else {
             panic!()
         };
@@ -499,6 +542,8 @@ mod tests {
                 .message
                 .contains("locked-run run release")
         );
+        let cli = parse(&["release", "--force", "job"]).unwrap();
+        assert!(matches!(cli.into_command(), Command::Release(a) if a.force && a.name == "job"));
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub enum Exit {
     Held,
     /// `status`: the lock is free (1).
     Free,
+    /// `doctor`: 1 when a check failed, else 0.
+    Checked { failed: bool },
 }
 
 /// The two statuses a user may renumber (`-E/--conflict-exit-code`, `--lost-exit-code`).
@@ -69,6 +71,7 @@ impl Exit {
             Exit::NotFound => NOT_FOUND,
             Exit::Held => 0,
             Exit::Free => 1,
+            Exit::Checked { failed } => u8::from(failed),
         }
     }
 }

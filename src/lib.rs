@@ -18,6 +18,8 @@
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
 //! - [`run`]: the run loop tying these together.
 //! - [`status`]: the `status` subcommand.
+//! - [`release`]: the `release` subcommand (freeing a stuck lock).
+//! - [`doctor`]: the `doctor` subcommand (checking the Redis setup).
 //! - [`notify`]: `sd_notify` status and readiness for systemd units.
 //! - [`exit`]: exit statuses, mapped to numbers in one place.
 //! - [`log`]: stderr logging.
@@ -25,6 +27,7 @@
 pub mod backend;
 pub mod child;
 pub mod cli;
+pub mod doctor;
 pub mod exit;
 pub mod lease;
 pub mod lock;
@@ -33,6 +36,7 @@ pub mod name;
 pub mod node;
 pub mod notify;
 pub mod redlock;
+pub mod release;
 pub mod resp;
 pub mod run;
 pub mod scripts;
@@ -65,6 +69,41 @@ pub struct Outcome {
 pub fn execute(cli: Cli) -> Outcome {
     match cli.into_command() {
         Command::Run { args, explicit } => run_command(args, explicit),
+        Command::Release(args) => {
+            log::init(&args.log);
+            let timeout = args.conn.connect_timeout;
+            let result = open_backend(
+                &args.conn,
+                &args.name,
+                Duration::from_secs(1),
+                "release",
+                timeout,
+            )
+            .and_then(|backend| {
+                runtime()?.block_on(async {
+                    match &backend {
+                        Opened::One(lock) => release::release(lock, args.force).await,
+                        Opened::Many(redlock) => {
+                            release::release_redlock(redlock, args.force).await
+                        }
+                    }
+                })
+            });
+            Outcome {
+                result,
+                codes: Codes::default(),
+                verbose: args.log.verbose > 0,
+            }
+        }
+        Command::Doctor(args) => {
+            log::init(&args.log);
+            let result = doctor::doctor(&args);
+            Outcome {
+                result,
+                codes: Codes::default(),
+                verbose: args.log.verbose > 0,
+            }
+        }
         Command::Status(args) => {
             log::init(&args.log);
             let timeout = args.conn.connect_timeout;

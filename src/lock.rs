@@ -271,6 +271,66 @@ impl Lock {
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
+    /// `release --force`: deletes the lock whoever holds it (never the fence counter) and wakes
+    /// the waiters. `Some(holder)` when something was released, `None` when it was free; the
+    /// second value is the last fence issued.
+    pub async fn force_release(&self) -> Result<(Option<Holder>, Option<u64>), BackendError> {
+        let publish = if self.node.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
+        let reply = self
+            .node
+            .eval(
+                &scripts::FORCE_RELEASE,
+                &[&self.lock_key, &self.holder_key, &self.fence_key],
+                &[&self.channel, publish],
+                self.node.connect_timeout(),
+                None,
+            )
+            .await?;
+        let items = reply.items();
+        let text = |i: usize| items.get(i).and_then(Reply::as_text);
+        let fence = text(1).and_then(|f| f.parse().ok());
+        match items.first().and_then(Reply::as_int) {
+            Some(0) => Ok((None, fence)),
+            Some(1) => Ok((
+                Some(Holder {
+                    host: text(2),
+                    pid: text(3).and_then(|p| p.parse().ok()),
+                    command: text(4),
+                    since_ms: text(5).and_then(|s| s.parse().ok()),
+                    fence: text(6).and_then(|f| f.parse().ok()),
+                }),
+                fence,
+            )),
+            _ => Err(self.unexpected(&reply)),
+        }
+    }
+
+    /// How many clients wait for this lock (subscribed to its release channel).
+    pub async fn waiters(&self) -> Result<u64, BackendError> {
+        let numsub: &[u8] = if self.node.is_cluster() {
+            b"SHARDNUMSUB"
+        } else {
+            b"NUMSUB"
+        };
+        let replies = self
+            .node
+            .exchange(
+                &[&[b"PUBSUB", numsub, self.channel.as_bytes()]],
+                self.node.connect_timeout(),
+                None,
+            )
+            .await?;
+        match replies.first() {
+            Some(Reply::Error(e)) => Err(self.node.refused(e)),
+            Some(reply) => Ok(reply.items().get(1).and_then(Reply::as_int).unwrap_or(0) as u64),
+            None => Ok(0),
+        }
+    }
+
     /// The same lock with `token` as its owner's token (Redlock: one token on every server).
     pub(crate) fn with_token(mut self, token: &str) -> Lock {
         self.token = token.to_owned();

@@ -293,6 +293,12 @@ impl Node {
         hello
     }
 
+    /// `host:port` (or the socket path) this URL names directly, to compare with what servers
+    /// say of their replicas.
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
     /// Sets the hash slot of the lock's keys from their hash tag (the NAME), for a Cluster.
     pub fn set_hash_tag(&self, tag: &str) {
         let _ = self.slot.set(crc16(tag.as_bytes()) % 16384);

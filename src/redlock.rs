@@ -70,6 +70,32 @@ impl Redlock {
         .await
     }
 
+    /// `release`: with `force`, released on every server; without, only each one's holder.
+    pub async fn force_release_everywhere(
+        &self,
+        force: bool,
+    ) -> Vec<Result<(Option<Holder>, Option<u64>), BackendError>> {
+        join_all(self.locks.iter().map(|l| async move {
+            if force {
+                l.force_release().await
+            } else {
+                l.inspect()
+                    .await
+                    .map(|r| (r.held.map(|b| b.holder), r.fence))
+            }
+        }))
+        .await
+    }
+
+    /// How many clients wait for the lock (the most any server counts), when known.
+    pub async fn waiters(&self) -> Option<u64> {
+        join_all(self.locks.iter().map(Lock::waiters))
+            .await
+            .into_iter()
+            .filter_map(Result::ok)
+            .max()
+    }
+
     /// Each server's state, for `status`.
     pub async fn inspect(&self) -> Vec<(String, Result<Report, BackendError>)> {
         let reports = join_all(self.locks.iter().map(Lock::inspect)).await;

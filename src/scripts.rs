@@ -109,3 +109,26 @@ return 1
 "#,
     sha1: "65ba9bd590982ebe216521ad885e20d104c0d8b9",
 };
+
+/// KEYS: lock, holder, fence. ARGV: channel, publish command. `release --force`: deletes the
+/// lock (whoever holds it; never the fence counter) and wakes waiters. Returns `{0, fence}` when
+/// the lock was free, else `{1, fence, host, pid, command, since, holder's fence}`.
+pub const FORCE_RELEASE: Script = Script {
+    source: r#"
+local ok, value = pcall(redis.call, 'GET', KEYS[1])
+if not ok then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a lock')
+end
+if not value then
+  return {0, redis.call('GET', KEYS[3])}
+end
+local meta = redis.call('HMGET', KEYS[2], 'token', 'host', 'pid', 'command', 'since', 'fence')
+if meta[1] ~= value then
+  meta = {false, false, false, false, false, false}
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call(ARGV[2], ARGV[1], 'released')
+return {1, redis.call('GET', KEYS[3]), meta[2], meta[3], meta[4], meta[5], meta[6]}
+"#,
+    sha1: "fc7c55c9cbe25e5130d33f57aa73faa4816c778c",
+};

@@ -17,11 +17,15 @@ pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
         .inspect()
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
+    // How many wait: a permission the ACL may deny (PUBSUB), so a missing count is no error.
+    let waiters = lock.waiters().await.ok();
     let name = lock.name().as_str();
     if as_json {
-        println!("{}", to_json(name, &report));
+        let mut object = to_json(name, &report);
+        object["waiters"] = json!(waiters);
+        println!("{object}");
     } else {
-        println!("{}", to_text(name, &report));
+        println!("{}{}", to_text(name, &report), waiting(waiters));
     }
     Ok(if report.held.is_some() {
         Exit::Held
@@ -86,8 +90,10 @@ pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Fa
         value: owner.map(str::to_owned),
     };
     let name = redlock.name();
+    let waiters = redlock.waiters().await;
     if as_json {
         let mut object = to_json(name, &summary);
+        object["waiters"] = json!(waiters);
         object["quorum"] = json!(quorum);
         object["servers"] = Value::Array(
             reports
@@ -113,8 +119,9 @@ pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Fa
         println!("{object}");
     } else {
         println!(
-            "{}; {} of {n} servers hold it, a quorum is {quorum}",
+            "{}{}; {} of {n} servers hold it, a quorum is {quorum}",
             to_text(name, &summary),
+            waiting(waiters),
             holding.len()
         );
         for (url, report) in &reports {
@@ -134,6 +141,14 @@ pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Fa
     } else {
         Exit::Free
     })
+}
+
+/// "; 2 waiting", or nothing.
+fn waiting(waiters: Option<u64>) -> String {
+    match waiters {
+        Some(n) if n > 0 => format!("; {n} waiting"),
+        _ => String::new(),
+    }
 }
 
 fn expiry_key(e: Expiry) -> Duration {

@@ -66,7 +66,8 @@ fn usage_errors_are_status_2_with_one_line() {
             &["-u", "redis://a:1", "-u", "redis://b:2", "job", "true"],
             "at least 3 independent servers",
         ),
-        (&["release", "true"], "locked-run run release"),
+        (&["-q", "release", "job", "true"], "locked-run run release"),
+        (&["release", "job", "true"], "unexpected argument"),
     ];
     for (args, needle) in cases {
         let out = run_args(args);

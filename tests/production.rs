@@ -695,3 +695,30 @@ fn a_cluster_run_survives_its_slot_being_resharded() {
     );
     assert!(!target.exists("lock:{job}"), "released on the new owner");
 }
+
+#[test]
+fn doctor_tells_a_cluster_node_from_a_cluster() {
+    let cluster = Cluster::start();
+    let mut cmd = locked_run();
+    cmd.args(["doctor", "-u", &cluster.url()]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.contains("OK   redis+cluster://")
+            && out.stdout.contains("cluster: Redis Cluster"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("FAIL "), "{}", out.stdout);
+
+    // One node of it, named as a plain server: the lock's slot may live elsewhere.
+    let mut cmd = locked_run();
+    cmd.args(["doctor", "-u", &cluster.nodes[0].url()]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(1), "{out:?}");
+    assert!(
+        out.stdout.contains("use redis+cluster://"),
+        "{}",
+        out.stdout
+    );
+}

@@ -216,7 +216,7 @@ fn a_flushed_script_cache_falls_back_to_eval() {
 }
 
 #[test]
-fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
+fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_use_the_operators_commands() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let rule = readme
@@ -259,6 +259,18 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_read_status() {
     status.args(["status", "-u", &url, "job"]);
     let status = run(status);
     assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(status.stdout.contains("; 1 waiting"), "{}", status.stdout);
+    let mut release = locked_run();
+    release.args(["release", "-u", &url, "job"]);
+    let release = run(release);
+    assert_eq!(release.code(), Some(2), "shows the holder: {release:?}");
+    assert!(release.stderr.contains("add --force"), "{}", release.stderr);
+    // doctor checks what this user may read, and says what it could not check.
+    let mut doctor = locked_run();
+    doctor.args(["doctor", "-u", &url]);
+    let doctor = run(doctor);
+    assert_eq!(doctor.code(), Some(0), "{doctor:?}");
+    assert!(doctor.stdout.contains("WARN"), "{}", doctor.stdout);
 
     std::fs::write(file(&dir, "go"), "").unwrap();
     assert_eq!(holder.wait().code(), Some(0));

@@ -1,0 +1,298 @@
+//! Operators' commands: `release` of a stuck lock, `doctor` against servers configured each
+//! way, and what `status` adds (the waiters).
+
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+fn locked_run_args(args: &[&str]) -> Output {
+    let mut cmd = locked_run();
+    cmd.args(args);
+    run(cmd)
+}
+
+#[test]
+fn release_without_force_only_shows_the_holder() {
+    let redis = Redis::start();
+    let out = locked_run_args(&["release", "-u", &redis.url(), "job"]);
+    assert_eq!(out.code(), Some(1), "free: {out:?}");
+    assert_eq!(
+        out.stdout,
+        "lock job was free (last fence none issued yet); nothing to release\n"
+    );
+
+    let dir = scratch();
+    let (running, _) = start_job(&redis.url(), dir.path(), &[], "exec sleep 60");
+    let out = locked_run_args(&["release", "-u", &redis.url(), "job"]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr
+            .contains(&format!("is held by {} pid {}", hostname(), running.pid())),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("add --force"), "{}", out.stderr);
+    assert!(redis.exists("lock:{job}"), "still held");
+    signal(running.pid(), libc::SIGTERM);
+    let _ = running.wait();
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().unwrap().into_string().unwrap()
+}
+
+#[test]
+fn a_forced_release_wakes_the_waiter_and_stops_the_old_holder() {
+    let redis = Redis::start();
+    let dir = scratch();
+    // T = 2 s: the holder renews every 333 ms and learns of the release at its next renewal.
+    let (holder, holder_child) =
+        start_job(&redis.url(), dir.path(), &["--ttl", "2s"], "exec sleep 60");
+    let started = file(&dir, "waiter-started");
+    let mut waiter = locked_run();
+    waiter.args(["-u", &redis.url(), "job"]).args(sh(&format!(
+        "echo $LOCKED_RUN_FENCE > {}; sleep 1",
+        path_str(&started)
+    )));
+    let waiter = spawn(waiter);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        let reply: Vec<redis::Value> = redis.cmd(&["PUBSUB", "NUMSUB", "released:{job}"]);
+        reply.get(1) == Some(&redis::Value::Int(1))
+    });
+
+    let out = locked_run_args(&["release", "--force", "-u", &redis.url(), "job"]);
+    let released = Instant::now();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.starts_with(&format!(
+            "released lock job, held by {} pid {} (sh) since ",
+            hostname(),
+            holder.pid()
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.ends_with("fence 1; last fence 1\n"),
+        "{}",
+        out.stdout
+    );
+
+    wait_for_file(&started, Duration::from_secs(5), |t| t.ends_with('\n'));
+    let woke = released.elapsed();
+    assert!(
+        woke < Duration::from_millis(500),
+        "the waiter started {woke:?} after the release"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&started).unwrap(),
+        "2\n",
+        "the fence counter was kept"
+    );
+
+    assert!(
+        wait_pid_exit(holder_child, Duration::from_secs(5)),
+        "the old holder stopped its command"
+    );
+    let out = holder.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    assert!(out.stderr.contains("no longer ours"), "{}", out.stderr);
+    assert_eq!(waiter.wait().code(), Some(0));
+}
+
+#[test]
+fn status_counts_the_waiters() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let (holder, _) = start_job(&redis.url(), dir.path(), &[], "exec sleep 60");
+    let mut waiter = locked_run();
+    waiter.args(["-u", &redis.url(), "job", "--", "true"]);
+    let waiter = spawn(waiter);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        let out = locked_run_args(&["status", "--json", "-u", &redis.url(), "job"]);
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        v["waiters"] == 1
+    });
+    let text = locked_run_args(&["status", "-u", &redis.url(), "job"]);
+    assert!(
+        text.stdout.trim_end().ends_with("left; 1 waiting"),
+        "{}",
+        text.stdout
+    );
+    signal(holder.pid(), libc::SIGTERM);
+    let _ = holder.wait();
+    assert_eq!(waiter.wait().code(), Some(0));
+}
+
+/// doctor's JSON: (check, status) pairs, and the exit status.
+fn doctor(urls: &[String]) -> (Vec<(String, String, String)>, Option<i32>) {
+    let mut cmd = locked_run();
+    cmd.arg("doctor").arg("--json");
+    for url in urls {
+        cmd.args(["-u", url]);
+    }
+    let out = run(cmd);
+    let v: serde_json::Value =
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let checks = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+                c["detail"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(v["ok"], out.code() == Some(0));
+    (checks, out.code())
+}
+
+fn status_of<'a>(checks: &'a [(String, String, String)], check: &str) -> (&'a str, &'a str) {
+    checks
+        .iter()
+        .find(|(c, _, _)| c == check)
+        .map(|(_, s, d)| (s.as_str(), d.as_str()))
+        .unwrap_or_else(|| panic!("no {check} check in {checks:?}"))
+}
+
+#[test]
+fn doctor_passes_a_sound_server_and_warns_about_persistence() {
+    let plain = Redis::start();
+    let (checks, code) = doctor(&[plain.url()]);
+    assert_eq!(code, Some(0), "{checks:?}");
+    assert_eq!(status_of(&checks, "reachable").0, "OK");
+    assert_eq!(status_of(&checks, "role"), ("OK", "primary"));
+    assert_eq!(status_of(&checks, "permissions").0, "OK");
+    assert_eq!(status_of(&checks, "clock").0, "OK");
+    let (level, detail) = status_of(&checks, "persistence");
+    assert_eq!(level, "WARN");
+    assert!(detail.contains("fence tokens repeat"), "{detail}");
+
+    let durable = Redis::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let (checks, _) = doctor(&[durable.url()]);
+    assert_eq!(status_of(&checks, "persistence").0, "OK");
+    let (checks, _) = doctor(&[Redis::start_with(&["--appendonly", "yes"]).url()]);
+    assert!(
+        status_of(&checks, "persistence")
+            .1
+            .contains("appendfsync everysec")
+    );
+}
+
+#[test]
+fn doctor_warns_about_eviction_policies() {
+    for (policy, expected, why) in [
+        ("noeviction", "OK", "nothing of the lock's is evicted"),
+        ("allkeys-lru", "WARN", "can evict fence:{NAME}"),
+        ("volatile-ttl", "WARN", "a held lock among them"),
+    ] {
+        let redis = Redis::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", policy]);
+        let (checks, code) = doctor(&[redis.url()]);
+        assert_eq!(code, Some(0));
+        let (level, detail) = status_of(&checks, "maxmemory-policy");
+        assert_eq!(level, expected, "{policy}: {detail}");
+        assert!(detail.contains(why), "{policy}: {detail}");
+    }
+}
+
+#[test]
+fn doctor_fails_a_replica_and_a_user_who_may_not_run_scripts() {
+    let primary = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let (checks, code) = doctor(&[replica.url()]);
+    assert_eq!(code, Some(1));
+    let (level, detail) = status_of(&checks, "role");
+    assert_eq!(level, "FAIL");
+    assert!(
+        detail.contains(&format!("a replica of 127.0.0.1:{}", primary.port)),
+        "{detail}"
+    );
+
+    let _: String = primary.cmd(&[
+        "ACL", "SETUSER", "cron", "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha", "-publish",
+    ]);
+    let (checks, code) = doctor(&[format!("redis://cron:pw@127.0.0.1:{}", primary.port)]);
+    assert_eq!(code, Some(1));
+    let (level, detail) = status_of(&checks, "permissions");
+    assert_eq!(level, "FAIL");
+    assert!(
+        detail.contains("EVALSHA, EVAL") && detail.contains("PUBLISH"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn doctor_fails_redlock_servers_that_are_not_independent() {
+    let a = Redis::start();
+    let b = Redis::start();
+    let c = Redis::start();
+    let (checks, code) = doctor(&[a.url(), b.url(), c.url()]);
+    assert_eq!(code, Some(0), "{checks:?}");
+    assert_eq!(status_of(&checks, "independence").0, "OK");
+
+    // The same server under another name.
+    let (checks, code) = doctor(&[a.url(), b.url(), format!("redis://localhost:{}", a.port)]);
+    assert_eq!(code, Some(1));
+    let (level, detail) = status_of(&checks, "independence");
+    assert_eq!(level, "FAIL");
+    assert!(detail.contains("same run_id"), "{detail}");
+
+    // A replica of another listed server.
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &a.port.to_string()]);
+    wait_until("the replica is attached", Duration::from_secs(10), || {
+        a.cmd::<String>(&["INFO", "replication"])
+            .contains("connected_slaves:1")
+    });
+    let (checks, code) = doctor(&[a.url(), b.url(), replica.url()]);
+    assert_eq!(code, Some(1));
+    assert!(
+        checks
+            .iter()
+            .any(|(c, s, d)| c == "independence" && s == "FAIL" && d.contains("replicates")),
+        "{checks:?}"
+    );
+}
+
+#[test]
+fn doctor_warns_about_a_server_whose_clock_is_off() {
+    let Some(lib) = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists()) else {
+        panic!("libfaketime is not installed (apt-get install faketime); .ci/run installs it");
+    };
+    // libfaketime cannot be preloaded into redis-server (jemalloc reads the clock while
+    // libfaketime initialises), so this host's clock runs 5 s slow instead: the same skew,
+    // seen from the other side. The monotonic clocks the lease runs on are left alone.
+    let redis = Redis::start();
+    let mut cmd = locked_run();
+    cmd.args(["doctor", "--json", "-u", &redis.url()])
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME", "-5s")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let clock = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "clock")
+        .unwrap();
+    assert_eq!(clock["status"], "WARN", "{clock}");
+    let detail = clock["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("+49") || detail.starts_with("+50"),
+        "{detail}"
+    );
+    assert!(detail.contains("check NTP"), "{detail}");
+
+    // Without the skew, the same server is OK.
+    let (checks, _) = doctor(&[redis.url()]);
+    assert_eq!(status_of(&checks, "clock").0, "OK");
+}
