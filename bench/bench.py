@@ -101,6 +101,9 @@ class Tools:
         urls = [arg for port in self.servers.redlock_ports for arg in ("-u", f"redis://127.0.0.1:{port}")]
         return [str(self.binary), *urls, name, "--", *cmd]
 
+    def file(self, name, *cmd):
+        return [str(self.binary), "-u", f"file://{self.scratch}/locks", name, "--", *cmd]
+
     def flock(self, name, *cmd):
         return ["flock", str(self.scratch / f"{name}.flock"), *cmd]
 
@@ -109,7 +112,7 @@ class Tools:
 
     def all(self):
         return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl),
-                ("Redlock, 5 servers", self.redlock)]
+                ("Redlock, 5 servers", self.redlock), ("file", self.file)]
 
 
 def ms(seconds):
@@ -194,9 +197,9 @@ def idle_cost(tools, hold, ttl):
 def contention(tools, loops, runs, rounds):
     """`loops` parallel loops of `runs` runs of `X NAME -- true` on one NAME: total wall time,
     the median of `rounds` rounds in which the tools take turns."""
-    totals = {"locked-run": [], "flock": []}
+    totals = {"locked-run": [], "flock": [], "file": []}
     for _ in range(rounds):
-        for name, make in (("locked-run", tools.locked_run), ("flock", tools.flock)):
+        for name, make in (("locked-run", tools.locked_run), ("flock", tools.flock), ("file", tools.file)):
             cmd = make("bench-contention", "true")
 
             def loop():
@@ -273,10 +276,14 @@ def main():
     say(f"| overhead `X NAME -- true`, median | {ms(lr)} ({lr / fl:.2f}x flock) | {ms(fl)} | {ms(et)} ({et / fl:.1f}x flock) "
         f"| <= 1.5x flock | {verdict(lr <= 1.5 * fl)} |")
     say(f"| overhead, Redlock over 5 servers | {ms(rl)} ({rl / fl:.2f}x flock) | - | - | (measured) | - |")
+    lf = o["file"]
+    say(f"| overhead, host-local `file://` | {ms(lf)} ({lf / fl:.2f}x flock) | - | - | (measured) | - |")
     (lm, lp), (fm, fp), (em, ep), (rm, rp) = h["locked-run"], h["flock"], h["etcdctl lock"], h["Redlock, 5 servers"]
     say(f"| handoff median / p90 | {ms(lm)} / {ms(lp)} ({lm / fm:.2f}x flock) | {ms(fm)} / {ms(fp)} | {ms(em)} / {ms(ep)} "
         f"| median <= 1.3x flock, < etcdctl | {verdict(lm <= 1.3 * fm and lm < em)} |")
     say(f"| handoff, Redlock over 5 servers | {ms(rm)} / {ms(rp)} ({rm / fm:.2f}x flock) | - | - | (measured) | - |")
+    hf, hfp = h["file"]
+    say(f"| handoff, host-local `file://` | {ms(hf)} / {ms(hfp)} ({hf / fm:.2f}x flock) | - | - | (measured) | - |")
     say(f"| peak RSS of the wrapper | {r['locked-run'] / 1024:.1f} MiB | - | {r['etcdctl lock'] / 1024:.1f} MiB "
         f"| <= 5 MiB | {verdict(r['locked-run'] <= 5 * 1024)} |")
     # Besides the scripts: HELLO when connecting, SUBSCRIBE/UNSUBSCRIBE around the acquire.
@@ -289,6 +296,8 @@ def main():
     lc, fc = c["locked-run"], c["flock"]
     say(f"| contention 4 x {2 if smoke else 50} runs, total | {lc:.2f} s ({lc / fc:.2f}x flock) | {fc:.2f} s | - "
         f"| <= 1.3x flock | {verdict(lc <= 1.3 * fc)} |")
+    cf = c["file"]
+    say(f"| contention, host-local `file://` | {cf:.2f} s ({cf / fc:.2f}x flock) | - | - | (measured) | - |")
     if args.results:
         Path(args.results).write_text("\n".join(lines) + "\n")
 

@@ -58,6 +58,18 @@ pub enum Expiry {
     In(Duration),
     /// The key has no expiry (set by another tool): it is only freed by a delete.
     Never,
+    /// A host-local `flock`: it lasts exactly as long as its holder's process holds it.
+    WithHolder,
+}
+
+impl Expiry {
+    /// How long until it ends by itself; `Duration::MAX` for never (for ordering).
+    pub fn left(self) -> Duration {
+        match self {
+            Expiry::In(d) => d,
+            Expiry::Never | Expiry::WithHolder => Duration::MAX,
+        }
+    }
 }
 
 /// A lock found held by someone else.
@@ -73,6 +85,7 @@ impl fmt::Display for Busy {
         match self.expiry {
             Expiry::In(d) => write!(f, ", lease ends in {}", crate::lease::show(d)),
             Expiry::Never => f.write_str(", with no expiry"),
+            Expiry::WithHolder => Ok(()),
         }
     }
 }

@@ -5,15 +5,17 @@
 //! `maxmemory-policy`, persistence (for fence tokens that survive a restart), permissions (ACL
 //! DRYRUN of every command the scripts run), and the server's clock against this host's. With
 //! several servers (Redlock): whether they are truly independent, and their clocks against
-//! each other.
+//! each other. For `file://`: the directory, and the filesystem it is on.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
 use crate::cli::DoctorArgs;
 use crate::exit::{Exit, Failure};
+use crate::file;
 use crate::lease::{Timings, show};
 use crate::name::LockName;
 use crate::node::Node;
@@ -61,6 +63,15 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let password = args.conn.default_password()?;
     args.conn.warn_about_visible_passwords();
     let urls = args.conn.urls();
+    if urls.iter().any(|u| file::is_file_url(u)) {
+        if urls.len() > 1 {
+            return Err(Failure::usage(
+                "file:// keeps locks on this host only: it cannot be combined with other URLs",
+            ));
+        }
+        let dir = file::dir_of(&urls[0]).map_err(Failure::usage)?;
+        return Ok(report(&check_dir(&urls[0], &dir), args.json));
+    }
     let nodes = urls
         .iter()
         .map(|url| {
@@ -92,8 +103,13 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
         }
         checks
     });
+    Ok(report(&checks, args.json))
+}
+
+/// Prints the checks; exit 1 when any FAILed.
+fn report(checks: &[Check], as_json: bool) -> Exit {
     let failed = checks.iter().any(|c| c.level == Level::Fail);
-    if args.json {
+    if as_json {
         let list: Vec<_> = checks
             .iter()
             .map(|c| json!({"server": c.server, "check": c.check, "status": c.level.word(), "detail": c.detail}))
@@ -101,7 +117,7 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
         println!("{}", json!({"ok": !failed, "checks": list}));
     } else {
         let width = checks.iter().map(|c| c.server.len()).max().unwrap_or(0);
-        for c in &checks {
+        for c in checks {
             println!(
                 "{:<4} {:<width$}  {}: {}",
                 c.level.word(),
@@ -118,7 +134,116 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
             count(Level::Fail)
         );
     }
-    Ok(Exit::Checked { failed })
+    Exit::Checked { failed }
+}
+
+/// The host-local backend: the directory can be used, and its filesystem suits locks.
+fn check_dir(url: &str, dir: &Path) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let mut add = |check: &'static str, level: Level, detail: String| {
+        checks.push(Check {
+            server: url.to_owned(),
+            check,
+            level,
+            detail,
+        })
+    };
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    let existing = if dir.is_dir() {
+        add("directory", Level::Ok, format!("{} exists", dir.display()));
+        dir
+    } else if dir.exists() {
+        add(
+            "directory",
+            Level::Fail,
+            format!("{} is not a directory", dir.display()),
+        );
+        return checks;
+    } else if parent.is_dir() {
+        add(
+            "directory",
+            Level::Ok,
+            format!(
+                "{} does not exist yet: the first run creates it (0755)",
+                dir.display()
+            ),
+        );
+        parent
+    } else {
+        add(
+            "directory",
+            Level::Fail,
+            format!(
+                "neither {} nor its parent exist: create it, or fix the URL",
+                dir.display()
+            ),
+        );
+        return checks;
+    };
+    match nix::unistd::access(
+        existing,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    ) {
+        Ok(()) => add(
+            "writable",
+            Level::Ok,
+            format!("{} is writable by this user", existing.display()),
+        ),
+        Err(e) => add(
+            "writable",
+            Level::Fail,
+            format!(
+                "{} is not writable by this user ({e}): every user of a lock needs to create and write its files there",
+                existing.display()
+            ),
+        ),
+    }
+    match nix::sys::statfs::statfs(existing) {
+        Ok(fs) => {
+            // The magic number's C type differs between targets.
+            #[allow(clippy::unnecessary_cast)]
+            let (level, detail) = filesystem(fs.filesystem_type().0 as i64);
+            add("filesystem", level, detail);
+        }
+        Err(e) => add(
+            "filesystem",
+            Level::Warn,
+            format!("cannot tell the filesystem: {e}"),
+        ),
+    }
+    checks
+}
+
+/// What a filesystem (by `statfs` magic number) means for flock and fence counters.
+fn filesystem(magic: i64) -> (Level, String) {
+    const VOLATILE: &[(i64, &str)] = &[(0x0102_1994, "tmpfs"), (0x8584_58f6, "ramfs")];
+    const NETWORK: &[(i64, &str)] = &[
+        (0x6969, "NFS"),
+        (0x517b, "SMB"),
+        (0xff53_4d42, "CIFS"),
+        (0xfe53_4d42, "SMB2"),
+        (0x6573_5546, "FUSE"),
+        (0x00c3_6400, "Ceph"),
+        (0x0102_1997, "9p"),
+    ];
+    if let Some((_, fs)) = VOLATILE.iter().find(|(m, _)| *m == magic) {
+        return (
+            Level::Warn,
+            format!(
+                "{fs}: the fence counters are lost at reboot, and fence tokens start again at 1; use a directory on disk (/var/lib/...)"
+            ),
+        );
+    }
+    if let Some((_, fs)) = NETWORK.iter().find(|(m, _)| *m == magic) {
+        return (
+            Level::Warn,
+            format!(
+                "{fs}, a network filesystem: flock there may be local to this host or emulated with leases the server can drop; \
+                 for locks across hosts use Redis"
+            ),
+        );
+    }
+    (Level::Ok, format!("a local filesystem (type {magic:#x})"))
 }
 
 async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {

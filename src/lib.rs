@@ -13,6 +13,7 @@
 //! - [`tls`]: TLS for `rediss://` (rustls).
 //! - [`lock`]: the lock as a Rust type ([`Lock`]); the single-server backend.
 //! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
+//! - [`file`]: the host-local backend (`file:///DIR`): `flock(2)` and a durable fence counter.
 //! - [`wait`]: waiting for a held lock without polling.
 //! - [`child`]: finding, spawning, signalling and reaping the command.
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
@@ -29,6 +30,7 @@ pub mod child;
 pub mod cli;
 pub mod doctor;
 pub mod exit;
+pub mod file;
 pub mod lease;
 pub mod lock;
 pub mod log;
@@ -70,64 +72,65 @@ pub fn execute(cli: Cli) -> Outcome {
     match cli.into_command() {
         Command::Run { args, explicit } => run_command(args, explicit),
         Command::Release(args) => {
-            log::init(&args.log);
-            let timeout = args.conn.connect_timeout;
-            let result = open_backend(
+            let force = args.force;
+            inspecting(
+                &args.log,
                 &args.conn,
                 &args.name,
-                Duration::from_secs(1),
                 "release",
-                timeout,
+                async |backend| match backend {
+                    Opened::One(lock) => release::release(&lock, force).await,
+                    Opened::Many(redlock) => release::release_redlock(&redlock, force).await,
+                    Opened::File(url, name) => release::release_file(&url, &name, force),
+                },
             )
-            .and_then(|backend| {
-                runtime()?.block_on(async {
-                    match &backend {
-                        Opened::One(lock) => release::release(lock, args.force).await,
-                        Opened::Many(redlock) => {
-                            release::release_redlock(redlock, args.force).await
-                        }
-                    }
-                })
-            });
-            Outcome {
-                result,
-                codes: Codes::default(),
-                verbose: args.log.verbose > 0,
-            }
+        }
+        Command::Status(args) => {
+            let json = args.json;
+            inspecting(
+                &args.log,
+                &args.conn,
+                &args.name,
+                "status",
+                async |backend| match backend {
+                    Opened::One(lock) => status::status(&lock, json).await,
+                    Opened::Many(redlock) => status::status_redlock(&redlock, json).await,
+                    Opened::File(url, name) => status::status_file(&url, &name, json),
+                },
+            )
         }
         Command::Doctor(args) => {
             log::init(&args.log);
-            let result = doctor::doctor(&args);
             Outcome {
-                result,
+                result: doctor::doctor(&args),
                 codes: Codes::default(),
                 verbose: args.log.verbose > 0,
             }
         }
-        Command::Status(args) => {
-            log::init(&args.log);
-            let timeout = args.conn.connect_timeout;
-            let result = open_backend(
-                &args.conn,
-                &args.name,
-                Duration::from_secs(1),
-                "status",
-                timeout,
-            )
-            .and_then(|backend| {
-                runtime()?.block_on(async {
-                    match &backend {
-                        Opened::One(lock) => status::status(lock, args.json).await,
-                        Opened::Many(redlock) => status::status_redlock(redlock, args.json).await,
-                    }
-                })
-            });
-            Outcome {
-                result,
-                codes: Codes::default(),
-                verbose: args.log.verbose > 0,
-            }
-        }
+    }
+}
+
+/// `status` and `release`: looks at (or frees) the lock in the backend the URLs name.
+fn inspecting(
+    log: &cli::LogArgs,
+    conn: &ConnArgs,
+    name: &str,
+    what: &str,
+    act: impl AsyncFnOnce(Opened) -> Result<Exit, Failure>,
+) -> Outcome {
+    log::init(log);
+    let result = open_backend(
+        conn,
+        name,
+        Duration::from_secs(1),
+        what,
+        conn.connect_timeout,
+    )
+    .and_then(|backend| runtime()?.block_on(act(backend)));
+    Outcome {
+        result,
+        codes: Codes::default(),
+        verbose: log.verbose > 0,
     }
 }
 
@@ -161,6 +164,13 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
                 "--wait-replicas is for one primary with replicas; Redlock's servers are independent primaries",
             )),
             Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg)),
+            Opened::File(..) if args.wait_replicas.is_some() => Err(Failure::usage(
+                "--wait-replicas is for a Redis primary with replicas, not for file://",
+            )),
+            Opened::File(url, name) => {
+                let lock = file::FileLock::open(&url, name, &program)?;
+                runtime()?.block_on(run::run(&lock, &cfg))
+            }
         }
     });
     Outcome {
@@ -170,10 +180,12 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
     }
 }
 
-/// The backend the URLs name: one server, or Redlock over several.
+/// The backend the URLs name: one server, Redlock over several, or a directory of this host
+/// (its URL and the NAME: a run opens the lock file, `status` only looks).
 enum Opened {
     One(Box<Lock>),
     Many(Redlock),
+    File(String, LockName),
 }
 
 fn open_backend(
@@ -185,6 +197,16 @@ fn open_backend(
 ) -> Result<Opened, Failure> {
     let name = LockName::new(name).map_err(Failure::usage)?;
     let urls = conn.urls();
+    if urls.iter().any(|url| file::is_file_url(url)) {
+        if urls.len() > 1 {
+            return Err(Failure::usage(
+                "file:// keeps locks on this host only: it cannot be combined with other URLs \
+                 (give one file:// URL, or only Redis URLs)",
+            ));
+        }
+        file::dir_of(&urls[0]).map_err(Failure::usage)?;
+        return Ok(Opened::File(urls[0].clone(), name));
+    }
     let password = conn.default_password()?;
     conn.warn_about_visible_passwords();
     let nodes = urls

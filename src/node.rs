@@ -659,7 +659,7 @@ impl Node {
 
 fn bad_url(url: &str) -> String {
     if url.starts_with("file://") {
-        return "file:// (the host-local backend) is not supported by this version of locked-run"
+        return "file:// names the host-local backend (a directory of this host), not a Redis server"
             .into();
     }
     let shown = match url::Url::parse(url) {

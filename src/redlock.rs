@@ -181,10 +181,7 @@ impl Backend for Redlock {
             let expiry = busy
                 .iter()
                 .map(|b| b.expiry)
-                .max_by_key(|e| match e {
-                    Expiry::Never => Duration::MAX,
-                    Expiry::In(d) => *d,
-                })
+                .max_by_key(|e| e.left())
                 .unwrap_or(Expiry::In(Duration::ZERO));
             return Ok(Attempt::Busy(Busy { holder, expiry }));
         }

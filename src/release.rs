@@ -2,9 +2,11 @@
 //! fence counter is never deleted, so fencing tokens keep growing. Without `--force` it only
 //! shows the holder. Exit 0 when something was released, 1 when the lock was free.
 
-use crate::backend::Holder;
+use crate::backend::{BackendError, Expiry, Holder};
 use crate::exit::{Exit, Failure};
+use crate::file;
 use crate::lock::Lock;
+use crate::name::LockName;
 use crate::redlock::Redlock;
 
 /// One server.
@@ -22,6 +24,36 @@ pub async fn release(lock: &Lock, force: bool) -> Result<Exit, Failure> {
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
     Ok(said(name, holder, fence))
+}
+
+/// A host-local lock: a live holder cannot be robbed of a flock (stop its process instead); a
+/// lock kept only by a `--min-hold` deadline is freed with `--force`.
+pub fn release_file(url: &str, name: &LockName, force: bool) -> Result<Exit, Failure> {
+    let unavailable = |e: BackendError| Failure::unavailable(e.to_string());
+    let report = file::inspect(url, name).map_err(unavailable)?;
+    let Some(busy) = report.held else {
+        return Ok(said(name.as_str(), None, report.fence));
+    };
+    if busy.expiry == Expiry::WithHolder {
+        let stop = busy
+            .holder
+            .pid
+            .map_or_else(String::new, |pid| format!(" (kill {pid})"));
+        return Err(Failure::usage(format!(
+            "lock {name} is held by {}; a host-local lock is freed only when its holder's process \
+             ends: stop that process{stop} and the lock is free at once",
+            busy.holder
+        )));
+    }
+    if !force {
+        return Err(Failure::usage(format!(
+            "lock {name} is kept by --min-hold of its last holder, {}; nothing was released: add \
+             --force to release it",
+            busy.holder
+        )));
+    }
+    let (holder, fence) = file::clear_min_hold(url, name).map_err(unavailable)?;
+    Ok(said(name.as_str(), holder, fence))
 }
 
 /// Redlock: released on every server that answers; it was held if any server held it.

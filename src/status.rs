@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use crate::backend::{Busy, Expiry, Holder};
 use crate::exit::{Exit, Failure};
+use crate::file;
 use crate::lease::show;
 use crate::lock::{Lock, Report};
+use crate::name::LockName;
 use crate::redlock::Redlock;
 
 /// Prints the lock's state on stdout and returns the status to exit with.
@@ -26,6 +28,25 @@ pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
         println!("{object}");
     } else {
         println!("{}{}", to_text(name, &report), waiting(waiters));
+    }
+    Ok(if report.held.is_some() {
+        Exit::Held
+    } else {
+        Exit::Free
+    })
+}
+
+/// `status` of a host-local lock: the lock file and the fence counter in the directory; the
+/// waiters blocked on the lock, as `/proc/locks` lists them.
+pub fn status_file(url: &str, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
+    let report = file::inspect(url, name).map_err(|e| Failure::unavailable(e.to_string()))?;
+    let waiters = file::waiters(url, name);
+    if as_json {
+        let mut object = to_json(name.as_str(), &report);
+        object["waiters"] = json!(waiters);
+        println!("{object}");
+    } else {
+        println!("{}{}", to_text(name.as_str(), &report), waiting(waiters));
     }
     Ok(if report.held.is_some() {
         Exit::Held
@@ -73,7 +94,7 @@ pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Fa
         .iter()
         .filter_map(|r| r.held.as_ref().map(|b| b.expiry))
         .collect();
-    expiries.sort_by_key(|e| std::cmp::Reverse(expiry_key(*e)));
+    expiries.sort_by_key(|e| std::cmp::Reverse(e.left()));
     let summary = Report {
         fence: answered.iter().filter_map(|r| r.fence).max(),
         held: owner.map(|_| Busy {
@@ -151,13 +172,6 @@ fn waiting(waiters: Option<u64>) -> String {
     }
 }
 
-fn expiry_key(e: Expiry) -> Duration {
-    match e {
-        Expiry::Never => Duration::MAX,
-        Expiry::In(d) => d,
-    }
-}
-
 /// One JSON object: `name`, `held`, `fence` (last issued, or null), `ttl_ms` (null when free,
 /// -1 for a key without expiry), `holder` (null when free).
 pub fn to_json(name: &str, report: &Report) -> Value {
@@ -166,7 +180,7 @@ pub fn to_json(name: &str, report: &Report) -> Value {
         Some(busy) => {
             let ttl = match busy.expiry {
                 Expiry::In(d) => json!(d.as_millis() as u64),
-                Expiry::Never => json!(-1),
+                Expiry::Never | Expiry::WithHolder => json!(-1),
             };
             (ttl, holder_json(&busy.holder))
         }
@@ -199,6 +213,7 @@ pub fn to_text(name: &str, report: &Report) -> String {
             let left = match busy.expiry {
                 Expiry::In(d) => format!("{} left", show(d)),
                 Expiry::Never => "no expiry: only a delete frees it".to_owned(),
+                Expiry::WithHolder => "until its holder exits".to_owned(),
             };
             let mut holder = busy.holder.clone();
             holder.fence = None;

@@ -37,6 +37,10 @@ pub struct Acquired {
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_CAP: Duration = Duration::from_secs(2);
 
+/// How long to sleep on a lock with no expiry of its own when the backend wakes waiters
+/// exactly (flock): only a safety net.
+const SAFETY_NAP: Duration = Duration::from_secs(60);
+
 /// Takes the lock, waiting as `patience` allows. A grant that leaves less of the lease than
 /// R + K (a server that took that long to answer) is given back and counts as a failure.
 pub async fn acquire<B: Backend, C: Clock>(
@@ -79,7 +83,7 @@ pub async fn acquire<B: Backend, C: Clock>(
             Ok(Attempt::Acquired { fence }) => {
                 let now = clock.now();
                 let left = (sent + timings.ttl - timings.drift).saturating_sub(now);
-                if left >= timings.renew_every + timings.kill_after {
+                if !backend.has_lease() || left >= timings.renew_every + timings.kill_after {
                     return Ok(Acquired {
                         fence,
                         sent,
@@ -135,6 +139,10 @@ pub async fn acquire<B: Backend, C: Clock>(
                 }
                 let nap = match busy.expiry {
                     Expiry::In(d) => d + jitter(d),
+                    // The wake-up comes when the holder lets go; the nap is a safety net
+                    // (and, without wake-ups, a slow poll).
+                    Expiry::WithHolder if wakeups.is_some() => SAFETY_NAP,
+                    Expiry::WithHolder => RETRY_CAP,
                     Expiry::Never => {
                         if no_expiry_retries == 0 {
                             tracing::info!(

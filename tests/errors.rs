@@ -6,12 +6,6 @@ use std::time::Duration;
 use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
-fn run_args(args: &[&str]) -> Output {
-    let mut cmd = locked_run();
-    cmd.args(args);
-    run(cmd)
-}
-
 fn assert_one_line(out: &Output, code: i32, needle: &str) {
     assert_eq!(out.code(), Some(code), "{out:?}");
     assert!(out.stderr.starts_with("locked-run: "), "{}", out.stderr);

@@ -5,16 +5,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-fn locked_run_args(args: &[&str]) -> Output {
-    let mut cmd = locked_run();
-    cmd.args(args);
-    run(cmd)
-}
-
 #[test]
 fn release_without_force_only_shows_the_holder() {
     let redis = Redis::start();
-    let out = locked_run_args(&["release", "-u", &redis.url(), "job"]);
+    let out = run_args(&["release", "-u", &redis.url(), "job"]);
     assert_eq!(out.code(), Some(1), "free: {out:?}");
     assert_eq!(
         out.stdout,
@@ -23,7 +17,7 @@ fn release_without_force_only_shows_the_holder() {
 
     let dir = scratch();
     let (running, _) = start_job(&redis.url(), dir.path(), &[], "exec sleep 60");
-    let out = locked_run_args(&["release", "-u", &redis.url(), "job"]);
+    let out = run_args(&["release", "-u", &redis.url(), "job"]);
     assert_eq!(out.code(), Some(2), "{out:?}");
     assert!(
         out.stderr
@@ -60,7 +54,7 @@ fn a_forced_release_wakes_the_waiter_and_stops_the_old_holder() {
         reply.get(1) == Some(&redis::Value::Int(1))
     });
 
-    let out = locked_run_args(&["release", "--force", "-u", &redis.url(), "job"]);
+    let out = run_args(&["release", "--force", "-u", &redis.url(), "job"]);
     let released = Instant::now();
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(
@@ -109,11 +103,11 @@ fn status_counts_the_waiters() {
     waiter.args(["-u", &redis.url(), "job", "--", "true"]);
     let waiter = spawn(waiter);
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
-        let out = locked_run_args(&["status", "--json", "-u", &redis.url(), "job"]);
+        let out = run_args(&["status", "--json", "-u", &redis.url(), "job"]);
         let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
         v["waiters"] == 1
     });
-    let text = locked_run_args(&["status", "-u", &redis.url(), "job"]);
+    let text = run_args(&["status", "-u", &redis.url(), "job"]);
     assert!(
         text.stdout.trim_end().ends_with("left; 1 waiting"),
         "{}",

@@ -7,6 +7,7 @@ mod errors;
 mod fencing;
 mod lease_loss;
 mod library;
+mod local;
 mod operators;
 mod ops;
 mod production;

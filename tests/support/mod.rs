@@ -350,6 +350,13 @@ pub fn run(cmd: Command) -> Output {
     spawn(cmd).wait()
 }
 
+/// Runs `locked-run ARGS...` to completion.
+pub fn run_args(args: &[&str]) -> Output {
+    let mut cmd = locked_run();
+    cmd.args(args);
+    run(cmd)
+}
+
 /// Waits for `child` to exit, up to `timeout`, without polling: a pidfd becomes readable when
 /// the process exits.
 pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {

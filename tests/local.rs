@@ -1,0 +1,477 @@
+//! The host-local backend, `file:///DIR`: flock on DIR/NAME.lock and a durable fence counter.
+//! Real processes contending on a real directory; no server.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+fn url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+fn status_json(url: &str, name: &str) -> serde_json::Value {
+    let out = run_args(&["status", "--json", "-u", url, name]);
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+fn fence_file(dir: &Path, stem: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{stem}.fence"))).unwrap()
+}
+
+#[test]
+fn processes_contending_on_one_directory_never_overlap() {
+    let locks = scratch();
+    let logs = scratch();
+    let log = file(&logs, "log");
+    let url = url(locks.path());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..8 {
+                    let mut cmd = locked_run();
+                    cmd.args(["-u", &url, "shared", "--", "perl", "-e", CRITICAL_SECTION])
+                        .arg(&log);
+                    let out = run(cmd);
+                    assert_eq!(out.code(), Some(0), "{out:?}");
+                }
+            });
+        }
+    });
+    assert_eq!(check_log(&log), 32);
+    assert_eq!(
+        fence_file(locks.path(), "shared"),
+        "32\n",
+        "one token per run"
+    );
+}
+
+#[test]
+fn a_holder_killed_mid_run_frees_the_lock_at_once_and_its_fence_is_kept() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    let (holder, child) = start_job(&url, dir.path(), &[], "exec sleep 60");
+    let status = status_json(&url, "job");
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["fence"], 1);
+    assert_eq!(
+        status["ttl_ms"], -1,
+        "no lease: held while its holder lives"
+    );
+    assert_eq!(status["holder"]["pid"], holder.pid());
+
+    // A waiter, blocked on the lock.
+    let started = file(&dir, "waiter");
+    let mut waiter = locked_run();
+    waiter.args(["-u", &url, "job"]).args(sh(&format!(
+        "echo $LOCKED_RUN_FENCE > {}",
+        path_str(&started)
+    )));
+    let waiter = spawn(waiter);
+    wait_until(
+        "the waiter is blocked on the lock",
+        Duration::from_secs(10),
+        || status_json(&url, "job")["waiters"] == 1,
+    );
+
+    signal(holder.pid(), libc::SIGKILL);
+    let killed = Instant::now();
+    wait_for_file(&started, Duration::from_secs(5), |t| t.ends_with('\n'));
+    let woke = killed.elapsed();
+    assert!(
+        woke < Duration::from_millis(500),
+        "the waiter started {woke:?} after the holder died"
+    );
+    assert_eq!(std::fs::read_to_string(&started).unwrap(), "2\n");
+    assert!(
+        wait_pid_exit(child, Duration::from_secs(5)),
+        "PDEATHSIG ended the dead holder's command"
+    );
+    assert_eq!(waiter.wait().code(), Some(0));
+    let _ = holder.wait();
+
+    // And without a waiter: a -n run right after the holder's death gets the lock.
+    let dir2 = scratch();
+    let (holder, child) = start_job(&url, dir2.path(), &[], "exec sleep 60");
+    signal(holder.pid(), libc::SIGKILL);
+    assert!(wait_pid_exit(holder.pid(), Duration::from_secs(5)));
+    let out = run_args(&[
+        "-n",
+        "-u",
+        &url,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, "4\n", "fences 1..3 were issued before, durably");
+    assert_eq!(fence_file(locks.path(), "job"), "4\n");
+    assert!(wait_pid_exit(child, Duration::from_secs(5)));
+    let _ = holder.wait();
+}
+
+#[test]
+fn waiting_is_bounded_by_dash_w_and_ends_when_the_holder_does() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    let go = file(&dir, "go");
+    let (holder, _) = start_job(
+        &url,
+        dir.path(),
+        &[],
+        &format!("while [ ! -e {} ]; do sleep 0.01; done", path_str(&go)),
+    );
+
+    let out = run_args(&["-n", "-u", &url, "job", "--", "true"]);
+    assert_eq!(out.code(), Some(75), "{out:?}");
+    assert_eq!(out.stderr, "", "-n is silent");
+
+    let out = run_args(&["-w", "1s", "-u", &url, "job", "--", "true"]);
+    assert_eq!(out.code(), Some(75), "{out:?}");
+    assert!(
+        out.stderr.contains("gave up waiting for lock job after 1s"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!("pid {}", holder.pid())),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.elapsed >= Duration::from_secs(1) && out.elapsed < Duration::from_secs(3),
+        "{:?}",
+        out.elapsed
+    );
+
+    let mut patient = locked_run();
+    patient.args(["-w", "30s", "-u", &url, "job", "--", "true"]);
+    let patient = spawn(patient);
+    wait_until(
+        "the waiter is blocked on the lock",
+        Duration::from_secs(10),
+        || status_json(&url, "job")["waiters"] == 1,
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let out = patient.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(30));
+}
+
+#[test]
+fn there_is_no_lease_to_lose() {
+    let locks = scratch();
+    // T = 200 ms, and a command that runs ten times as long: no renewal, no kill.
+    let out = run_args(&[
+        "--ttl",
+        "200ms",
+        "-u",
+        &url(locks.path()),
+        "job",
+        "--",
+        "sleep",
+        "2",
+    ]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn names_with_dots_dashes_and_slashes_get_their_own_files_inside_the_directory() {
+    let locks = scratch();
+    let url = url(locks.path());
+    for (name, stem) in [
+        ("db.migrate-v2.1", "db.migrate-v2.1"),
+        ("team/job", "team%2Fjob"),
+        ("..", "%2E."),
+        (".hidden", "%2Ehidden"),
+        ("job", "job"),
+        ("job.lock", "job.lock"),
+    ] {
+        let mut cmd = locked_run();
+        cmd.args([
+            "run",
+            "-u",
+            &url,
+            name,
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKED_RUN_KEY",
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(0), "{name}: {out:?}");
+        let key = locks.path().join(format!("{stem}.lock"));
+        assert_eq!(out.stdout.trim(), key.to_str().unwrap(), "{name}");
+        assert!(key.exists(), "{name}");
+        assert_eq!(
+            fence_file(locks.path(), stem),
+            "1\n",
+            "{name}: a counter of its own"
+        );
+    }
+    let mut files: Vec<String> = std::fs::read_dir(locks.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 12, "nothing else, nothing outside: {files:?}");
+    assert!(!locks.path().join("team").exists());
+}
+
+#[test]
+fn the_command_does_not_hold_the_lock_and_a_daemon_it_leaves_does_not_keep_it() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    let daemon = file(&dir, "daemon");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "job"]).args(sh(&format!(
+        "ls -l /proc/$$/fd > {fds}; setsid -f sh -c 'echo $$ > {d}.tmp; mv {d}.tmp {d}; exec sleep 30' </dev/null >/dev/null 2>&1",
+        fds = path_str(&file(&dir, "fds")),
+        d = path_str(&daemon)
+    )));
+    assert_eq!(run(cmd).code(), Some(0));
+    let fds = std::fs::read_to_string(file(&dir, "fds")).unwrap();
+    assert!(
+        !fds.contains("job.lock"),
+        "the lock's descriptor is close-on-exec: {fds}"
+    );
+    let daemon_pid: i32 = wait_for_file(&daemon, Duration::from_secs(5), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(daemon_pid), "the setsid daemon outlived the job");
+    let mut next = locked_run();
+    next.args(["-n", "-u", &url, "job", "--", "true"]);
+    assert_eq!(
+        run(next).code(),
+        Some(0),
+        "the daemon does not hold the lock"
+    );
+    signal(daemon_pid, libc::SIGKILL);
+}
+
+#[test]
+fn min_hold_keeps_the_lock_after_the_command_and_release_force_clears_it() {
+    let locks = scratch();
+    let url = url(locks.path());
+    let mut cmd = locked_run();
+    cmd.args(["--min-hold", "30s", "-u", &url, "job", "--", "true"]);
+    assert_eq!(run(cmd).code(), Some(0));
+
+    let status = status_json(&url, "job");
+    assert_eq!(status["held"], true, "{status}");
+    let ttl = status["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 25_000 && ttl <= 30_000, "{ttl}");
+    let out = run_args(&["-v", "-n", "-u", &url, "job", "--", "true"]);
+    assert_eq!(out.code(), Some(75), "{out:?}");
+    assert!(out.stderr.contains("not waiting"), "{}", out.stderr);
+
+    let out = run_args(&["release", "-u", &url, "job"]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("--min-hold"), "{}", out.stderr);
+    let out = run_args(&["release", "--force", "-u", &url, "job"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.starts_with("released lock job, held by "),
+        "{}",
+        out.stdout
+    );
+
+    let out = run_args(&[
+        "-n",
+        "-u",
+        &url,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKED_RUN_FENCE",
+    ]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, "2\n");
+}
+
+#[test]
+fn a_short_min_hold_is_waited_out() {
+    let locks = scratch();
+    let url = url(locks.path());
+    let mut cmd = locked_run();
+    cmd.args(["--min-hold", "1s", "-u", &url, "job", "--", "true"]);
+    assert_eq!(run(cmd).code(), Some(0));
+    let out = run_args(&["-w", "10s", "-u", &url, "job", "--", "true"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        out.elapsed >= Duration::from_millis(700) && out.elapsed < Duration::from_secs(5),
+        "waited {:?} for a 1s min-hold",
+        out.elapsed
+    );
+}
+
+#[test]
+fn a_held_lock_cannot_be_released_by_force() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    let (holder, _) = start_job(&url, dir.path(), &[], "exec sleep 60");
+    let out = run_args(&["release", "--force", "-u", &url, "job"]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains(&format!("kill {}", holder.pid())),
+        "{}",
+        out.stderr
+    );
+    signal(holder.pid(), libc::SIGTERM);
+    let out = holder.wait();
+    assert!(
+        out.code() == Some(143) || out.status.code().is_none(),
+        "{out:?}"
+    );
+    assert_eq!(status_json(&url, "job")["held"], false);
+}
+
+#[test]
+fn a_missing_directory_is_created_if_its_parent_exists() {
+    let parent = scratch();
+    let dir = parent.path().join("locks");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url(&dir), "job", "--", "true"]);
+    assert_eq!(run(cmd).code(), Some(0));
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & !0o022, 0o755 & !0o022, "{mode:o}");
+
+    let nowhere = parent.path().join("no/such/dir");
+    let out = run_args(&["-u", &url(&nowhere), "job", "--", "true"]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("does not exist, nor does its parent"),
+        "{}",
+        out.stderr
+    );
+    assert!(!nowhere.exists());
+}
+
+#[test]
+fn an_unwritable_directory_is_69_and_nothing_runs() {
+    let parent = scratch();
+    // The test's user must be able to reach the directory, but not write it. Root ignores
+    // permission bits, so as root the run drops to nobody.
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ro = parent.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let ran = parent.path().join("ran");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url(&ro), "job", "--", "touch"]).arg(&ran);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("Permission denied"), "{}", out.stderr);
+    assert!(out.stderr.contains("write access"), "{}", out.stderr);
+    assert!(!ran.exists());
+}
+
+#[test]
+fn file_urls_do_not_mix() {
+    let locks = scratch();
+    let url = url(locks.path());
+    for (args, needle) in [
+        (
+            vec!["-u", &url, "-u", "redis://127.0.0.1:1", "job", "true"],
+            "cannot be combined",
+        ),
+        (
+            vec!["-u", &url, "-u", &url, "job", "true"],
+            "cannot be combined",
+        ),
+        (vec!["-u", "file://elsewhere/x", "job", "true"], "localhost"),
+        (
+            vec!["-u", &url, "--wait-replicas", "1", "job", "true"],
+            "not for file://",
+        ),
+    ] {
+        let mut cmd = locked_run();
+        cmd.args(&args);
+        let out = run(cmd);
+        assert_eq!(out.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn doctor_checks_the_directory() {
+    let locks = scratch();
+    let out = run_args(&["doctor", "--json", "-u", &url(locks.path())]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let checks: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(checks, ["directory", "writable", "filesystem"]);
+
+    let out = run_args(&["doctor", "-u", "file:///no/such/parent/dir"]);
+    assert_eq!(out.code(), Some(1), "{out:?}");
+    assert!(out.stdout.contains("FAIL"), "{}", out.stdout);
+
+    // /dev/shm is a tmpfs: fence counters would not survive a reboot.
+    if Path::new("/dev/shm").is_dir() {
+        let mut cmd = locked_run();
+        cmd.args(["doctor", "-u", "file:///dev/shm"]);
+        let out = run(cmd);
+        assert!(
+            out.stdout.contains("WARN") && out.stdout.contains("tmpfs"),
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn flock_and_locked_run_exclude_each_other_on_the_same_file() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    let lock_file = locks.path().join("job.lock");
+    let up = file(&dir, "up");
+    let go = file(&dir, "go");
+    let mut flock = std::process::Command::new("flock");
+    flock.arg(&lock_file).args(sh(&format!(
+        "echo up > {}; while [ ! -e {} ]; do sleep 0.01; done",
+        path_str(&up),
+        path_str(&go)
+    )));
+    let flock = spawn(flock);
+    wait_for_file(&up, Duration::from_secs(10), |t| t.ends_with('\n'));
+    let out = run_args(&["-v", "-n", "-u", &url, "job", "--", "true"]);
+    assert_eq!(out.code(), Some(75), "{out:?}");
+    assert!(
+        out.stderr.contains("held by another program"),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(flock.wait().code(), Some(0));
+
+    let (holder, _) = start_job(&url, dir.path(), &[], "exec sleep 60");
+    let mut flock = std::process::Command::new("flock");
+    flock.args(["-n"]).arg(&lock_file).arg("true");
+    assert_eq!(run(flock).code(), Some(1), "flock -n finds it busy");
+    signal(holder.pid(), libc::SIGTERM);
+    let _ = holder.wait();
+}
