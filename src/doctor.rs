@@ -8,6 +8,7 @@
 //! each other. For `file://`: the directory, and the filesystem it is on.
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -60,8 +61,6 @@ struct Facts {
 /// Runs the checks and prints them; exit 1 when any FAILed.
 pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let name = LockName::new(&args.name).map_err(Failure::usage)?;
-    let password = args.conn.default_password()?;
-    args.conn.warn_about_visible_passwords();
     let urls = args.conn.urls();
     if urls.iter().any(|u| file::is_file_url(u)) {
         if urls.len() > 1 {
@@ -70,8 +69,10 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
             ));
         }
         let dir = file::dir_of(&urls[0]).map_err(Failure::usage)?;
-        return Ok(report(&check_dir(&urls[0], &dir), args.json));
+        return Ok(report(&check_dir(&urls[0], &dir, &name), args.json));
     }
+    let password = args.conn.default_password()?;
+    args.conn.warn_about_visible_passwords();
     let nodes = urls
         .iter()
         .map(|url| {
@@ -138,7 +139,7 @@ fn report(checks: &[Check], as_json: bool) -> Exit {
 }
 
 /// The host-local backend: the directory can be used, and its filesystem suits locks.
-fn check_dir(url: &str, dir: &Path) -> Vec<Check> {
+fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
     let mut checks = Vec::new();
     let mut add = |check: &'static str, level: Level, detail: String| {
         checks.push(Check {
@@ -210,6 +211,43 @@ fn check_dir(url: &str, dir: &Path) -> Vec<Check> {
             Level::Warn,
             format!("cannot tell the filesystem: {e}"),
         ),
+    }
+    // Who else may write there.
+    let shared = existing
+        .metadata()
+        .is_ok_and(|m| m.permissions().mode() & 0o002 != 0);
+    let temporary = ["/tmp", "/var/tmp"].iter().any(|t| dir.starts_with(t));
+    if temporary {
+        add(
+            "location",
+            Level::Warn,
+            format!(
+                "{} is under a temporary directory: systemd-tmpfiles deletes files there that were not \
+                 used for days (a fence counter deleted starts again at 1), and another user can create \
+                 the directory first; use a directory of its own on disk (/var/lib/locked-run)",
+                dir.display()
+            ),
+        );
+    } else if shared {
+        add(
+            "location",
+            Level::Warn,
+            format!(
+                "{} is writable by every user: anyone can delete or replace its lock files; \
+                 give it to the users of the locks (a group, mode 2775)",
+                existing.display()
+            ),
+        );
+    } else {
+        add(
+            "location",
+            Level::Ok,
+            format!("{} is not writable by every user", existing.display()),
+        );
+    }
+    match file::check_files(dir, name) {
+        Ok(detail) => add("files", Level::Ok, detail),
+        Err(detail) => add("files", Level::Fail, detail),
     }
     checks
 }

@@ -13,18 +13,24 @@
 //!   written under the lock, emptied on release.
 //! - `--min-hold`: a not-before deadline left in the lock file on release; the next holder
 //!   honours it by waiting (or by 75 with `-n`).
-//! - Waiting: a thread blocks in `flock(LOCK_EX)` on the waiter's own descriptor, so the kernel
-//!   wakes it the moment the holder lets go. No polling.
+//! - Waiting: a thread blocks in `flock(LOCK_EX)` on a descriptor of its own, so the kernel
+//!   wakes it the moment the holder lets go; it lets go at once and tells the waiter, which
+//!   then tries as usual. No polling, except while a `--min-hold` deadline (which no process
+//!   holds) is slept out: then the lock file is re-read every [`MIN_HOLD_RECHECK`], so that a
+//!   `release --force` is seen.
+//! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
+//!   several users share, a planted link must not make a run write someone else's file. A lock
+//!   file replaced under a waiter (deleted and created again) is noticed after `flock`, by
+//!   comparing the descriptor's inode with the path's, and the new file is locked instead.
 //!
 //! There is no lease: nothing to renew, and the lease clock never fires.
 
 use std::cell::RefCell;
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -84,7 +90,14 @@ impl Paths {
 
     /// The last fence token issued, if any.
     fn read_fence(&self) -> Result<Option<u64>, BackendError> {
-        match fs::read_to_string(&self.fence) {
+        let read = || -> io::Result<String> {
+            let mut text = String::new();
+            no_follow(OpenOptions::new().read(true))
+                .open(&self.fence)?
+                .read_to_string(&mut text)?;
+            Ok(text)
+        };
+        match read() {
             Ok(text) => text.trim().parse().map(Some).map_err(|_| {
                 BackendError::Refused(format!(
                     "{} holds {:?}, not a fence counter: it was changed by hand? Write the \
@@ -99,8 +112,13 @@ impl Paths {
     }
 
     /// Raises the fence counter by one, durably: a temporary file, fsync, rename over the
-    /// counter, fsync of the directory. Called only under the lock.
+    /// counter, fsync of the directory. Called under the lock, and also under a flock on the
+    /// directory itself: should two processes ever both hold NAME (its lock file deleted
+    /// while held), they still never get the same token.
     fn raise_fence(&self) -> Result<u64, BackendError> {
+        let dir = File::open(&self.dir).map_err(|e| refused(&self.dir, "open", &e))?;
+        lock_briefly(&dir).map_err(|e| refused(&self.dir, "lock", &e))?;
+        // Closing `dir` unlocks it, however this returns.
         let next = self
             .read_fence()?
             .unwrap_or(0)
@@ -109,24 +127,53 @@ impl Paths {
                 BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
             })?;
         let write = || -> io::Result<()> {
+            // A fresh file (O_EXCL): never one that a link planted under this name points at.
+            match fs::remove_file(&self.fence_tmp) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
             let mut tmp = OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .mode(0o666)
                 .open(&self.fence_tmp)?;
             tmp.write_all(format!("{next}\n").as_bytes())?;
             tmp.sync_all()?;
             fs::rename(&self.fence_tmp, &self.fence)?;
-            File::open(&self.dir)?.sync_all()
+            dir.sync_all()
         };
         write().map_err(|e| refused(&self.fence, "write", &e))?;
         Ok(next)
     }
 }
 
+/// `O_NOFOLLOW`: a symbolic link is an error (ELOOP), never followed.
+fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
+    options.custom_flags(libc::O_NOFOLLOW)
+}
+
+/// Opens (creating it) the lock file, refusing links and anything but a regular file.
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    let file = no_follow(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666),
+    )
+    .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
 fn refused(path: &Path, what: &str, e: &io::Error) -> BackendError {
     let hint = match e.raw_os_error() {
+        Some(libc::ELOOP) => {
+            "; it is a symbolic link, which locked-run never follows there (planted by someone else?): remove it"
+        }
         Some(libc::EACCES | libc::EPERM) => {
             "; every user of this lock needs write access to the directory and its files"
         }
@@ -147,6 +194,28 @@ fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
+        }
+    }
+}
+
+/// Takes an exclusive flock held by others only for moments (a fence being raised): tries,
+/// then retries after 1 ms, 2 ms, 4 ms ... 64 ms, for at most 5 s in all. A blocking flock
+/// would hang, deaf to signals, on a directory someone else keeps locked.
+fn lock_briefly(file: &File) -> io::Result<()> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if started.elapsed() > Duration::from_secs(5) {
+                    return Err(io::Error::other(
+                        "another process has held it for 5 s (a fence is raised under it in milliseconds)",
+                    ));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(64));
+            }
+            result => return result,
         }
     }
 }
@@ -273,9 +342,9 @@ pub struct FileLock {
     key: String,
     token: String,
     holder: Holder,
-    /// The lock file, opened once: the flock belongs to this open file description, which a
-    /// waiting thread shares.
-    file: Arc<File>,
+    /// The lock file: the flock belongs to this open file description. Replaced when the file
+    /// at the path turns out to be another one.
+    file: RefCell<File>,
     /// What was written into the lock file when it was taken; `None` when not held.
     held: RefCell<Option<Meta>>,
 }
@@ -288,31 +357,21 @@ impl FileLock {
         let dir = dir_of(url).map_err(Failure::usage)?;
         prepare_dir(&dir)?;
         let paths = Paths::new(&dir, &name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o666)
-            .open(&paths.lock)
+        let file = open_lock_file(&paths.lock)
             .map_err(|e| Failure::unavailable(refused(&paths.lock, "open", &e).to_string()))?;
-        let host = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "unknown".into());
         Ok(FileLock {
             key: paths.lock.display().to_string(),
             name,
             paths,
             token: uuid::Uuid::new_v4().to_string(),
             holder: Holder {
-                host: Some(host),
+                host: Some(hostname()),
                 pid: Some(std::process::id()),
                 command: Some(command.to_owned()),
                 since_ms: None,
                 fence: None,
             },
-            file: Arc::new(file),
+            file: RefCell::new(file),
             held: RefCell::new(None),
         })
     }
@@ -323,7 +382,25 @@ impl FileLock {
 
     fn unlock(&self) {
         // Closing the descriptor at exit would unlock too; an error here changes nothing.
-        let _ = flock(&self.file, libc::LOCK_UN);
+        let _ = flock(&self.file.borrow(), libc::LOCK_UN);
+    }
+
+    /// Whether `file` is still the file at the lock's path (not deleted, not replaced).
+    fn still_at_path(&self, file: &File) -> io::Result<bool> {
+        let open = file.metadata()?;
+        match fs::symlink_metadata(&self.paths.lock) {
+            Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How long a `--min-hold` deadline left in the lock file still keeps the lock.
+    fn min_hold_left(&self) -> Option<Duration> {
+        Meta::read(&self.file.borrow())
+            .not_before
+            .as_ref()
+            .and_then(NotBefore::left)
     }
 
     fn refused(&self, e: BackendError) -> BackendError {
@@ -382,19 +459,42 @@ impl Backend for FileLock {
                 fence: meta.holder.fence.unwrap_or(0),
             });
         }
-        match flock(&self.file, libc::LOCK_EX | libc::LOCK_NB) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let meta = Meta::read(&self.file);
-                return Ok(Attempt::Busy(Busy {
-                    holder: meta.holder,
-                    expiry: Expiry::WithHolder,
-                }));
+        // A file deleted and created again under the same name is another lock: lock the one
+        // at the path (a few times at most, against someone who keeps replacing it).
+        let mut replaced = 0;
+        loop {
+            let file = self.file.borrow();
+            match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(Attempt::Busy(Busy {
+                        holder: holder_of(&file, Meta::read(&file).holder),
+                        expiry: Expiry::WithHolder,
+                    }));
+                }
+                Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
             }
-            Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
+            let here = self
+                .still_at_path(&file)
+                .map_err(|e| self.refused(refused(&self.paths.lock, "check", &e)))?;
+            drop(file);
+            if here {
+                break;
+            }
+            self.unlock();
+            replaced += 1;
+            if replaced > 3 {
+                return Err(BackendError::Transient(format!(
+                    "{} keeps being replaced (deleted and created again) by someone else",
+                    self.paths.lock.display()
+                )));
+            }
+            let file = open_lock_file(&self.paths.lock)
+                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
+            *self.file.borrow_mut() = file;
         }
         // Ours now; a --min-hold deadline left by the last holder still keeps it.
-        let last = Meta::read(&self.file);
+        let last = Meta::read(&self.file.borrow());
         if let Some(left) = last.not_before.as_ref().and_then(NotBefore::left) {
             self.unlock();
             return Ok(Attempt::Busy(Busy {
@@ -412,8 +512,8 @@ impl Backend for FileLock {
             token: Some(self.token.clone()),
             not_before: None,
         };
-        meta.write(&self.file)
-            .map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
+        let written = meta.write(&self.file.borrow());
+        written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
         *self.held.borrow_mut() = Some(meta);
         Ok(Attempt::Acquired { fence })
     }
@@ -428,16 +528,14 @@ impl Backend for FileLock {
         _timeout: Duration,
     ) -> Result<bool, BackendError> {
         let Some(mut meta) = self.held.borrow_mut().take() else {
-            // A waiting thread may have been given the lock after all.
-            self.unlock();
             return Ok(false);
         };
         let written = match keep_for {
             Some(hold) => {
                 meta.not_before = Some(NotBefore::after(hold));
-                meta.write(&self.file)
+                meta.write(&self.file.borrow())
             }
-            None => self.file.set_len(0),
+            None => self.file.borrow().set_len(0),
         };
         self.unlock();
         written.map_err(|e| refused(&self.paths.lock, "write", &e))?;
@@ -456,8 +554,12 @@ impl Backend for FileLock {
     }
 }
 
-/// A thread blocked in `flock(LOCK_EX)` on the lock's own descriptor: when it returns, the
-/// kernel has given the lock to this process, and the next attempt finds it taken by us.
+/// How often a waiter sleeping out a `--min-hold` deadline re-reads the lock file (no process
+/// holds the lock then, so nothing wakes it when `release --force` clears the deadline).
+pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
+
+/// A thread blocked in `flock(LOCK_EX)` on a descriptor of its own: when it returns, the
+/// holder has let go, and the waiter tries again.
 pub struct FileWakeups<'a> {
     lock: &'a FileLock,
     pending: Option<oneshot::Receiver<io::Result<()>>>,
@@ -466,25 +568,21 @@ pub struct FileWakeups<'a> {
 impl Wakeups for FileWakeups<'_> {
     async fn next(&mut self) -> Result<(), BackendError> {
         let lock = self.lock;
+        if let Some(left) = lock.min_hold_left() {
+            tokio::time::sleep(left.min(MIN_HOLD_RECHECK)).await;
+            return Ok(());
+        }
         let pending = self
             .pending
-            .get_or_insert_with(|| block_until_locked(lock.file.clone()));
+            .get_or_insert_with(|| block_until_free(lock.paths.lock.clone()));
         let result = pending.await;
         self.pending = None;
         match result {
-            Ok(Ok(())) => {
-                // Given to us; but a --min-hold deadline is slept out without holding it.
-                let left = Meta::read(&lock.file)
-                    .not_before
-                    .as_ref()
-                    .and_then(NotBefore::left);
-                if let Some(left) = left {
-                    lock.unlock();
-                    tokio::time::sleep(left).await;
-                }
-                Ok(())
-            }
-            Ok(Err(e)) => Err(lock.refused(refused(&lock.paths.lock, "wait for", &e))),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(BackendError::Transient(format!(
+                "cannot wait for {}: {e}",
+                lock.paths.lock.display()
+            ))),
             Err(_) => Err(BackendError::Transient(
                 "the thread waiting for the lock could not be started".into(),
             )),
@@ -492,9 +590,10 @@ impl Wakeups for FileWakeups<'_> {
     }
 }
 
-/// Starts a thread that blocks until this process holds the lock. The thread is not joined:
-/// a wait that ends another way leaves it blocked until the process exits.
-fn block_until_locked(file: Arc<File>) -> oneshot::Receiver<io::Result<()>> {
+/// Starts a thread that opens the lock file, blocks until it can lock it, and closes it at
+/// once: it never keeps the lock, so a wait that ends another way (a deadline, a signal)
+/// leaves nothing held even while the thread is still blocked.
+fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("flock-wait".into())
@@ -502,7 +601,10 @@ fn block_until_locked(file: Arc<File>) -> oneshot::Receiver<io::Result<()>> {
         .spawn(move || {
             // Signals are the main thread's business.
             let _ = nix::sys::signal::SigSet::all().thread_block();
-            let _ = tx.send(flock(&file, libc::LOCK_EX));
+            let waited = no_follow(OpenOptions::new().read(true))
+                .open(&path)
+                .and_then(|file| flock(&file, libc::LOCK_EX));
+            let _ = tx.send(waited);
         });
     if let Err(e) = spawned {
         tracing::info!("cannot start a thread to wait for the lock: {e}");
@@ -510,7 +612,8 @@ fn block_until_locked(file: Arc<File>) -> oneshot::Receiver<io::Result<()>> {
     rx
 }
 
-/// `status` of a NAME in a directory, without creating or locking anything in the common case.
+/// `status` of a NAME in a directory, without creating anything, and without touching the
+/// lock whenever `/proc/locks` can tell.
 pub fn inspect(url: &str, name: &LockName) -> Result<Report, BackendError> {
     let dir = dir_of(url).map_err(BackendError::Refused)?;
     if !dir.is_dir() {
@@ -521,7 +624,7 @@ pub fn inspect(url: &str, name: &LockName) -> Result<Report, BackendError> {
     }
     let paths = Paths::new(&dir, name);
     let fence = paths.read_fence()?;
-    let file = match File::open(&paths.lock) {
+    let file = match no_follow(OpenOptions::new().read(true)).open(&paths.lock) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Report {
@@ -533,20 +636,16 @@ pub fn inspect(url: &str, name: &LockName) -> Result<Report, BackendError> {
         Err(e) => return Err(refused(&paths.lock, "read", &e)),
     };
     let meta = Meta::read(&file);
-    let expiry = if is_locked(&file).map_err(|e| refused(&paths.lock, "check", &e))? {
-        Some(Expiry::WithHolder)
+    let held = is_locked(&file).map_err(|e| refused(&paths.lock, "check", &e))?;
+    let (holder, expiry) = if held {
+        (holder_of(&file, meta.holder), Some(Expiry::WithHolder))
     } else {
-        meta.not_before
-            .as_ref()
-            .and_then(NotBefore::left)
-            .map(Expiry::In)
+        let left = meta.not_before.as_ref().and_then(NotBefore::left);
+        (meta.holder, left.map(Expiry::In))
     };
     Ok(Report {
         fence,
-        held: expiry.map(|expiry| Busy {
-            holder: meta.holder,
-            expiry,
-        }),
+        held: expiry.map(|expiry| Busy { holder, expiry }),
         value: expiry.and(meta.token),
     })
 }
@@ -560,7 +659,7 @@ pub fn clear_min_hold(
     let dir = dir_of(url).map_err(BackendError::Refused)?;
     let paths = Paths::new(&dir, name);
     let fence = paths.read_fence()?;
-    let file = match OpenOptions::new().read(true).write(true).open(&paths.lock) {
+    let file = match no_follow(OpenOptions::new().read(true).write(true)).open(&paths.lock) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, fence)),
         Err(e) => return Err(refused(&paths.lock, "open", &e)),
@@ -579,32 +678,51 @@ pub fn clear_min_hold(
     Ok((holder, fence))
 }
 
+/// `doctor`: NAME's files in DIR can be used by this user: the lock file opens for writing
+/// (not a link), the fence counter reads as one.
+pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
+    let paths = Paths::new(dir, name);
+    let lock = match fs::symlink_metadata(&paths.lock) {
+        Err(_) => return Ok(format!("no files for lock {name} yet")),
+        Ok(_) => {
+            open_lock_file(&paths.lock).map_err(|e| refused(&paths.lock, "open", &e).to_string())?
+        }
+    };
+    drop(lock);
+    let fence = paths.read_fence().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "{} opens for writing; last fence of lock {name}: {}",
+        paths.lock.display(),
+        fence.map_or_else(|| "none issued yet".into(), |f| f.to_string())
+    ))
+}
+
 /// How many processes are blocked waiting for the lock, from `/proc/locks` (waiters in this
 /// PID namespace only); `None` when that cannot be told.
 pub fn waiters(url: &str, name: &LockName) -> Option<u64> {
     let dir = dir_of(url).ok()?;
-    let meta = fs::metadata(Paths::new(&dir, name).lock).ok()?;
-    let locks = fs::read_to_string("/proc/locks").ok()?;
-    let dev = (
-        libc::major(meta.dev()) as u64,
-        libc::minor(meta.dev()) as u64,
-    );
-    Some(proc_locks_count(&locks, dev, meta.ino(), true) as u64)
+    let meta = fs::symlink_metadata(Paths::new(&dir, name).lock).ok()?;
+    let locks = ProcLocks::read()?;
+    let (on_file, _) = locks.on(&meta);
+    Some(on_file.iter().filter(|l| l.blocked).count() as u64)
 }
 
-/// Whether some process holds a flock on `file`. `/proc/locks` answers without touching the
-/// lock; when it cannot (a holder in another PID namespace is not listed there, and some
-/// filesystems report another device number), a shared lock is tried for an instant: a
-/// `-n` acquirer at that very instant would find the lock busy.
+/// Whether some process holds the lock on `file`. `/proc/locks` answers without touching the
+/// lock, when it can: an exclusive flock listed on the file's device and inode is a holder,
+/// and no flock listed at all is a free lock, as long as this process sees every process's
+/// locks (the initial PID namespace). Otherwise (a container, a filesystem whose device
+/// numbers differ from the ones `/proc/locks` prints, a shared lock) a shared lock is tried
+/// for an instant: a `-n` run at that very instant would find the lock busy.
 fn is_locked(file: &File) -> io::Result<bool> {
     let meta = file.metadata()?;
-    if let Ok(locks) = fs::read_to_string("/proc/locks") {
-        let dev = (
-            libc::major(meta.dev()) as u64,
-            libc::minor(meta.dev()) as u64,
-        );
-        if proc_locks_count(&locks, dev, meta.ino(), false) > 0 {
+    if let Some(locks) = ProcLocks::read() {
+        let (on_file, exact) = locks.on(&meta);
+        let granted: Vec<&LockLine> = on_file.iter().filter(|l| !l.blocked).collect();
+        if exact && granted.iter().any(|l| l.write) {
             return Ok(true);
+        }
+        if on_file.is_empty() && sees_every_process() {
+            return Ok(false);
         }
     }
     match flock(file, libc::LOCK_SH | libc::LOCK_NB) {
@@ -617,30 +735,121 @@ fn is_locked(file: &File) -> io::Result<bool> {
     }
 }
 
-/// How many granted FLOCKs (or, with `blocked`, blocked waiters for one) `/proc/locks` lists
-/// on the inode (`MAJOR:MINOR:INODE`, the device numbers in hex).
-fn proc_locks_count(locks: &str, (major, minor): (u64, u64), inode: u64, blocked: bool) -> usize {
-    locks
-        .lines()
-        .filter(|line| {
-            // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; a waiter: "1: -> FLOCK  ADVISORY ...".
-            let mut fields: Vec<&str> = line.split_whitespace().collect();
-            let waiting = fields.get(1) == Some(&"->");
-            if waiting {
-                fields.remove(1);
-            }
-            if waiting != blocked || fields.get(1) != Some(&"FLOCK") {
-                return false;
-            }
-            let mut id = fields.get(5).unwrap_or(&"").split(':');
-            let (Some(ma), Some(mi), Some(ino)) = (id.next(), id.next(), id.next()) else {
-                return false;
-            };
-            u64::from_str_radix(ma, 16).ok() == Some(major)
-                && u64::from_str_radix(mi, 16).ok() == Some(minor)
-                && ino.parse().ok() == Some(inode)
-        })
-        .count()
+/// The holder the lock file names, checked against the process `/proc/locks` says holds the
+/// lock: a `locked-run` that was SIGKILLed leaves its metadata behind, and the lock may now be
+/// held by another program (`flock(1)`); then that process is named, not the dead one.
+fn holder_of(file: &File, named: Holder) -> Holder {
+    let Ok(meta) = file.metadata() else {
+        return named;
+    };
+    let Some(locks) = ProcLocks::read() else {
+        return named;
+    };
+    let (on_file, _) = locks.on(&meta);
+    let Some(pid) = on_file
+        .iter()
+        .find(|l| !l.blocked && l.write && l.pid > 0)
+        .map(|l| l.pid as u32)
+    else {
+        return named;
+    };
+    if named.pid == Some(pid) {
+        return named;
+    }
+    Holder {
+        host: Some(hostname()),
+        pid: Some(pid),
+        command: fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|c| c.trim().to_owned()),
+        since_ms: None,
+        fence: None,
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Whether this process is in the initial PID namespace, where `/proc/locks` lists the locks
+/// of every process (elsewhere only those of the processes this namespace sees).
+fn sees_every_process() -> bool {
+    // PROC_PID_INIT_INO: the initial PID namespace's inode number, fixed by the kernel.
+    fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() == "pid:[4026531836]")
+}
+
+/// One line of `/proc/locks` about a flock: "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF",
+/// a blocked waiter "1: -> FLOCK  ADVISORY  WRITE 4243 08:01:1234 0 EOF" (the device numbers
+/// in hex, the inode in decimal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LockLine {
+    blocked: bool,
+    write: bool,
+    pid: i64,
+    dev: (u64, u64),
+    inode: u64,
+}
+
+struct ProcLocks(Vec<LockLine>);
+
+impl ProcLocks {
+    fn read() -> Option<ProcLocks> {
+        fs::read_to_string("/proc/locks")
+            .ok()
+            .map(|text| ProcLocks::parse(&text))
+    }
+
+    fn parse(text: &str) -> ProcLocks {
+        let lines = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields: Vec<&str> = line.split_whitespace().collect();
+                let blocked = fields.get(1) == Some(&"->");
+                if blocked {
+                    fields.remove(1);
+                }
+                if fields.get(1) != Some(&"FLOCK") {
+                    return None;
+                }
+                let mut id = fields.get(5)?.split(':');
+                Some(LockLine {
+                    blocked,
+                    write: fields.get(3) == Some(&"WRITE"),
+                    pid: fields.get(4)?.parse().ok()?,
+                    dev: (
+                        u64::from_str_radix(id.next()?, 16).ok()?,
+                        u64::from_str_radix(id.next()?, 16).ok()?,
+                    ),
+                    inode: id.next()?.parse().ok()?,
+                })
+            })
+            .collect();
+        ProcLocks(lines)
+    }
+
+    /// The flocks on the file `meta` describes, and whether they were matched on its device
+    /// as well as its inode. Some filesystems (btrfs, overlayfs) report a device number in
+    /// `stat` other than the one `/proc/locks` prints: then the inode alone is matched, which
+    /// another filesystem's file may share, so the match is not exact.
+    fn on(&self, meta: &fs::Metadata) -> (Vec<LockLine>, bool) {
+        let dev = (
+            libc::major(meta.dev()) as u64,
+            libc::minor(meta.dev()) as u64,
+        );
+        let same_inode = self.0.iter().filter(|l| l.inode == meta.ino());
+        let exact: Vec<LockLine> = same_inode
+            .clone()
+            .filter(|l| l.dev == dev)
+            .cloned()
+            .collect();
+        if !exact.is_empty() {
+            return (exact, true);
+        }
+        (same_inode.cloned().collect(), false)
+    }
 }
 
 #[cfg(test)]
@@ -715,20 +924,26 @@ mod tests {
     }
 
     #[test]
-    fn proc_locks_lines_are_matched_on_device_and_inode() {
-        let locks = "1: POSIX  ADVISORY  WRITE 77 08:01:99 0 EOF\n\
-                     2: FLOCK  ADVISORY  WRITE 4242 fd:0a:1234 0 EOF\n\
-                     2: -> FLOCK  ADVISORY  WRITE 4243 fd:0a:1234 0 EOF\n";
-        assert_eq!(proc_locks_count(locks, (0xfd, 0x0a), 1234, false), 1);
-        assert_eq!(proc_locks_count(locks, (0xfd, 0x0a), 1234, true), 1);
-        assert_eq!(proc_locks_count(locks, (0xfd, 0x0b), 1234, false), 0);
-        assert_eq!(
-            proc_locks_count(locks, (0x08, 0x01), 99, false),
-            0,
-            "POSIX locks are not ours"
+    fn proc_locks_lines_are_read_and_matched_on_device_and_inode() {
+        let locks = ProcLocks::parse(
+            "1: POSIX  ADVISORY  WRITE 77 08:01:99 0 EOF\n\
+             2: FLOCK  ADVISORY  WRITE 4242 fd:0a:1234 0 EOF\n\
+             2: -> FLOCK  ADVISORY  WRITE 4243 fd:0a:1234 0 EOF\n\
+             3: FLOCK  ADVISORY  READ 11 fd:0b:1234 0 EOF\n",
         );
+        assert_eq!(locks.0.len(), 3, "POSIX locks are not ours");
+        assert_eq!(
+            locks.0[1],
+            LockLine {
+                blocked: true,
+                write: true,
+                pid: 4243,
+                dev: (0xfd, 0x0a),
+                inode: 1234
+            }
+        );
+        assert!(!locks.0[2].write);
     }
-
     #[tokio::test]
     async fn a_second_lock_waits_for_the_first_and_fences_grow() {
         let dir = tempfile::tempdir().unwrap();

@@ -168,6 +168,8 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
                 "--wait-replicas is for a Redis primary with replicas, not for file://",
             )),
             Opened::File(url, name) => {
+                // 126/127 before anything is created, as with Redis.
+                child::resolve(&cfg.command[0])?;
                 let lock = file::FileLock::open(&url, name, &program)?;
                 runtime()?.block_on(run::run(&lock, &cfg))
             }

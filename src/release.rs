@@ -68,9 +68,13 @@ pub async fn release_redlock(redlock: &Redlock, force: bool) -> Result<Exit, Fai
             |e| e.to_string(),
         )));
     }
-    let holder = reachable
+    // The holder as the first server that knows it tells; else as any server tells.
+    let holders: Vec<&Holder> = reachable.iter().filter_map(|(h, _)| h.as_ref()).collect();
+    let holder = holders
         .iter()
-        .find_map(|(h, _)| h.clone().filter(Holder::is_known).or(h.clone()));
+        .find(|h| h.is_known())
+        .or(holders.first())
+        .map(|h| (*h).clone());
     let fence = reachable.iter().filter_map(|(_, f)| *f).max();
     if !force {
         return refuse(name, holder, fence);

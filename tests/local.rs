@@ -423,7 +423,21 @@ fn doctor_checks_the_directory() {
         .iter()
         .map(|c| c["check"].as_str().unwrap())
         .collect();
-    assert_eq!(checks, ["directory", "writable", "filesystem"]);
+    assert_eq!(
+        checks,
+        ["directory", "writable", "filesystem", "location", "files"]
+    );
+    let location = &v["checks"][3];
+    assert_eq!(
+        location["status"], "WARN",
+        "a temporary directory: {location}"
+    );
+
+    // A lock file planted as a link, for the NAME asked about, is a FAIL.
+    std::os::unix::fs::symlink("/etc/hostname", locks.path().join("planted.lock")).unwrap();
+    let out = run_args(&["doctor", "--name", "planted", "-u", &url(locks.path())]);
+    assert_eq!(out.code(), Some(1), "{out:?}");
+    assert!(out.stdout.contains("symbolic link"), "{}", out.stdout);
 
     let out = run_args(&["doctor", "-u", "file:///no/such/parent/dir"]);
     assert_eq!(out.code(), Some(1), "{out:?}");
@@ -448,6 +462,13 @@ fn flock_and_locked_run_exclude_each_other_on_the_same_file() {
     let dir = scratch();
     let url = url(locks.path());
     let lock_file = locks.path().join("job.lock");
+    // A locked-run SIGKILLed mid-run leaves its metadata in the lock file.
+    let dead = scratch();
+    let (killed, child) = start_job(&url, dead.path(), &[], "exec sleep 60");
+    signal(killed.pid(), libc::SIGKILL);
+    assert!(wait_pid_exit(child, Duration::from_secs(5)));
+    let _ = killed.wait();
+
     let up = file(&dir, "up");
     let go = file(&dir, "go");
     let mut flock = std::process::Command::new("flock");
@@ -458,10 +479,17 @@ fn flock_and_locked_run_exclude_each_other_on_the_same_file() {
     )));
     let flock = spawn(flock);
     wait_for_file(&up, Duration::from_secs(10), |t| t.ends_with('\n'));
+    // The holder named is flock, as /proc/locks tells, not the dead locked-run of the metadata.
+    let flock_holder = format!("pid {} (flock)", flock.pid());
     let out = run_args(&["-v", "-n", "-u", &url, "job", "--", "true"]);
     assert_eq!(out.code(), Some(75), "{out:?}");
+    assert!(out.stderr.contains(&flock_holder), "{}", out.stderr);
+    let status = status_json(&url, "job");
+    assert_eq!(status["holder"]["pid"], flock.pid(), "{status}");
+    assert_eq!(status["holder"]["command"], "flock", "{status}");
+    let out = run_args(&["release", "-u", &url, "job"]);
     assert!(
-        out.stderr.contains("held by another program"),
+        out.stderr.contains(&format!("kill {}", flock.pid())),
         "{}",
         out.stderr
     );
@@ -474,4 +502,120 @@ fn flock_and_locked_run_exclude_each_other_on_the_same_file() {
     assert_eq!(run(flock).code(), Some(1), "flock -n finds it busy");
     signal(holder.pid(), libc::SIGTERM);
     let _ = holder.wait();
+}
+
+#[test]
+fn links_planted_in_the_directory_are_never_followed() {
+    let locks = scratch();
+    let elsewhere = scratch();
+    let url = url(locks.path());
+    let victim = elsewhere.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+
+    // The lock file as a link: refused, and the target untouched.
+    std::os::unix::fs::symlink(&victim, locks.path().join("job.lock")).unwrap();
+    let out = run_args(&["-u", &url, "job", "--", "true"]);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(out.stderr.contains("symbolic link"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+
+    // The fence's temporary file as a link: replaced by a fresh file, the target untouched.
+    std::os::unix::fs::symlink(&victim, locks.path().join(".other.fence.tmp")).unwrap();
+    let out = run_args(&["-u", &url, "other", "--", "true"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(fence_file(locks.path(), "other"), "1\n");
+
+    // The fence counter as a link: refused, never read through.
+    std::os::unix::fs::symlink(&victim, locks.path().join("third.fence")).unwrap();
+    let out = run_args(&["-u", &url, "third", "--", "true"]);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(!out.stderr.contains("precious"), "{}", out.stderr);
+
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+#[test]
+fn a_waiter_whose_lock_file_was_replaced_waits_on_the_new_one() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    let (first, _) = start_job(&url, dir.path(), &[], "exec sleep 60");
+    let marker = file(&dir, "waiter");
+    let mut waiter = locked_run();
+    waiter.args(["-u", &url, "job"]).args(sh(&format!(
+        "echo $LOCKED_RUN_FENCE > {}",
+        path_str(&marker)
+    )));
+    let waiter = spawn(waiter);
+    wait_until("the waiter is blocked", Duration::from_secs(10), || {
+        status_json(&url, "job")["waiters"] == 1
+    });
+
+    // Someone deletes the lock file while it is held (never do this), and a new run takes a
+    // lock on the new file: two holders, but never the same fence.
+    std::fs::remove_file(locks.path().join("job.lock")).unwrap();
+    let go = file(&dir, "go");
+    let second_dir = scratch();
+    let (second, _) = start_job(
+        &url,
+        second_dir.path(),
+        &["-n"],
+        &format!(
+            "echo $LOCKED_RUN_FENCE > {}; while [ ! -e {} ]; do sleep 0.01; done",
+            path_str(&file(&dir, "second")),
+            path_str(&go)
+        ),
+    );
+    assert_eq!(
+        std::fs::read_to_string(file(&dir, "second")).unwrap(),
+        "2\n"
+    );
+
+    // The first holder ends: its (deleted) file is free, but the waiter must not take that
+    // one; it finds the file at the path replaced and waits on the new one.
+    signal(first.pid(), libc::SIGTERM);
+    let _ = first.wait();
+    wait_until(
+        "the waiter waits on the new file",
+        Duration::from_secs(10),
+        || status_json(&url, "job")["waiters"] == 1,
+    );
+    assert!(!marker.exists(), "the waiter ran beside the second holder");
+
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(second.wait().code(), Some(0));
+    let out = waiter.wait();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "3\n");
+}
+
+#[test]
+fn release_force_reaches_a_waiter_sleeping_out_a_min_hold() {
+    let locks = scratch();
+    let dir = scratch();
+    let url = url(locks.path());
+    assert_eq!(
+        run_args(&["--min-hold", "60s", "-u", &url, "job", "--", "true"]).code(),
+        Some(0)
+    );
+    let log = file(&dir, "waiter.log");
+    let mut waiter = locked_run();
+    waiter
+        .args(["-vv", "-w", "30s", "-u", &url, "job", "--", "true"])
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut waiter = waiter.spawn().unwrap();
+    wait_for_file(&log, Duration::from_secs(10), |t| {
+        t.contains("sleeping up to")
+    });
+
+    let out = run_args(&["release", "--force", "-u", &url, "job"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    let released = Instant::now();
+    let status = wait_timeout(&mut waiter, Duration::from_secs(20)).expect("the waiter ended");
+    assert_eq!(status.code(), Some(0));
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiter ran {took:?} after the release, with 60 s of min-hold left"
+    );
 }
