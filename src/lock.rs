@@ -232,11 +232,7 @@ impl Lock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
-        let publish = if self.node.is_cluster() {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        };
+        let publish = self.publish_command();
         let reply = self
             .node
             .eval(
@@ -248,6 +244,15 @@ impl Lock {
             )
             .await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+    }
+
+    /// How a release is announced: on a Cluster only a sharded channel lives in the lock's slot.
+    fn publish_command(&self) -> &'static str {
+        if self.node.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
     }
 
     /// Redlock's second phase: raises this server's fence counter to `fence` (never lowers it)
@@ -275,11 +280,7 @@ impl Lock {
     /// the waiters. `Some(holder)` when something was released, `None` when it was free; the
     /// second value is the last fence issued.
     pub async fn force_release(&self) -> Result<(Option<Holder>, Option<u64>), BackendError> {
-        let publish = if self.node.is_cluster() {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        };
+        let publish = self.publish_command();
         let reply = self
             .node
             .eval(
