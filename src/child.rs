@@ -373,16 +373,31 @@ impl Target {
     /// part catches what changed group without leaving the session (`timeout`, `set -m`);
     /// only a process that called `setsid` is let go. Processes already gone are no error.
     pub fn signal(&self, signal: Signal) {
+        self.signal_group(signal);
+        for process in job_processes() {
+            if !process.zombie && Some(process.pgid) != self.pgid() {
+                let _ = kill(process.pid, signal);
+            }
+        }
+    }
+
+    /// Passes on a signal sent to `locked-run`: to the child's process group, as DESIGN.md says,
+    /// and not to descendants that put themselves in other groups (a `set -m` job would die
+    /// of a USR1 meant for the child). With no group of its own (interactive), the child's
+    /// tree, as for a kill.
+    pub fn forward(&self, signal: Signal) {
+        match self {
+            Target::Group(_) => self.signal_group(signal),
+            Target::Tree => self.signal(signal),
+        }
+    }
+
+    fn signal_group(&self, signal: Signal) {
         if let Target::Group(pgid) = self {
             if let Err(e) = killpg(*pgid, signal) {
                 if e != Errno::ESRCH {
                     tracing::warn!("cannot send {signal} to process group {pgid}: {e}");
                 }
-            }
-        }
-        for process in job_processes() {
-            if !process.zombie && Some(process.pgid) != self.pgid() {
-                let _ = kill(process.pid, signal);
             }
         }
     }

@@ -57,8 +57,10 @@ pub enum Sub {
 
 #[derive(Args, Debug, Clone)]
 pub struct ConnArgs {
-    /// Redis server URL: redis://[user@]host[:port][/db] or redis+unix:///path; three or more for
-    /// Redlock [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
+    /// Redis server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
+    /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...]; three or more
+    /// for Redlock; or file:///DIR for locks on this host only, with no server
+    /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
     /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH, not on the command line, which `ps`
     /// shows.
     #[arg(short = 'u', long = "url", value_name = "URL")]

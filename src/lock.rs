@@ -231,8 +231,25 @@ impl Lock {
         keep_for: Option<Duration>,
         timeout: Duration,
     ) -> Result<bool, BackendError> {
+        self.release_script(keep_for, self.publish_command(), timeout)
+            .await
+    }
+
+    /// Gives back a Redlock grant that did not make a quorum: compare-and-DEL with no wake-up.
+    /// Waiters (this one too: it listens on every server) must not be woken by a grant nobody
+    /// could use, or they would all try again at once against a quorum still held, as fast as
+    /// the round trips go.
+    pub(crate) async fn give_back_within(&self, timeout: Duration) -> Result<bool, BackendError> {
+        self.release_script(None, "", timeout).await
+    }
+
+    async fn release_script(
+        &self,
+        keep_for: Option<Duration>,
+        publish: &str,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
-        let publish = self.publish_command();
         let reply = self
             .node
             .eval(

@@ -161,7 +161,14 @@ impl Backend for Redlock {
             )));
         }
         if !granted.is_empty() || !errors.is_empty() {
-            self.release_everywhere(None, self.node_timeout).await;
+            // No quorum: what we got is given back without a wake-up (see `give_back_within`);
+            // a server that did not answer may have granted it too.
+            join_all(
+                self.locks
+                    .iter()
+                    .map(|l| l.give_back_within(self.node_timeout)),
+            )
+            .await;
         }
         if errors.len() > n - quorum {
             let answered = n - errors.len();
@@ -177,16 +184,22 @@ impl Backend for Redlock {
             });
         }
         let holder = most_common_holder(&busy);
-        if busy.len() >= quorum {
-            let expiry = busy
+        let holders_servers: Vec<&Busy> = busy
+            .iter()
+            .filter(|b| same_owner(&b.holder, &holder))
+            .collect();
+        if holders_servers.len() >= quorum {
+            // Someone holds a quorum: wait for its release message, or for its keys to expire.
+            let expiry = holders_servers
                 .iter()
                 .map(|b| b.expiry)
                 .max_by_key(|e| e.left())
                 .unwrap_or(Expiry::In(Duration::ZERO));
             return Ok(Attempt::Busy(Busy { holder, expiry }));
         }
-        // A split vote: nobody holds a quorum. Try again soon, after a random delay, so
-        // that competing clients do not keep splitting it.
+        // A split vote: nobody holds a quorum (other waiters' grants, given back at once
+        // without a wake-up, are among the busy servers). Try again soon, after a random
+        // delay, so that competing clients do not keep splitting it.
         let again = Duration::from_millis(fastrand::u64(5..=50));
         Ok(Attempt::Busy(Busy {
             holder,
@@ -324,11 +337,21 @@ async fn gather<T, F: Future<Output = T>>(
     outputs
 }
 
+/// Whether two servers report the same holder: one process on one host (its `since` and fence
+/// may differ between servers by a moment). Holders that are not `locked-run`s carry no
+/// metadata and cannot be told apart: they count as one.
+fn same_owner(a: &Holder, b: &Holder) -> bool {
+    a.host == b.host && a.pid == b.pid
+}
+
 /// The holder most servers report (a quorum's holder, when there is one).
 fn most_common_holder(busy: &[Busy]) -> Holder {
     let mut best: Option<(&Holder, usize)> = None;
     for b in busy {
-        let count = busy.iter().filter(|o| o.holder == b.holder).count();
+        let count = busy
+            .iter()
+            .filter(|o| same_owner(&o.holder, &b.holder))
+            .count();
         if best.is_none_or(|(_, c)| count > c) {
             best = Some((&b.holder, count));
         }

@@ -230,7 +230,7 @@ fn forward(target: Target, incoming: Incoming, interactive: bool) {
         return;
     }
     tracing::debug!("forwarding {} to the command", incoming.signal);
-    target.signal(incoming.signal);
+    target.forward(incoming.signal);
 }
 
 /// After the child's exit: whatever is left of the job gets the kill signal, SIGKILL K later

@@ -69,7 +69,8 @@ return 0
 };
 
 /// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel, and the publish command
-/// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot).
+/// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot; empty
+/// for a Redlock grant given back without waking anyone).
 /// Compare-and-DEL plus a publish that wakes waiters; or, with keep > 0, compare-and-PEXPIRE to
 /// the rest of `--min-hold`. 1 when the lock was ours, else 0.
 pub const RELEASE: Script = Script {
@@ -85,10 +86,12 @@ if keep > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call(ARGV[4], ARGV[3], 'released')
+if ARGV[4] ~= '' then
+  redis.call(ARGV[4], ARGV[3], 'released')
+end
 return 1
 "#,
-    sha1: "4a1fdc458d67ba8561a591f6b64dc5b363d16528",
+    sha1: "e3e6d02f93ecec9320026a28eeec1254d31b88ad",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence

@@ -90,7 +90,12 @@ pub async fn acquire<B: Backend, C: Clock>(
                         waited: sent.saturating_sub(start),
                     });
                 }
-                waiter.maybe_held = true;
+                // Too little of the lease is left to run anything: give it back now rather
+                // than hold it while running nothing, then try again.
+                if let Err(e) = backend.release(None, GIVE_BACK_TIMEOUT).await {
+                    tracing::info!("could not give back lock {name} granted too late: {e}");
+                    waiter.maybe_held = true;
+                }
                 Err(BackendError::Transient(format!(
                     "Redis took {} to grant lock {name}, leaving {} of the lease, less than \
                      --renew-every + --kill-after",

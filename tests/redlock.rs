@@ -162,6 +162,68 @@ fn fences_keep_growing_while_minorities_restart_empty() {
     }
 }
 
+/// A holder whose keys lapsed on a minority of the servers (a missed renewal, a restart) still
+/// holds a quorum. A waiter is granted that minority, which is no use to it: it gives it back
+/// without waking anyone (itself included) and waits for the holder, instead of trying again
+/// as fast as the round trips go.
+#[test]
+fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
+    let five = Five::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run_on(&five);
+    cmd.arg("job").args(sh(&format!(
+        "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; \
+         while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let holder = spawn(cmd);
+    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    });
+    for lapsed in &five.servers[3..] {
+        let _: i64 = lapsed.cmd(&["DEL", "lock:{job}", "holder:{job}"]);
+    }
+    assert_eq!(five.holding(token.trim()), 3, "the holder keeps its quorum");
+    for server in &five.servers {
+        let _: String = server.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let mut cmd = locked_run_on(&five);
+    cmd.args(["job", "--", "true"]);
+    let waiter = spawn(cmd);
+    wait_until(
+        "the waiter listens on every server",
+        Duration::from_secs(10),
+        || five.servers.iter().all(|s| subscribers(s, "job") == 1),
+    );
+    // A measurement window, not a synchronisation: a spinning waiter sends hundreds of
+    // attempts in it; a waiting one, its first (and the holder at most one renewal).
+    std::thread::sleep(Duration::from_secs(2));
+    let attempts: u64 = five.servers[3..].iter().map(scripts_run).sum();
+    assert!(
+        attempts <= 8,
+        "{attempts} scripts on the two lapsed servers in 2 s"
+    );
+    assert_eq!(five.holding(token.trim()), 3);
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let out = waiter.wait();
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "the waiter ran once the holder released: {out:?}"
+    );
+}
+
+/// Scripts clients sent to `redis` (EVALSHA and EVAL) since its statistics were reset.
+fn scripts_run(redis: &Redis) -> u64 {
+    redis
+        .cmd::<String>(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
 #[test]
 fn four_processes_contending_never_overlap() {
     let five = Five::start();

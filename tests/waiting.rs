@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
 /// A holder whose child writes `started` and runs until `go` exists, then writes its end time
@@ -43,15 +44,6 @@ impl Holder {
     fn finish_keeping_logs(self) -> (Output, tempfile::TempDir) {
         std::fs::write(self.path("go"), "").unwrap();
         (self.running.wait(), self.dir)
-    }
-}
-
-fn subscribers(redis: &Redis, name: &str) -> i64 {
-    let reply: Vec<redis::Value> =
-        redis.cmd(&["PUBSUB", "NUMSUB", &format!("released:{{{name}}}")]);
-    match reply.get(1) {
-        Some(redis::Value::Int(n)) => *n,
-        other => panic!("{other:?}"),
     }
 }
 
@@ -361,4 +353,52 @@ fn a_user_who_may_not_unsubscribe_keeps_its_replies_in_order() {
         !holder.contains("renewal failed"),
         "a renewal read the refusal as its reply:\n{holder}"
     );
+}
+
+/// A grant that comes too late to leave R + K of the lease is given back at once, not kept by
+/// a wrapper that runs nothing (until its expiry, or for good when each retry refreshes it).
+#[test]
+fn a_grant_too_late_to_use_is_given_back() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    // 100 ms each way: a grant is known 200 ms after it was asked for, leaving 1 s - D - 200 ms
+    // = 788 ms of the lease, less than R + K = 300 + 650 ms.
+    let proxy = Proxy::start(redis.port);
+    proxy.set(Mode::Latency(Duration::from_millis(100)));
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    let log = file(&dir, "stderr");
+    // Its log is read while it runs: -v says when a grant came too late.
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
+        .arg(locked_run().get_program())
+        .args([
+            "-v",
+            "-u",
+            &proxy.url(),
+            "--ttl",
+            "1s",
+            "--renew-every",
+            "300ms",
+        ])
+        .args(["--kill-after", "650ms", "-w", "3s", "job", "--"])
+        .args(["touch", path_str(&marker)]);
+    let waiter = spawn(cmd);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(&redis, "job") == 1
+    });
+    assert_eq!(holder.finish().code(), Some(0));
+    wait_for_file(&log, Duration::from_secs(10), |t| {
+        t.contains("to grant lock job")
+    });
+    // The next try is at least a round trip (200 ms) away: the lock is free until then.
+    assert!(
+        !redis.exists("lock:{job}"),
+        "the late grant was given back before the waiter said so"
+    );
+    let out = waiter.wait();
+    assert_ne!(out.code(), Some(0), "{out:?}");
+    assert!(!marker.exists(), "nothing was run");
+    assert!(!redis.exists("lock:{job}"), "nothing is held");
 }

@@ -439,6 +439,16 @@ pub fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
 
+/// How many clients are subscribed to NAME's release channel on `redis`.
+pub fn subscribers(redis: &Redis, name: &str) -> i64 {
+    let reply: Vec<redis::Value> =
+        redis.cmd(&["PUBSUB", "NUMSUB", &format!("released:{{{name}}}")]);
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("{other:?}"),
+    }
+}
+
 pub fn sh(script: &str) -> [&str; 3] {
     ["sh", "-c", script]
 }
