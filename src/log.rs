@@ -9,6 +9,7 @@
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 use tracing::field::{Field, Visit};
@@ -22,6 +23,8 @@ use crate::cli::{LogArgs, LogFormat};
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 static LOCK: OnceLock<String> = OnceLock::new();
+/// Log lines not written because stderr was full (see `write_line`).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the stderr logger for the process.
 pub fn init(args: &LogArgs) {
@@ -120,11 +123,47 @@ fn print(event: &Event<'_>) {
     let mut fields = Fields::default();
     event.record(&mut fields);
     let level = *event.metadata().level();
-    let line = match format() {
-        LogFormat::Text => format!("locked-run: {}: {}", level_word(&level), fields.message),
-        LogFormat::Json => json_line(level, &fields.message, fields.rest),
+    write_line(&render(level, &fields.message, fields.rest));
+}
+
+fn render(level: Level, message: &str, rest: Map<String, Value>) -> String {
+    match format() {
+        LogFormat::Text => format!("locked-run: {}: {message}", level_word(&level)),
+        LogFormat::Json => json_line(level, message, rest),
+    }
+}
+
+/// Writes one log line, unless stderr would block: the lease clock runs on this thread, and a
+/// reader of stderr that stopped reading (a full pipe) must not stop renewals and kills with
+/// it. A line (far shorter than PIPE_BUF) goes into a pipe that polls writable without
+/// blocking. Lines left out are counted, and the count is written with the next line.
+fn write_line(line: &str) {
+    if !stderr_writable() {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let mut text = String::new();
+    let dropped = DROPPED.swap(0, Ordering::Relaxed);
+    if dropped > 0 {
+        let note = format!("{dropped} log lines were dropped: stderr was not being read");
+        text.push_str(&render(Level::WARN, &note, Map::new()));
+        text.push('\n');
+    }
+    text.push_str(line);
+    text.push('\n');
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+fn stderr_writable() -> bool {
+    let mut fd = libc::pollfd {
+        fd: libc::STDERR_FILENO,
+        events: libc::POLLOUT,
+        revents: 0,
     };
-    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+    // SAFETY: one valid pollfd, no timeout.
+    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    // An error of poll itself: write as before.
+    ready != 0
 }
 
 fn json_line(level: Level, message: &str, rest: Map<String, Value>) -> String {

@@ -210,7 +210,11 @@ impl Backend for Redlock {
     async fn renew(&self, timeout: Duration) -> Result<bool, BackendError> {
         let (n, quorum) = (self.servers(), self.quorum());
         // A little under the round's own timeout, so that the round can say which servers
-        // failed; and the round ends as soon as its outcome is known, slow servers or not.
+        // failed. The round ends soon after its outcome is known: a lost lease at once; a
+        // renewed one once the servers still on their way have had --node-timeout more (as
+        // long as an acquisition gives them), so that a server a little slower than the
+        // others is renewed too, rather than have its request dropped (and its connection
+        // with it) round after round until its key lapses.
         let per_server = timeout * 9 / 10;
         let answers = gather(
             self.locks.iter().map(|l| l.extend_within(per_server)),
@@ -223,7 +227,13 @@ impl Backend for Redlock {
                     .iter()
                     .filter(|a| matches!(a, Some(Ok(false) | Err(_))))
                     .count();
-                ours >= quorum || against > n - quorum
+                if against > n - quorum {
+                    Outcome::Known
+                } else if ours >= quorum {
+                    Outcome::KnownAfter(self.node_timeout)
+                } else {
+                    Outcome::Pending
+                }
             },
         )
         .await;
@@ -317,21 +327,42 @@ impl Backend for Redlock {
     }
 }
 
+/// What the answers so far say about a round.
+enum Outcome {
+    Pending,
+    /// Known: stop now.
+    Known,
+    /// Known, but the others may have this long to finish.
+    KnownAfter(Duration),
+}
+
 /// Runs `futures` concurrently and collects their outputs by position until `done` says the
 /// outcome is known (or all have ended); the rest are dropped (their connections with them).
 async fn gather<T, F: Future<Output = T>>(
     futures: impl Iterator<Item = F>,
-    done: impl Fn(&[Option<T>]) -> bool,
+    done: impl Fn(&[Option<T>]) -> Outcome,
 ) -> Vec<Option<T>> {
     let mut pending: FuturesUnordered<_> = futures
         .enumerate()
         .map(|(i, f)| async move { (i, f.await) })
         .collect();
     let mut outputs: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
-    while let Some((i, output)) = pending.next().await {
+    let mut until: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match until {
+            None => pending.next().await,
+            Some(until) => tokio::time::timeout_at(until, pending.next())
+                .await
+                .unwrap_or_default(),
+        };
+        let Some((i, output)) = next else { break };
         outputs[i] = Some(output);
-        if done(&outputs) {
-            break;
+        match done(&outputs) {
+            Outcome::Pending => {}
+            Outcome::Known => break,
+            Outcome::KnownAfter(grace) => {
+                until.get_or_insert_with(|| tokio::time::Instant::now() + grace);
+            }
         }
     }
     outputs

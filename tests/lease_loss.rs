@@ -2,6 +2,7 @@
 //! the lock to anyone else, and the status is 76. T = 2 s throughout, so D = 22 ms is not lost
 //! in scheduler noise; margins are printed (run with --nocapture to see them).
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -203,4 +204,69 @@ fn a_process_that_changed_group_is_stopped_before_the_expiry_too() {
     );
     assert_eq!(running.wait().code(), Some(76));
     redis.resume();
+}
+
+/// Whoever reads locked-run's stderr may stop reading (a stuck log shipper): the lease clock
+/// runs on the thread that writes the log lines, and must not stop with it. Here the command
+/// fills the pipe first, then locked-run logs every renewal (-vv) into the full pipe for longer
+/// than T: the lease is renewed all along, and the lines that did not fit are counted.
+#[test]
+fn a_full_stderr_pipe_does_not_stop_the_renewals() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let fifo = file(&dir, "stderr");
+    let path = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    // Opened for reading, not read until the end (non-blocking, so opening does not wait for
+    // a writer).
+    let reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let child = format!(
+        "head -c 1000000 /dev/zero >&2 & echo $LOCKED_RUN_TOKEN > {d}/token.tmp; \
+         mv {d}/token.tmp {d}/token; while [ ! -e {d}/go ]; do sleep 0.01; done"
+    );
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&fifo)))
+        .arg(locked_run().get_program())
+        .args(["-vv", "-u", &redis.url(), "--ttl", "1s", "job"])
+        .args(sh(&child));
+    let running = spawn(cmd);
+    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    });
+    // A measurement window: longer than T, with renewals due every 166 ms.
+    std::thread::sleep(Duration::from_millis(2000));
+    let held = redis.get("lock:{job}");
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    // Read the pipe out, so that the writers can finish.
+    let drain = std::thread::spawn(move || {
+        let mut reader = reader;
+        let mut text = Vec::new();
+        loop {
+            match std::io::Read::read_to_end(&mut reader, &mut text) {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        String::from_utf8_lossy(&text).replace('\0', "")
+    });
+    let out = running.wait();
+    let log = drain.join().unwrap();
+    assert_eq!(held.as_deref(), Some(token.trim()), "the lease was kept");
+    assert!(pttl > 500, "and renewed: {pttl} ms left of 1 s");
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(
+        log.contains("log lines were dropped: stderr was not being read"),
+        "{log}"
+    );
 }

@@ -214,6 +214,49 @@ fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
     );
 }
 
+/// Renewal rounds end soon after a quorum answered, but not before the other servers had their
+/// chance: every server keeps the lease on the connection it has, rather than the slowest of
+/// each round having its request dropped, and its connection with it.
+#[test]
+fn every_server_is_renewed_on_its_own_connection() {
+    let five = Five::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run_on(&five);
+    cmd.args(["--ttl", "2s", "job"]).args(sh(&format!(
+        "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; \
+         while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let holder = spawn(cmd);
+    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    });
+    let connections = |r: &Redis| -> u64 {
+        let info: String = r.cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_connections_received")
+    };
+    let before: Vec<u64> = five.servers.iter().map(connections).collect();
+    // A measurement window of about 7 renewal rounds (R = 333 ms), longer than T.
+    std::thread::sleep(Duration::from_millis(2500));
+    let after: Vec<u64> = five.servers.iter().map(connections).collect();
+    let holding = five.holding(token.trim());
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    // Each INFO came on a connection of its own: one more than before, on every server.
+    let reconnected: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b - 1).collect();
+    assert_eq!(
+        reconnected, [0; 5],
+        "connections locked-run opened again while renewing"
+    );
+    assert_eq!(
+        holding, 5,
+        "servers still holding the lease after 2.5 s of renewals"
+    );
+}
+
 /// Scripts clients sent to `redis` (EVALSHA and EVAL) since its statistics were reset.
 fn scripts_run(redis: &Redis) -> u64 {
     redis
