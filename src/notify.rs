@@ -18,7 +18,10 @@ fn socket() -> Option<&'static (UnixDatagram, SocketAddr)> {
                 Some(name) => <SocketAddr as SocketAddrExt>::from_abstract_name(name).ok()?,
                 None => SocketAddr::from_pathname(&path).ok()?,
             };
-            Some((UnixDatagram::unbound().ok()?, addr))
+            // Never wait for the service manager: the lease clock runs on this thread.
+            let socket = UnixDatagram::unbound().ok()?;
+            socket.set_nonblocking(true).ok()?;
+            Some((socket, addr))
         })
         .as_ref()
 }
