@@ -39,6 +39,9 @@ pub struct Node {
     /// The idle connection. A request owns it while it runs, so an abandoned request drops it
     /// and the next one connects afresh; waiting for a release message only borrows it.
     conn: tokio::sync::Mutex<Option<Connection>>,
+    /// Why the server last refused a subscription sent with a request (an ACL user without
+    /// the channel): `subscribe` reports it, and the waiter falls back to polling.
+    listen_refused: std::sync::Mutex<Option<String>>,
 }
 
 /// Shows the address only, never the password.
@@ -154,6 +157,7 @@ impl Node {
             route: std::sync::Mutex::new(None),
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
+            listen_refused: std::sync::Mutex::new(None),
         })
     }
 
@@ -183,21 +187,17 @@ impl Node {
             }
         };
         let rest = url.split_once("://").map_or("", |(_, rest)| rest);
-        let (hosts_part, path) = if is_cluster {
-            let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
-            if !path.is_empty() {
+        let (auth, hosts_part, path) = split_multi(rest);
+        let path = if is_cluster {
+            if path.is_some_and(|p| !p.is_empty()) {
                 return Err(format!(
                     "{}: a Redis Cluster has only database 0",
                     redact_multi(url)
                 ));
             }
-            (hosts, "cluster")
+            "cluster"
         } else {
-            rest.split_once('/').ok_or_else(usage)?
-        };
-        let (auth, hosts_part) = match hosts_part.rsplit_once('@') {
-            Some((auth, hosts)) => (Some(auth), hosts),
-            None => (None, hosts_part),
+            path.ok_or_else(usage)?
         };
         let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
         let (mut user, mut password) = match auth.map(|a| a.split_once(':').unwrap_or((a, ""))) {
@@ -263,6 +263,7 @@ impl Node {
             route: std::sync::Mutex::new(None),
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
+            listen_refused: std::sync::Mutex::new(None),
         })
     }
 
@@ -415,7 +416,14 @@ impl Node {
                 Ok(replies)
             }
             Ok(Err(refusal)) => Err(self.refused(&refusal)),
-            Err(e) => Err(self.unreachable(&e, timeout)),
+            Err(e) => {
+                // The cluster node may be gone for good (its replica promoted): ask the seeds
+                // again at the next connection.
+                if self.cluster.is_some() {
+                    *self.route.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                }
+                Err(self.unreachable(&e, timeout))
+            }
         }
     }
 
@@ -442,12 +450,29 @@ impl Node {
         // which the connection takes, not by a reply.
         let set_up = batch.len();
         let subscribe: [&[u8]; 2];
-        if let Some(channel) = listen.filter(|_| resp3 && !conn.subscribed()) {
+        let subscribing = listen.is_some_and(|_| resp3 && !conn.subscribed());
+        if let Some(channel) = listen.filter(|_| subscribing) {
             subscribe = [self.subscribe_command(), channel.as_bytes()];
             batch.push(&subscribe);
         }
         batch.extend_from_slice(commands);
         let mut replies = conn.pipeline(&batch).await?;
+        if subscribing && replies.len() > set_up + commands.len() {
+            // The SUBSCRIBE was refused: its answer is an error reply where a push was due.
+            // The commands after it ran all the same, and their replies follow.
+            let refusal = match replies.remove(set_up) {
+                Reply::Error(e) => e,
+                other => format!("{other:?}"),
+            };
+            tracing::debug!(
+                "Redis at {} refused the subscription: {refusal}",
+                self.address
+            );
+            *self
+                .listen_refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(refusal);
+        }
         let tail = replies.split_off(set_up.min(replies.len()));
         if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
             if resp3 && fresh && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
@@ -471,8 +496,8 @@ impl Node {
             let owner = match known {
                 Some(owner) => owner,
                 None => {
-                    let owner =
-                        slot_owner(seeds, self.slot.get().copied().unwrap_or(0), timeout).await?;
+                    let slot = self.slot.get().copied().unwrap_or(0);
+                    let owner = slot_owner(seeds, slot, &self.hello(false), timeout).await?;
                     *self.route.lock().unwrap_or_else(|p| p.into_inner()) = Some(owner.clone());
                     owner
                 }
@@ -535,6 +560,20 @@ impl Node {
             if !covered {
                 self.exchange(&[], self.connect_timeout, Some(channel))
                     .await?;
+                let subscribed = self
+                    .conn
+                    .lock()
+                    .await
+                    .as_ref()
+                    .is_some_and(Connection::subscribed);
+                let refusal = self
+                    .listen_refused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let (false, Some(refusal)) = (subscribed, refusal) {
+                    return Err(self.refused(&refusal));
+                }
             }
             if self.resp3.load(Ordering::Relaxed) {
                 return Ok((Subscription::Shared(self), covered));
@@ -725,8 +764,14 @@ impl Sentinel {
     }
 }
 
-/// The node of a Redis Cluster that owns `slot`, asked of the seeds in turn (CLUSTER SLOTS).
-async fn slot_owner(seeds: &[(String, u16)], slot: u16, timeout: Duration) -> io::Result<Addr> {
+/// The node of a Redis Cluster that owns `slot`, asked of the seeds in turn (CLUSTER SLOTS),
+/// after `auth` (the URL's user and password, if any).
+async fn slot_owner(
+    seeds: &[(String, u16)],
+    slot: u16,
+    auth: &[Vec<Vec<u8>>],
+    timeout: Duration,
+) -> io::Result<Addr> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no cluster node given");
     for (host, port) in seeds {
         let seed = Addr::Tcp {
@@ -735,7 +780,20 @@ async fn slot_owner(seeds: &[(String, u16)], slot: u16, timeout: Duration) -> io
         };
         let ask = async {
             let mut conn = Connection::connect(&seed, None).await?;
-            conn.command(&[b"CLUSTER", b"SLOTS"]).await
+            let auth: Vec<Vec<&[u8]>> = auth
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            let mut batch: Vec<&[&[u8]]> = auth.iter().map(Vec::as_slice).collect();
+            let slots: [&[u8]; 2] = [b"CLUSTER", b"SLOTS"];
+            batch.push(&slots);
+            let replies = conn.pipeline(&batch).await?;
+            // A refused AUTH is the answer; else the last reply is CLUSTER SLOTS'.
+            let refusal = replies.iter().find(|r| matches!(r, Reply::Error(_)));
+            refusal
+                .or(replies.last())
+                .cloned()
+                .ok_or_else(|| io::Error::other("no reply to CLUSTER SLOTS"))
         };
         match within(timeout, ask).await {
             Ok(Reply::Error(e)) => last = io::Error::other(format!("cluster node {seed}: {e}")),
@@ -816,16 +874,31 @@ fn redact_multi(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let hosts = match hosts.rsplit_once('@') {
-        Some((auth, hosts)) => match auth.split_once(':') {
+    let (auth, hosts, path) = split_multi(rest);
+    let hosts = match auth {
+        Some(auth) => match auth.split_once(':') {
             Some((user, _)) if !user.is_empty() => format!("{user}@{hosts}"),
             None if !auth.is_empty() => format!("{auth}@{hosts}"),
             _ => hosts.to_owned(),
         },
         None => hosts.to_owned(),
     };
-    format!("{scheme}://{hosts}/{path}")
+    format!("{scheme}://{hosts}/{}", path.unwrap_or_default())
+}
+
+/// Splits what follows `scheme://` in a sentinel or cluster URL into the user part, the hosts
+/// and the path. The user part ends at the last `@`: a password may hold a `/` (a URL should
+/// percent-encode it, but secrets get pasted as they are), and it must never be taken for the
+/// start of the path, and printed. The hosts end at the first `/` after it.
+fn split_multi(rest: &str) -> (Option<&str>, &str, Option<&str>) {
+    let (auth, after) = match rest.rsplit_once('@') {
+        Some((auth, after)) => (Some(auth), after),
+        None => (None, rest),
+    };
+    match after.split_once('/') {
+        Some((hosts, path)) => (auth, hosts, Some(path)),
+        None => (auth, after, None),
+    }
 }
 
 /// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
@@ -834,10 +907,8 @@ pub fn url_has_password(url: &str) -> bool {
         .strip_prefix("redis+sentinel://")
         .or_else(|| url.strip_prefix("redis+cluster://"))
     {
-        let hosts = rest.split_once('/').map_or(rest, |(h, _)| h);
-        return hosts
-            .rsplit_once('@')
-            .is_some_and(|(auth, _)| auth.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
+        let (auth, _, _) = split_multi(rest);
+        return auth.is_some_and(|auth| auth.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
     }
     url::Url::parse(url).is_ok_and(|u| {
         u.password().is_some() || u.query_pairs().any(|(k, _)| k == "pass" || k == "password")
@@ -986,6 +1057,29 @@ mod tests {
         assert!(!url_has_password("redis+sentinel://user@s1/m"));
         assert!(open("redis+sentinel://s1").is_err());
         assert!(open("redis+sentinel://s1/").is_err());
+    }
+
+    /// A password with a `/` in it (not percent-encoded) is a password, not a path: it is
+    /// used, noticed, and never printed, in sentinel and cluster URLs alike.
+    #[test]
+    fn a_slash_in_a_password_stays_in_the_password() {
+        let n = open("redis+sentinel://u:pa/ss@s1:26380/mymaster").unwrap();
+        assert_eq!(
+            n.hello(false)[0],
+            [b"AUTH".to_vec(), b"u".to_vec(), b"pa/ss".to_vec()]
+        );
+        assert_eq!(n.address(), "redis+sentinel://u@s1:26380/mymaster");
+        let n = open("redis+cluster://:pa/ss@n1:7000").unwrap();
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"pa/ss".to_vec()]);
+        for url in [
+            "redis+sentinel://:pa/ss@127.0.0.1:1/m",
+            "redis+cluster://:pa/ss@127.0.0.1:1",
+        ] {
+            assert!(url_has_password(url), "{url}");
+            assert!(!redact_multi(url).contains("ss"), "{}", redact_multi(url));
+        }
+        let bad = open("redis+sentinel://:pa/ss@127.0.0.1:1").unwrap_err();
+        assert!(!bad.contains("ss@"), "{bad}");
     }
 
     #[test]

@@ -135,6 +135,8 @@ impl Connection {
             encode(&mut out, args);
         }
         self.stream.write_all(&out).await?;
+        // TLS holds back what the socket would not take at once until flushed.
+        self.stream.flush().await?;
         let mut replies = Vec::with_capacity(commands.len());
         for args in commands {
             if args[0].eq_ignore_ascii_case(b"SUBSCRIBE")
@@ -193,6 +195,8 @@ impl Connection {
             }],
         );
         self.stream.write_all(&out).await?;
+        // TLS holds back what the socket would not take at once until flushed.
+        self.stream.flush().await?;
         self.confirmed = 0;
         self.messages = 0;
         self.unsubscribing = true;

@@ -87,11 +87,12 @@ if keep > 0 then
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 if ARGV[4] ~= '' then
-  redis.call(ARGV[4], ARGV[3], 'released')
+  -- A user that may not publish still releases (its waiters poll).
+  pcall(redis.call, ARGV[4], ARGV[3], 'released')
 end
 return 1
 "#,
-    sha1: "e3e6d02f93ecec9320026a28eeec1254d31b88ad",
+    sha1: "663de0c11705041ad85fde13b3fd68fdd6164b91",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -130,8 +131,8 @@ if meta[1] ~= value then
   meta = {false, false, false, false, false, false}
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call(ARGV[2], ARGV[1], 'released')
+pcall(redis.call, ARGV[2], ARGV[1], 'released')
 return {1, redis.call('GET', KEYS[3]), meta[2], meta[3], meta[4], meta[5], meta[6]}
 "#,
-    sha1: "fc7c55c9cbe25e5130d33f57aa73faa4816c778c",
+    sha1: "487693de989acf443c1e7bdaed2567bdde25c698",
 };

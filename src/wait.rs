@@ -143,6 +143,9 @@ pub async fn acquire<B: Backend, C: Clock>(
                     }
                 }
                 let nap = match busy.expiry {
+                    // Not listening (the subscription broke, or was refused): no release
+                    // message can cut the nap short, so it is a poll, every 2 s at most.
+                    Expiry::In(d) if wakeups.is_none() => (d + jitter(d)).min(RETRY_CAP),
                     Expiry::In(d) => d + jitter(d),
                     // The wake-up comes when the holder lets go; the nap is a safety net
                     // (and, without wake-ups, a slow poll).

@@ -722,3 +722,24 @@ fn doctor_tells_a_cluster_node_from_a_cluster() {
         out.stdout
     );
 }
+
+/// The seeds are asked where the lock's slot lives as the URL's user: a cluster whose default
+/// user may not run CLUSTER works with a user and password (given through LOCKED_RUN_URL).
+#[test]
+fn a_cluster_is_asked_with_the_urls_user() {
+    let cluster = Cluster::start();
+    for node in &cluster.nodes {
+        let _: String = node.cmd(&["ACL", "SETUSER", "cron", "on", ">pw", "~*", "&*", "+@all"]);
+        let _: String = node.cmd(&["ACL", "SETUSER", "default", "-cluster"]);
+    }
+    let url = cluster
+        .url()
+        .replace("redis+cluster://", "redis+cluster://cron:pw@");
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url)
+        .args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+    assert!(!out.stderr.contains("pw"), "{}", out.stderr);
+}

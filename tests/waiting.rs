@@ -402,3 +402,61 @@ fn a_grant_too_late_to_use_is_given_back() {
     assert!(!marker.exists(), "nothing was run");
     assert!(!redis.exists("lock:{job}"), "nothing is held");
 }
+
+/// A user without permission on the release channel (Redis 7 gives new ACL users none unless
+/// `acl-pubsub-default allchannels`): the refused SUBSCRIBE, sent with the first attempt, must
+/// not be taken for the attempt's reply. Such a user runs its command, and waits by polling.
+#[test]
+fn a_user_who_may_not_subscribe_runs_and_waits_by_polling() {
+    let redis = Redis::start();
+    let _: String = redis.cmd(&[
+        "ACL",
+        "SETUSER",
+        "cron",
+        "on",
+        ">pw",
+        "resetchannels",
+        "~*",
+        "+@all",
+    ]);
+    let url = format!("redis://cron:pw@127.0.0.1:{}", redis.port);
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url)
+        .args(["job", "--", "touch", path_str(&marker)]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(marker.exists(), "the command ran");
+    assert!(!redis.exists("lock:{job}"), "nothing is held");
+
+    let holder = Holder::start(&redis, "job", &[]);
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url)
+        .args(["-v", "job", "--", "true"]);
+    let waiter = spawn(cmd);
+    // The waiter's first attempt found the lock held (its fence is not spent), then it polls.
+    wait_until("the waiter tried", Duration::from_secs(10), || {
+        let stats: String = redis.cmd(&["INFO", "commandstats"]);
+        let refused = stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_subscribe:"))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
+            .and_then(|n| n.parse::<u64>().ok());
+        refused >= Some(2)
+    });
+    assert_eq!(holder.finish().code(), Some(0));
+    let out = waiter.wait();
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "the waiter ran after the holder: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("cannot subscribe to release messages"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("could not release"), "{}", out.stderr);
+    assert!(!redis.exists("lock:{job}"), "nothing is held");
+}
