@@ -720,9 +720,12 @@ struct Sentinel {
 }
 
 impl Sentinel {
-    /// Asks the sentinels in turn where the primary is.
+    /// Asks the sentinels in turn where the primary is, each within its share of `timeout`:
+    /// a sentinel that is gone (its host with it: no answer at all) must not leave the others
+    /// no time to answer.
     async fn primary(&self, timeout: Duration) -> io::Result<Addr> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no sentinel given");
+        let timeout = share(timeout, self.hosts.len());
         for (host, port) in &self.hosts {
             let sentinel = Addr::Tcp {
                 host: host.clone(),
@@ -738,6 +741,9 @@ impl Sentinel {
                 .await
             };
             match within(timeout, ask).await {
+                Ok(Reply::Error(e)) => {
+                    last = io::Error::other(format!("sentinel {sentinel} refused: {e}"));
+                }
                 Ok(reply) => match reply.items() {
                     [ip, port] => {
                         if let (Some(host), Some(port)) = (ip.as_text(), port.as_int()) {
@@ -764,6 +770,12 @@ impl Sentinel {
     }
 }
 
+/// One of `n` servers asked in turn gets this part of `timeout` (the last part is for the
+/// connection to the server they name).
+fn share(timeout: Duration, n: usize) -> Duration {
+    (timeout / (n as u32 + 1)).max(Duration::from_millis(1))
+}
+
 /// The node of a Redis Cluster that owns `slot`, asked of the seeds in turn (CLUSTER SLOTS),
 /// after `auth` (the URL's user and password, if any).
 async fn slot_owner(
@@ -773,6 +785,7 @@ async fn slot_owner(
     timeout: Duration,
 ) -> io::Result<Addr> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no cluster node given");
+    let timeout = share(timeout, seeds.len());
     for (host, port) in seeds {
         let seed = Addr::Tcp {
             host: host.clone(),

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
 const SECRET: &str = "hunter2-secret";
@@ -371,6 +372,23 @@ fn sentinel_cli(port: u16, args: &[&str]) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A sentinel that does not answer at all (its host is gone) is given only its share of the
+/// time, so the next one can still say where the primary is.
+#[test]
+fn a_sentinel_that_never_answers_does_not_use_up_the_time() {
+    let watched = Watched::start();
+    let gone = Proxy::start(watched.ports[0]);
+    gone.set(Mode::Blackhole);
+    let url = watched.url().replace(
+        "redis+sentinel://",
+        &format!("redis+sentinel://127.0.0.1:{},", gone.port),
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "--connect-timeout", "1s", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
 }
 
 #[test]
