@@ -252,11 +252,12 @@ fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
     checks
 }
 
+const NFS: i64 = 0x6969;
+
 /// What a filesystem (by `statfs` magic number) means for flock and fence counters.
 fn filesystem(magic: i64) -> (Level, String) {
     const VOLATILE: &[(i64, &str)] = &[(0x0102_1994, "tmpfs"), (0x8584_58f6, "ramfs")];
     const NETWORK: &[(i64, &str)] = &[
-        (0x6969, "NFS"),
         (0x517b, "SMB"),
         (0xff53_4d42, "CIFS"),
         (0xfe53_4d42, "SMB2"),
@@ -270,6 +271,15 @@ fn filesystem(magic: i64) -> (Level, String) {
             format!(
                 "{fs}: the fence counters are lost at reboot, and fence tokens start again at 1; use a directory on disk (/var/lib/...)"
             ),
+        );
+    }
+    if magic == NFS {
+        return (
+            Level::Fail,
+            "NFS: flock there is emulated with byte-range locks, which lock exclusively only \
+             files open for writing, and raising a fence locks the directory: every run would \
+             fail (69); keep file:// locks on a local filesystem, and use Redis across hosts"
+                .into(),
         );
     }
     if let Some((_, fs)) = NETWORK.iter().find(|(m, _)| *m == magic) {
@@ -726,4 +736,18 @@ fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where file:// cannot work at all, doctor fails; where it works with limits, it warns.
+    #[test]
+    fn filesystems_are_judged_by_what_flock_does_there() {
+        assert_eq!(filesystem(NFS).0, Level::Fail);
+        assert_eq!(filesystem(0x0102_1994).0, Level::Warn, "tmpfs");
+        assert_eq!(filesystem(0xff53_4d42).0, Level::Warn, "CIFS");
+        assert_eq!(filesystem(0xef53).0, Level::Ok, "ext4");
+    }
 }

@@ -92,8 +92,9 @@ impl Paths {
     fn read_fence(&self) -> Result<Option<u64>, BackendError> {
         let read = || -> io::Result<String> {
             let mut text = String::new();
-            no_follow(OpenOptions::new().read(true))
-                .open(&self.fence)?
+            // A counter is a number and a newline: what is beyond 64 bytes is not one.
+            open_existing(&self.fence, false)?
+                .take(64)
                 .read_to_string(&mut text)?;
             Ok(text)
         };
@@ -115,9 +116,11 @@ impl Paths {
     /// counter, fsync of the directory. Called under the lock, and also under a flock on the
     /// directory itself: should two processes ever both hold NAME (its lock file deleted
     /// while held), they still never get the same token.
-    fn raise_fence(&self) -> Result<u64, BackendError> {
+    async fn raise_fence(&self) -> Result<u64, BackendError> {
         let dir = File::open(&self.dir).map_err(|e| refused(&self.dir, "open", &e))?;
-        lock_briefly(&dir).map_err(|e| refused(&self.dir, "lock", &e))?;
+        lock_briefly(&dir)
+            .await
+            .map_err(|e| refused(&self.dir, "lock", &e))?;
         // Closing `dir` unlocks it, however this returns.
         let next = self
             .read_fence()?
@@ -142,29 +145,52 @@ impl Paths {
             fs::rename(&self.fence_tmp, &self.fence)?;
             dir.sync_all()
         };
-        write().map_err(|e| refused(&self.fence, "write", &e))?;
+        write().map_err(|e| {
+            // Not left behind for the next user to trip over (in a sticky directory, it
+            // could not remove another user's).
+            let _ = fs::remove_file(&self.fence_tmp);
+            refused(&self.fence, "write", &e)
+        })?;
         Ok(next)
     }
 }
 
-/// `O_NOFOLLOW`: a symbolic link is an error (ELOOP), never followed.
-fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
-    options.custom_flags(libc::O_NOFOLLOW)
-}
-
 /// Opens (creating it) the lock file, refusing links and anything but a regular file.
 fn open_lock_file(path: &Path) -> io::Result<File> {
-    let file = no_follow(
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o666),
-    )
-    .open(path)?;
-    if !file.metadata()?.is_file() {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o666)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    plain_file(file)
+}
+
+/// Opens a file of ours that exists, refusing links and anything but a regular file, without
+/// blocking (a FIFO planted under its name would otherwise hang the open, the lock held).
+fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    plain_file(file)
+}
+
+/// `file`, if it is a regular file with no other name: a hard link planted under a lock
+/// file's name would have the holder's metadata written into (and truncated from) the file
+/// it links to.
+fn plain_file(file: File) -> io::Result<File> {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
+    }
+    if meta.nlink() > 1 {
+        return Err(io::Error::other(
+            "it has other names (hard links), planted by someone else? remove it",
+        ));
     }
     Ok(file)
 }
@@ -174,14 +200,28 @@ fn refused(path: &Path, what: &str, e: &io::Error) -> BackendError {
         Some(libc::ELOOP) => {
             "; it is a symbolic link, which locked-run never follows there (planted by someone else?): remove it"
         }
+        Some(libc::EACCES | libc::EPERM) if in_sticky_dir(path) => {
+            "; the directory is sticky (as /tmp is): only the user who created a file there may \
+             replace it (or, with fs.protected_regular, open it), so its locks serve one user: \
+             give the lock's users a directory of their group instead (mode 2775)"
+        }
         Some(libc::EACCES | libc::EPERM) => {
             "; every user of this lock needs write access to the directory and its files"
         }
         Some(libc::EROFS) => "; the filesystem is read-only",
+        Some(libc::EBADF) => {
+            "; this filesystem (NFS?) locks only files open for writing: keep file:// locks on a local filesystem"
+        }
         Some(libc::ENOSPC | libc::EDQUOT) => "; the filesystem is full",
         _ => "",
     };
     BackendError::Refused(format!("cannot {what} {}: {e}{hint}", path.display()))
+}
+
+fn in_sticky_dir(path: &Path) -> bool {
+    path.parent()
+        .and_then(|dir| dir.metadata().ok())
+        .is_some_and(|m| m.mode() & 0o1000 != 0)
 }
 
 /// `flock(2)`, restarted when a signal interrupts it.
@@ -201,7 +241,7 @@ fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
 /// Takes an exclusive flock held by others only for moments (a fence being raised): tries,
 /// then retries after 1 ms, 2 ms, 4 ms ... 64 ms, for at most 5 s in all. A blocking flock
 /// would hang, deaf to signals, on a directory someone else keeps locked.
-fn lock_briefly(file: &File) -> io::Result<()> {
+async fn lock_briefly(file: &File) -> io::Result<()> {
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
@@ -212,7 +252,8 @@ fn lock_briefly(file: &File) -> io::Result<()> {
                         "another process has held it for 5 s (a fence is raised under it in milliseconds)",
                     ));
                 }
-                std::thread::sleep(pause);
+                // Asleep on the runtime, not the thread: a signal still ends a wait.
+                tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(64));
             }
             result => return result,
@@ -464,24 +505,28 @@ impl Backend for FileLock {
         let mut replaced = 0;
         loop {
             let file = self.file.borrow();
-            match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Ok(Attempt::Busy(Busy {
-                        holder: holder_of(&file, Meta::read(&file).holder),
-                        expiry: Expiry::WithHolder,
-                    }));
-                }
+            let locked = match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
                 Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
-            }
+            };
             let here = self
                 .still_at_path(&file)
                 .map_err(|e| self.refused(refused(&self.paths.lock, "check", &e)))?;
+            if !locked && here {
+                return Ok(Attempt::Busy(Busy {
+                    holder: holder_of(&file, Meta::read(&file).holder),
+                    expiry: Expiry::WithHolder,
+                }));
+            }
             drop(file);
             if here {
                 break;
             }
-            self.unlock();
+            // Replaced: busy or not, the file we have is no longer the lock.
+            if locked {
+                self.unlock();
+            }
             replaced += 1;
             if replaced > 3 {
                 return Err(BackendError::Transient(format!(
@@ -502,7 +547,11 @@ impl Backend for FileLock {
                 expiry: Expiry::In(left),
             }));
         }
-        let fence = self.paths.raise_fence().map_err(|e| self.refused(e))?;
+        let fence = self
+            .paths
+            .raise_fence()
+            .await
+            .map_err(|e| self.refused(e))?;
         let meta = Meta {
             holder: Holder {
                 since_ms: Some(wall_clock_ms()),
@@ -601,9 +650,8 @@ fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
         .spawn(move || {
             // Signals are the main thread's business.
             let _ = nix::sys::signal::SigSet::all().thread_block();
-            let waited = no_follow(OpenOptions::new().read(true))
-                .open(&path)
-                .and_then(|file| flock(&file, libc::LOCK_EX));
+            // Open for writing: NFS locks only such files exclusively.
+            let waited = open_existing(&path, true).and_then(|file| flock(&file, libc::LOCK_EX));
             let _ = tx.send(waited);
         });
     if let Err(e) = spawned {
@@ -624,7 +672,7 @@ pub fn inspect(url: &str, name: &LockName) -> Result<Report, BackendError> {
     }
     let paths = Paths::new(&dir, name);
     let fence = paths.read_fence()?;
-    let file = match no_follow(OpenOptions::new().read(true)).open(&paths.lock) {
+    let file = match open_existing(&paths.lock, false) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(Report {
@@ -659,7 +707,7 @@ pub fn clear_min_hold(
     let dir = dir_of(url).map_err(BackendError::Refused)?;
     let paths = Paths::new(&dir, name);
     let fence = paths.read_fence()?;
-    let file = match no_follow(OpenOptions::new().read(true).write(true)).open(&paths.lock) {
+    let file = match open_existing(&paths.lock, true) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, fence)),
         Err(e) => return Err(refused(&paths.lock, "open", &e)),

@@ -266,6 +266,7 @@ impl Outcome {
     /// Prints the one line a failure owes the user and turns the outcome into the process's
     /// exit. A command killed by signal N makes `locked-run` end itself with N.
     pub fn finish(self) -> ExitCode {
+        log::report_dropped();
         match self.result {
             Ok(Exit::ChildSignal(sig)) => die_by_signal(sig, self.codes),
             Ok(exit) => ExitCode::from(exit.code(self.codes)),

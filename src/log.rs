@@ -138,30 +138,42 @@ fn render(level: Level, message: &str, rest: Map<String, Value>) -> String {
 /// it. A line (far shorter than PIPE_BUF) goes into a pipe that polls writable without
 /// blocking. Lines left out are counted, and the count is written with the next line.
 fn write_line(line: &str) {
-    if !stderr_writable() {
+    if !stderr_writable(0) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let mut text = String::new();
-    let dropped = DROPPED.swap(0, Ordering::Relaxed);
-    if dropped > 0 {
-        let note = format!("{dropped} log lines were dropped: stderr was not being read");
-        text.push_str(&render(Level::WARN, &note, Map::new()));
-        text.push('\n');
-    }
+    let mut text = dropped_note();
     text.push_str(line);
     text.push('\n');
     let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
-fn stderr_writable() -> bool {
+/// Says how many lines were dropped, if any, before `locked-run` exits (the lock is no longer
+/// held then: this may wait a second for stderr).
+pub fn report_dropped() {
+    if DROPPED.load(Ordering::Relaxed) > 0 && stderr_writable(1000) {
+        let _ = std::io::stderr().write_all(dropped_note().as_bytes());
+    }
+}
+
+fn dropped_note() -> String {
+    match DROPPED.swap(0, Ordering::Relaxed) {
+        0 => String::new(),
+        n => {
+            let note = format!("{n} log lines were dropped: stderr was not being read");
+            render(Level::WARN, &note, Map::new()) + "\n"
+        }
+    }
+}
+
+fn stderr_writable(timeout_ms: i32) -> bool {
     let mut fd = libc::pollfd {
         fd: libc::STDERR_FILENO,
         events: libc::POLLOUT,
         revents: 0,
     };
-    // SAFETY: one valid pollfd, no timeout.
-    let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut fd, 1, timeout_ms) };
     // An error of poll itself: write as before.
     ready != 0
 }

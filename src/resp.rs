@@ -207,6 +207,12 @@ impl Connection {
     /// a RESP2 connection in subscribed mode an ordinary array.
     pub async fn next_message(&mut self) -> io::Result<()> {
         while self.messages == 0 {
+            if !self.subscribed() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the server ended the subscription",
+                ));
+            }
             match self.read_any().await? {
                 reply @ (Reply::Push(_) | Reply::Array(_)) => self.note_push(&reply),
                 other => return Err(unexpected(&other)),
@@ -234,7 +240,14 @@ impl Connection {
         match push.pubsub_kind().as_deref() {
             Some("message" | "smessage") => self.messages += 1,
             Some("subscribe" | "ssubscribe") => self.confirmed += 1,
-            Some("unsubscribe" | "sunsubscribe") => self.unsubscribing = false,
+            Some("unsubscribe" | "sunsubscribe") => {
+                if !self.unsubscribing {
+                    // Not asked for: the server ended the subscription (on a Cluster, when
+                    // the channel's slot moved to another node).
+                    self.confirmed = 0;
+                }
+                self.unsubscribing = false;
+            }
             _ => {}
         }
     }

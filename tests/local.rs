@@ -567,7 +567,8 @@ fn a_waiter_whose_lock_file_was_replaced_waits_on_the_new_one() {
         ),
     );
     assert_eq!(
-        std::fs::read_to_string(file(&dir, "second")).unwrap(),
+        wait_for_file(&file(&dir, "second"), Duration::from_secs(10), |t| t
+            .ends_with('\n')),
         "2\n"
     );
 
@@ -618,4 +619,177 @@ fn release_force_reaches_a_waiter_sleeping_out_a_min_hold() {
         took < Duration::from_secs(5),
         "the waiter ran {took:?} after the release, with 60 s of min-hold left"
     );
+}
+
+/// A FIFO planted under the fence counter's name would hang the open (the lock held, deaf to
+/// signals); a hard link planted under the lock file's name would have the holder's metadata
+/// written into the file it links to. Both are refused at once, with one line.
+#[test]
+fn fifos_and_hard_links_planted_in_the_directory_are_refused() {
+    let locks = scratch();
+    let url = url(locks.path());
+    let fifo = std::ffi::CString::new(path_str(&locks.path().join("job.fence"))).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+    let dir = scratch();
+    let ran = file(&dir, "ran");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "job", "--", "touch", path_str(&ran)]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(!ran.exists());
+    let mut status = locked_run();
+    status.args(["status", "-u", &url, "job"]);
+    assert_eq!(
+        run(status).code(),
+        Some(69),
+        "status does not hang on it either"
+    );
+
+    let linked = scratch();
+    let victim = file(&dir, "victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::hard_link(&victim, linked.path().join("job.lock")).unwrap();
+    let mut cmd = locked_run();
+    cmd.args([
+        "-u",
+        &self::url(linked.path()),
+        "job",
+        "--",
+        "touch",
+        path_str(&ran),
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(out.stderr.contains("hard links"), "{}", out.stderr);
+    assert!(!ran.exists());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+/// In a sticky directory (mode 1777, as /tmp is) only a file's owner may replace it: the second
+/// user of a lock there is told so, and leaves no temporary file behind.
+#[test]
+fn a_sticky_directory_says_why_a_second_user_cannot_use_it() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root, to run as two users");
+        return;
+    }
+    let parent = scratch();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sticky = parent.path().join("shared");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut first = locked_run();
+    first.args(["-u", &url(&sticky), "job", "--", "true"]);
+    assert_eq!(run(first).code(), Some(0));
+    let mut second = locked_run();
+    second
+        .args(["-u", &url(&sticky), "job", "--", "true"])
+        .uid(65534)
+        .gid(65534);
+    let out = run(second);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(out.stderr.contains("is sticky"), "{}", out.stderr);
+    assert!(
+        !sticky.join(".job.fence.tmp").exists(),
+        "no temporary file left"
+    );
+}
+
+/// Waiting for the brief lock on the directory (someone else holds it) does not make
+/// `locked-run` deaf to signals: SIGTERM ends the wait at once.
+#[test]
+fn a_signal_ends_a_wait_for_the_directory() {
+    let locks = scratch();
+    let url = url(locks.path());
+    let dir = scratch();
+    let held = file(&dir, "held");
+    let blocker = spawn(hold_flock(locks.path(), &held));
+    wait_until(
+        "another process holds the directory",
+        Duration::from_secs(10),
+        || held.exists(),
+    );
+    let mut cmd = locked_run();
+    cmd.args(["-u", &url, "job", "--", "true"]);
+    let waiting = spawn(cmd);
+    wait_until(
+        "locked-run holds job.lock, waiting for the directory",
+        Duration::from_secs(10),
+        || status_json(&url, "job")["held"] == true,
+    );
+    let signalled = Instant::now();
+    signal(waiting.pid(), libc::SIGTERM);
+    let out = waiting.wait();
+    assert_eq!(out.code(), Some(128 + libc::SIGTERM), "{out:?}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(status_json(&url, "job")["held"], false, "nothing is held");
+    signal(blocker.pid(), libc::SIGKILL);
+    let _ = blocker.wait();
+}
+
+/// A waiter whose own lock file was replaced while someone else holds the old one takes the
+/// new one (the lock is the file at the path) instead of trying the old one again and again.
+#[test]
+fn a_waiter_whose_file_was_replaced_under_another_holder_does_not_spin() {
+    let locks = scratch();
+    let url = url(locks.path());
+    let lock = locks.path().join("job.lock");
+    let mut first = locked_run();
+    first.args(["-u", &url, "--min-hold", "3s", "job", "--", "true"]);
+    assert_eq!(run(first).code(), Some(0));
+    // The waiter opens the lock file and sleeps out the --min-hold deadline written in it.
+    let dir = scratch();
+    let log = file(&dir, "stderr");
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
+        .arg(locked_run().get_program())
+        .args(["-vv", "-u", &url, "-w", "15s", "job", "--", "true"]);
+    let waiter = spawn(cmd);
+    wait_for_file(&log, Duration::from_secs(10), |t| {
+        t.contains("sleeping up to")
+    });
+    // Meanwhile flock(1) takes that file, and someone replaces it at the path.
+    let held = file(&dir, "held");
+    let other = spawn(hold_flock(&lock, &held));
+    wait_until(
+        "another process holds the old file",
+        Duration::from_secs(10),
+        || held.exists(),
+    );
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let started = Instant::now();
+    let out = waiter.wait();
+    assert_eq!(out.code(), Some(0), "it took the new file: {out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    signal(other.pid(), libc::SIGKILL);
+    let _ = other.wait();
+}
+
+/// One process that takes an exclusive flock on `path` (a file or a directory), creates `held`,
+/// and keeps the lock until it is killed.
+fn hold_flock(path: &Path, held: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new("perl");
+    cmd.args([
+        "-e",
+        r#"use Fcntl qw(:flock O_RDONLY); sysopen(my $f, $ARGV[0], O_RDONLY) or die "$!";
+           flock($f, LOCK_EX) or die "$!"; open(my $h, ">", $ARGV[1]) or die "$!"; close $h;
+           sleep 30"#,
+    ])
+    .arg(path)
+    .arg(held);
+    cmd
 }

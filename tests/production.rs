@@ -521,6 +521,43 @@ impl Cluster {
         format!("redis+cluster://{}", hosts.join(","))
     }
 
+    /// Starts moving `key`'s slot, and the keys in it, to another node (returned); until
+    /// `finish_moving`, its old owner answers ASK for keys no longer there.
+    fn begin_moving(&self, key: &str) -> &Redis {
+        let slot = self.slot(key).to_string();
+        let source = self.owner(key);
+        let target = self.nodes.iter().find(|n| n.port != source.port).unwrap();
+        let (source_id, target_id): (String, String) = (
+            source.cmd(&["CLUSTER", "MYID"]),
+            target.cmd(&["CLUSTER", "MYID"]),
+        );
+        let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+        let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+        let mut migrate = vec![
+            "MIGRATE".to_owned(),
+            "127.0.0.1".into(),
+            target.port.to_string(),
+            "".into(),
+            "0".into(),
+            "5000".into(),
+            "KEYS".into(),
+        ];
+        migrate.extend(keys);
+        let migrate: Vec<&str> = migrate.iter().map(String::as_str).collect();
+        let _: String = source.cmd(&migrate);
+        target
+    }
+
+    /// Gives `key`'s slot to `target` on every node (after `begin_moving`).
+    fn finish_moving(&self, key: &str, target: &Redis) {
+        let slot = self.slot(key).to_string();
+        let target_id: String = target.cmd(&["CLUSTER", "MYID"]);
+        for n in &self.nodes {
+            let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+        }
+    }
+
     fn slot(&self, key: &str) -> i64 {
         self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key])
     }
@@ -662,38 +699,10 @@ fn a_cluster_run_survives_its_slot_being_resharded() {
     wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
-    let slot = cluster.slot("lock:{job}");
-    let source = cluster.owner("lock:{job}");
-    let target = cluster
-        .nodes
-        .iter()
-        .find(|n| n.port != source.port)
-        .unwrap();
-    let (source_id, target_id): (String, String) = (
-        source.cmd(&["CLUSTER", "MYID"]),
-        target.cmd(&["CLUSTER", "MYID"]),
-    );
-    let slot_s = slot.to_string();
-    let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &source_id]);
-    let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &target_id]);
-    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]);
-    let mut migrate = vec![
-        "MIGRATE".to_owned(),
-        "127.0.0.1".into(),
-        target.port.to_string(),
-        "".into(),
-        "0".into(),
-        "5000".into(),
-        "KEYS".into(),
-    ];
-    migrate.extend(keys);
-    let migrate: Vec<&str> = migrate.iter().map(String::as_str).collect();
-    let _: String = source.cmd(&migrate);
+    let target = cluster.begin_moving("lock:{job}");
     // The slot is half-moved: renewals are answered with ASK for a while.
     std::thread::sleep(Duration::from_millis(800));
-    for n in &cluster.nodes {
-        let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &target_id]);
-    }
+    cluster.finish_moving("lock:{job}", target);
     // Moved: renewals now hear MOVED and follow. One must land on the new owner.
     wait_until("a renewal on the new owner", Duration::from_secs(5), || {
         target.cmd::<i64>(&["PTTL", "lock:{job}"]) > 1_800
@@ -712,6 +721,49 @@ fn a_cluster_run_survives_its_slot_being_resharded() {
         out.stderr
     );
     assert!(!target.exists("lock:{job}"), "released on the new owner");
+}
+
+/// When the lock's slot moves to another node, the server ends a waiter's sharded subscription
+/// (a `sunsubscribe` push): the waiter subscribes again, on the new owner, and wakes on the
+/// release there instead of sleeping out the holder's PTTL.
+#[test]
+fn a_cluster_waiter_follows_its_slot_to_the_new_owner() {
+    let cluster = Cluster::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run();
+    cmd.args(["-u", &cluster.url(), "--ttl", "30s", "job"])
+        .args(sh(&format!(
+            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        )));
+    let holder = spawn(cmd);
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let listening = |node: &Redis| {
+        let reply: Vec<redis::Value> = node.cmd(&["PUBSUB", "SHARDNUMSUB", "released:{job}"]);
+        matches!(reply.get(1), Some(redis::Value::Int(1)))
+    };
+    let source = cluster.owner("lock:{job}");
+    let mut cmd = locked_run();
+    cmd.args(["-u", &cluster.url(), "-v", "-w", "20s", "job", "--", "true"]);
+    let waiter = spawn(cmd);
+    wait_until(
+        "the waiter listens on the owner",
+        Duration::from_secs(10),
+        || listening(source),
+    );
+    let target = cluster.begin_moving("lock:{job}");
+    cluster.finish_moving("lock:{job}", target);
+    wait_until(
+        "the waiter listens on the new owner",
+        Duration::from_secs(10),
+        || listening(target),
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let out = waiter.wait_for(Duration::from_secs(10));
+    assert_eq!(out.code(), Some(0), "{out:?}");
 }
 
 #[test]
