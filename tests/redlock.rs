@@ -40,9 +40,13 @@ impl Redis {
     }
 }
 
+/// `locked-run` on the five servers. Each may take up to 500 ms to answer an attempt: the
+/// default, T/100, is 300 ms for T = 30 s and 20 ms for T = 2 s, which five servers and their
+/// clients on two loaded cores can miss, and these tests are not about that timeout
+/// (`a_slow_server_does_not_stall_the_acquisition` is).
 fn locked_run_on(five: &Five) -> std::process::Command {
     let mut cmd = locked_run();
-    cmd.args(five.url_args());
+    cmd.args(five.url_args()).args(["--node-timeout", "500ms"]);
     cmd
 }
 
@@ -65,10 +69,15 @@ fn a_quorum_holds_the_lock_with_one_token_and_fence() {
         5,
         "every server holds our token"
     );
+    let counters: Vec<Option<String>> = five.servers.iter().map(|r| r.get("fence:{job}")).collect();
     std::fs::write(file(&dir, "go"), "").unwrap();
     let out = running.wait();
     assert_eq!(out.code(), Some(0), "{out:?}");
-    assert_eq!(out.stdout.trim(), "1");
+    // 1, unless a first attempt under load missed the quorum (its grants given back, their
+    // counters raised): then the next one's. Every server's counter was raised to it.
+    let fence = out.stdout.trim().to_owned();
+    assert!(fence.parse::<u64>().is_ok_and(|f| f >= 1), "{fence}");
+    assert_eq!(counters, vec![Some(fence); 5], "one fence on every server");
     assert_eq!(five.holding(token.trim()), 0, "released everywhere");
 }
 
@@ -107,7 +116,12 @@ fn two_servers_down_still_works_three_down_is_69() {
 fn a_majority_lost_mid_run_stops_the_child_before_those_keys_expire() {
     let five = Five::start();
     let dir = scratch();
-    let (running, child) = start_job_args(&five, dir.path(), &["--ttl", "2s"], "exec sleep 60");
+    let (running, child) = start_job_args(
+        &five,
+        dir.path(),
+        &["--ttl", "2s", "--node-timeout", "500ms"],
+        "exec sleep 60",
+    );
     // The earliest server-side expiry among the three servers about to freeze.
     let expiry = five.servers[..3]
         .iter()
@@ -272,13 +286,12 @@ fn four_processes_contending_never_overlap() {
     let five = Five::start();
     let dir = scratch();
     let log = file(&dir, "log");
-    let urls = five.url_args();
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
                 for _ in 0..8 {
-                    let mut cmd = locked_run();
-                    cmd.args(&urls).args([
+                    let mut cmd = locked_run_on(&five);
+                    cmd.args([
                         "--ttl",
                         "2s",
                         "shared",
