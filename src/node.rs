@@ -460,18 +460,17 @@ impl Node {
         if subscribing && replies.len() > set_up + commands.len() {
             // The SUBSCRIBE was refused: its answer is an error reply where a push was due.
             // The commands after it ran all the same, and their replies follow.
-            let refusal = match replies.remove(set_up) {
-                Reply::Error(e) => e,
-                other => format!("{other:?}"),
-            };
-            tracing::debug!(
-                "Redis at {} refused the subscription: {refusal}",
-                self.address
-            );
-            *self
-                .listen_refused
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(refusal);
+            // (Or, without RESP3, a confirmation in RESP2's form: the caller starts again.)
+            if let Reply::Error(refusal) = replies.remove(set_up) {
+                tracing::debug!(
+                    "Redis at {} refused the subscription: {refusal}",
+                    self.address
+                );
+                *self
+                    .listen_refused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(refusal);
+            }
         }
         let tail = replies.split_off(set_up.min(replies.len()));
         if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
