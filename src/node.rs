@@ -550,21 +550,11 @@ impl Node {
     /// attempt); with RESP2, on a connection of their own.
     pub async fn subscribe(&self, channel: &str) -> Result<(Subscription<'_>, bool), BackendError> {
         if self.resp3.load(Ordering::Relaxed) {
-            let covered = self
-                .conn
-                .lock()
-                .await
-                .as_ref()
-                .is_some_and(Connection::subscribed);
+            let covered = self.listening().await;
             if !covered {
                 self.exchange(&[], self.connect_timeout, Some(channel))
                     .await?;
-                let subscribed = self
-                    .conn
-                    .lock()
-                    .await
-                    .as_ref()
-                    .is_some_and(Connection::subscribed);
+                let subscribed = self.listening().await;
                 let refusal = self
                     .listen_refused
                     .lock()
@@ -602,6 +592,15 @@ impl Node {
             Ok((_, Some(refusal))) => Err(self.refused(&refusal)),
             Err(e) => Err(self.unreachable(&e, timeout)),
         }
+    }
+
+    /// Whether the command connection is subscribed (RESP3).
+    async fn listening(&self) -> bool {
+        self.conn
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(Connection::subscribed)
     }
 
     /// Stops listening for release messages on the command connection (after acquiring).

@@ -50,25 +50,28 @@ fn locked_run_on(five: &Five) -> std::process::Command {
     cmd
 }
 
-#[test]
-fn a_quorum_holds_the_lock_with_one_token_and_fence() {
-    let five = Five::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let mut cmd = locked_run_on(&five);
-    cmd.arg("job").args(sh(&format!(
+/// A holder of `job` on the five servers: its command prints its fence, writes its token to
+/// `dir/token` (returned), and runs until `dir/go` exists.
+fn hold(five: &Five, extra: &[&str], dir: &std::path::Path) -> (Running, String) {
+    let d = path_str(dir);
+    let mut cmd = locked_run_on(five);
+    cmd.args(extra).arg("job").args(sh(&format!(
         "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; echo $LOCKED_RUN_FENCE; \
          while [ ! -e {d}/go ]; do sleep 0.01; done"
     )));
     let running = spawn(cmd);
-    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
+    let token = wait_for_file(&dir.join("token"), Duration::from_secs(10), |t| {
         t.ends_with('\n')
     });
-    assert_eq!(
-        five.holding(token.trim()),
-        5,
-        "every server holds our token"
-    );
+    (running, token.trim().to_owned())
+}
+
+#[test]
+fn a_quorum_holds_the_lock_with_one_token_and_fence() {
+    let five = Five::start();
+    let dir = scratch();
+    let (running, token) = hold(&five, &[], dir.path());
+    assert_eq!(five.holding(&token), 5, "every server holds our token");
     let counters: Vec<Option<String>> = five.servers.iter().map(|r| r.get("fence:{job}")).collect();
     std::fs::write(file(&dir, "go"), "").unwrap();
     let out = running.wait();
@@ -78,7 +81,7 @@ fn a_quorum_holds_the_lock_with_one_token_and_fence() {
     let fence = out.stdout.trim().to_owned();
     assert!(fence.parse::<u64>().is_ok_and(|f| f >= 1), "{fence}");
     assert_eq!(counters, vec![Some(fence); 5], "one fence on every server");
-    assert_eq!(five.holding(token.trim()), 0, "released everywhere");
+    assert_eq!(five.holding(&token), 0, "released everywhere");
 }
 
 #[test]
@@ -184,20 +187,11 @@ fn fences_keep_growing_while_minorities_restart_empty() {
 fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
     let five = Five::start();
     let dir = scratch();
-    let d = path_str(dir.path());
-    let mut cmd = locked_run_on(&five);
-    cmd.arg("job").args(sh(&format!(
-        "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; \
-         while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let holder = spawn(cmd);
-    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
-        t.ends_with('\n')
-    });
+    let (holder, token) = hold(&five, &[], dir.path());
     for lapsed in &five.servers[3..] {
         let _: i64 = lapsed.cmd(&["DEL", "lock:{job}", "holder:{job}"]);
     }
-    assert_eq!(five.holding(token.trim()), 3, "the holder keeps its quorum");
+    assert_eq!(five.holding(&token), 3, "the holder keeps its quorum");
     for server in &five.servers {
         let _: String = server.cmd(&["CONFIG", "RESETSTAT"]);
     }
@@ -212,12 +206,15 @@ fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
     // A measurement window, not a synchronisation: a spinning waiter sends hundreds of
     // attempts in it; a waiting one, its first (and the holder at most one renewal).
     std::thread::sleep(Duration::from_secs(2));
-    let attempts: u64 = five.servers[3..].iter().map(scripts_run).sum();
+    let attempts: u64 = five.servers[3..]
+        .iter()
+        .map(|s| command_stats(s, &["evalsha", "eval"], "calls"))
+        .sum();
     assert!(
         attempts <= 8,
         "{attempts} scripts on the two lapsed servers in 2 s"
     );
-    assert_eq!(five.holding(token.trim()), 3);
+    assert_eq!(five.holding(&token), 3);
     std::fs::write(file(&dir, "go"), "").unwrap();
     assert_eq!(holder.wait().code(), Some(0));
     let out = waiter.wait();
@@ -235,16 +232,7 @@ fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
 fn every_server_is_renewed_on_its_own_connection() {
     let five = Five::start();
     let dir = scratch();
-    let d = path_str(dir.path());
-    let mut cmd = locked_run_on(&five);
-    cmd.args(["--ttl", "2s", "job"]).args(sh(&format!(
-        "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; \
-         while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let holder = spawn(cmd);
-    let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
-        t.ends_with('\n')
-    });
+    let (holder, token) = hold(&five, &["--ttl", "2s"], dir.path());
     let connections = |r: &Redis| -> u64 {
         let info: String = r.cmd(&["INFO", "stats"]);
         info.lines()
@@ -256,7 +244,7 @@ fn every_server_is_renewed_on_its_own_connection() {
     // A measurement window of about 7 renewal rounds (R = 333 ms), longer than T.
     std::thread::sleep(Duration::from_millis(2500));
     let after: Vec<u64> = five.servers.iter().map(connections).collect();
-    let holding = five.holding(token.trim());
+    let holding = five.holding(&token);
     std::fs::write(file(&dir, "go"), "").unwrap();
     assert_eq!(holder.wait().code(), Some(0));
     // Each INFO came on a connection of its own: one more than before, on every server.
@@ -269,16 +257,6 @@ fn every_server_is_renewed_on_its_own_connection() {
         holding, 5,
         "servers still holding the lease after 2.5 s of renewals"
     );
-}
-
-/// Scripts clients sent to `redis` (EVALSHA and EVAL) since its statistics were reset.
-fn scripts_run(redis: &Redis) -> u64 {
-    redis
-        .cmd::<String>(&["INFO", "commandstats"])
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
-        .sum()
 }
 
 #[test]

@@ -158,7 +158,7 @@ fn a_waiter_sends_a_handful_of_commands_not_hundreds() {
     });
     // The waiter waits 4 s; a client polling every 10 ms would send 400 commands.
     std::thread::sleep(Duration::from_secs(4));
-    let during = commands(&redis);
+    let during = command_stats(&redis, &["evalsha", "eval", "subscribe"], "calls");
     assert_eq!(holder.finish().code(), Some(0));
     assert_eq!(waiter.wait().code(), Some(0));
     // 2 acquire attempts and SUBSCRIBE from the waiter, at most one renewal from the holder.
@@ -167,20 +167,6 @@ fn a_waiter_sends_a_handful_of_commands_not_hundreds() {
         "{during} commands while waiting:\n{}",
         redis.cmd::<String>(&["INFO", "commandstats"])
     );
-}
-
-/// Commands clients sent (not those the scripts ran inside the server).
-fn commands(redis: &Redis) -> u64 {
-    redis
-        .cmd::<String>(&["INFO", "commandstats"])
-        .lines()
-        .filter(|l| {
-            ["cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_subscribe:"]
-                .iter()
-                .any(|c| l.starts_with(c))
-        })
-        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
-        .sum()
 }
 
 #[test]
@@ -437,13 +423,7 @@ fn a_user_who_may_not_subscribe_runs_and_waits_by_polling() {
     let waiter = spawn(cmd);
     // The waiter's first attempt found the lock held (its fence is not spent), then it polls.
     wait_until("the waiter tried", Duration::from_secs(10), || {
-        let stats: String = redis.cmd(&["INFO", "commandstats"]);
-        let refused = stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_subscribe:"))
-            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
-            .and_then(|n| n.parse::<u64>().ok());
-        refused >= Some(2)
+        command_stats(&redis, &["subscribe"], "rejected_calls") >= 2
     });
     assert_eq!(holder.finish().code(), Some(0));
     let out = waiter.wait();

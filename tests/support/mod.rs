@@ -439,6 +439,24 @@ pub fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
 
+/// A figure of `INFO commandstats` on `redis`: `field` (`calls`, `rejected_calls`, ...) of each of
+/// `commands` (lower case), summed. Commands clients sent; not those scripts ran.
+pub fn command_stats(redis: &Redis, commands: &[&str], field: &str) -> u64 {
+    let stats: String = redis.cmd(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(command, _)| commands.contains(command))
+        .filter_map(|(_, fields)| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(field)?.strip_prefix('='))?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// How many clients are subscribed to NAME's release channel on `redis`.
 pub fn subscribers(redis: &Redis, name: &str) -> i64 {
     let reply: Vec<redis::Value> =
