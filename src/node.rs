@@ -446,6 +446,21 @@ impl Node {
             .map(|c| c.iter().map(Vec::as_slice).collect())
             .collect();
         batch.extend(hello_args.iter().map(Vec::as_slice));
+        if fresh && (self.password.is_some() || self.db != 0) {
+            // A password or a database can be refused while the commands after them still
+            // run: as the default user (where it needs no password), or in database 0. A
+            // lock taken there would stay held, and `release --force` would delete another
+            // database's lock: such a set-up is confirmed first, in a round trip of its own.
+            let replies = conn.pipeline(&batch).await?;
+            if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+                if resp3 && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
+                    self.resp3.store(false, Ordering::Relaxed);
+                    return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
+                }
+                return Ok(Err(e.clone()));
+            }
+            return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen)).await;
+        }
         // Replies to set-up commands come first; a RESP3 SUBSCRIBE is answered by a push,
         // which the connection takes, not by a reply.
         let set_up = batch.len();
@@ -475,8 +490,15 @@ impl Node {
         let tail = replies.split_off(set_up.min(replies.len()));
         if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
             if resp3 && fresh && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
-                // Redis 5 has no HELLO: speak RESP2 from now on, on a new connection.
+                // Redis 5 has no HELLO: speak RESP2 from now on. The commands ran all the
+                // same, as RESP2 runs them: their replies stand, unless one failed (a
+                // SUBSCRIBE turned the connection to subscribed mode, a script was unknown),
+                // and then they are sent again on a new connection. Running them twice would
+                // say "was free" of a lock `release --force` had just released.
                 self.resp3.store(false, Ordering::Relaxed);
+                if !subscribing && !tail.iter().any(|r| matches!(r, Reply::Error(_))) {
+                    return Ok(Ok((conn, tail)));
+                }
                 return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
             }
             return Ok(Err(e.clone()));

@@ -216,3 +216,64 @@ fn an_acquire_whose_reply_is_lost_is_given_back() {
         "and was given back before exiting"
     );
 }
+
+/// A set-up the server refuses (a database it does not have; a password it rejects while its
+/// default user needs none) must not let the command after it run elsewhere: 69, one line, no
+/// lock taken in database 0, and `release --force` does not delete database 0's lock.
+#[test]
+fn a_refused_database_or_password_runs_nothing_elsewhere() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let ran = file(&dir, "ran");
+    // The scripts are in the server's cache, as they are where other hosts ran jobs: EVALSHA
+    // would run them, not answer NOSCRIPT.
+    let mut warm = locked_run();
+    warm.args(["-u", &redis.url(), "other", "--", "true"]);
+    assert_eq!(run(warm).code(), Some(0));
+    let mut warm = locked_run();
+    warm.args(["release", "--force", "-u", &redis.url(), "other"]);
+    assert_eq!(run(warm).code(), Some(1));
+    let wrong_db = format!("redis://127.0.0.1:{}/16", redis.port);
+    let mut cmd = locked_run();
+    cmd.args(["-u", &wrong_db, "job", "--", "touch", path_str(&ran)]);
+    assert_one_line(&run(cmd), 69, "DB index is out of range");
+    assert!(!redis.exists("lock:{job}"), "nothing taken in database 0");
+    assert!(!redis.exists("fence:{job}"), "no fence spent in database 0");
+
+    let _: String = redis.cmd(&["ACL", "SETUSER", "cron", "on", ">pw", "~*", "&*", "+@all"]);
+    let mut cmd = locked_run();
+    cmd.env(
+        "LOCKED_RUN_URL",
+        format!("redis://cron:wrong@127.0.0.1:{}", redis.port),
+    )
+    .args(["job", "--", "touch", path_str(&ran)]);
+    assert_one_line(&run(cmd), 69, "WRONGPASS");
+    assert!(
+        !redis.exists("lock:{job}"),
+        "nothing taken as the default user"
+    );
+    assert!(!ran.exists());
+
+    let _: String = redis.cmd(&["SET", "lock:{job}", "someone"]);
+    let mut cmd = locked_run();
+    cmd.args(["release", "--force", "-u", &wrong_db, "job"]);
+    assert_one_line(&run(cmd), 69, "DB index is out of range");
+    assert_eq!(redis.get("lock:{job}").as_deref(), Some("someone"));
+}
+
+/// Without HELLO (Redis 5) the first request on a connection still runs once: a forced
+/// release says what it released, not "was free" after a second run found nothing.
+#[test]
+fn without_resp3_a_forced_release_runs_once() {
+    let redis = Redis::start_with(&["--rename-command", "HELLO", ""]);
+    // The script is in the server's cache: EVALSHA runs it.
+    let mut warm = locked_run();
+    warm.args(["release", "--force", "-u", &redis.url(), "job"]);
+    assert_eq!(run(warm).code(), Some(1));
+    let _: String = redis.cmd(&["SET", "lock:{job}", "someone"]);
+    let mut cmd = locked_run();
+    cmd.args(["release", "--force", "-u", &redis.url(), "job"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(!redis.exists("lock:{job}"));
+}
