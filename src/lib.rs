@@ -199,6 +199,15 @@ fn open_backend(
 ) -> Result<Opened, Failure> {
     let name = LockName::new(name).map_err(Failure::usage)?;
     let urls = conn.urls();
+    let tls = conn.tls();
+    let tls_given = tls.ca_cert.is_some() || tls.cert.is_some() || tls.key.is_some();
+    if tls_given && !urls.iter().any(|url| url.starts_with("rediss://")) {
+        // Ignoring them would leave a connection believed encrypted in plain text.
+        return Err(Failure::usage(
+            "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs, and none is given \
+             (redis+sentinel:// and redis+cluster:// connect without TLS)",
+        ));
+    }
     if urls.iter().any(|url| file::is_file_url(url)) {
         if urls.len() > 1 {
             return Err(Failure::usage(
@@ -214,7 +223,7 @@ fn open_backend(
     let nodes = urls
         .iter()
         .map(|url| {
-            Node::open_with(url, conn.connect_timeout, password.as_deref(), &conn.tls())
+            Node::open_with(url, conn.connect_timeout, password.as_deref(), &tls)
                 .map_err(Failure::usage)
         })
         .collect::<Result<Vec<Node>, Failure>>()?;

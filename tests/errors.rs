@@ -57,6 +57,17 @@ fn usage_errors_are_status_2_with_one_line() {
         ),
         (&["-u", "redis://", "job", "true"], "no host"),
         (
+            &[
+                "-u",
+                "redis://h:1",
+                "--tls-ca-cert",
+                "ca.pem",
+                "job",
+                "true",
+            ],
+            "are for rediss:// URLs",
+        ),
+        (
             &["-u", "redis://a:1", "-u", "redis://b:2", "job", "true"],
             "at least 3 independent servers",
         ),
