@@ -10,8 +10,9 @@ use crate::support::*;
 /// TERM.
 const LOGGER: &str = r#"
 $| = 1;
-my ($log, $ready) = @ARGV;
+my ($log, $ready, $own_group) = @ARGV;
 my $who = fork() ? "parent" : "child";
+setpgrp(0, 0) if $who eq "child" && $own_group;
 for my $s (qw(TERM INT HUP QUIT USR1 USR2)) {
     $SIG{$s} = sub {
         open(my $f, ">>", $log) or die; print $f "$who $_[0]\n"; close $f;
@@ -285,42 +286,29 @@ fn zombie_children(pid: i32) -> usize {
 }
 
 /// A signal sent to `locked-run` goes to the command's process group, not to a descendant that
-/// moved to a group of its own (a `set -m` job): USR1 would end such a process, which was never
-/// meant to get it. (When the command exits, that process is still stopped with the rest.)
+/// moved to a group of its own (a `set -m` job; here the command's child): USR1 would end such a
+/// process, which was never meant to get it. (When the command exits, that process is still
+/// stopped with the rest.)
 #[test]
 fn forwarded_signals_stay_in_the_commands_group() {
     let redis = Redis::start();
     let dir = scratch();
     let (log, ready) = (file(&dir, "log"), file(&dir, "ready"));
-    let script = r#"
-$| = 1;
-my ($log, $ready) = @ARGV;
-my $who = "command";
-if (!fork()) { setpgrp(0, 0); $who = "other"; }
-for my $s (qw(TERM USR1)) {
-    $SIG{$s} = sub {
-        open(my $f, ">>", $log) or die; print $f "$who $_[0]\n"; close $f;
-        exit 0 if $_[0] eq "TERM";
-    };
-}
-open(my $f, ">>", $ready) or die; print $f "$who\n"; close $f;
-sleep 1 while 1;
-"#;
     let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", "perl", "-e", script])
-        .args([path_str(&log), path_str(&ready)]);
+    cmd.args(["-u", &redis.url(), "job", "--", "perl", "-e", LOGGER])
+        .args([path_str(&log), path_str(&ready), "own-group"]);
     let running = spawn(cmd);
     wait_for_file(&ready, Duration::from_secs(10), |t| t.lines().count() == 2);
     signal(running.pid(), libc::SIGUSR1);
     wait_for_file(&log, Duration::from_secs(10), |t| {
-        t.contains("command USR1\n")
+        t.contains("parent USR1\n")
     });
     signal(running.pid(), libc::SIGTERM);
     // The command exits on TERM; what it left behind gets the kill signal after it.
     let log = wait_for_file(&log, Duration::from_secs(10), |t| {
-        t.contains("other TERM\n")
+        t.contains("child TERM\n")
     });
-    assert!(!log.contains("other USR1"), "{log}");
+    assert!(!log.contains("child USR1"), "{log}");
     assert_eq!(running.wait().code(), Some(0));
     assert!(!redis.exists("lock:{job}"), "released");
 }
