@@ -162,6 +162,21 @@ pub trait Wakeups {
 }
 
 /// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).
+/// This host's name, as holders record it.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The password `REDISCLI_AUTH` gives (as `redis-cli` takes it), for URLs that carry none.
+pub fn env_password() -> Option<String> {
+    std::env::var("REDISCLI_AUTH")
+        .ok()
+        .filter(|p| !p.is_empty())
+}
+
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

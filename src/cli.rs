@@ -344,9 +344,7 @@ impl ConnArgs {
             }
             return Ok(Some(password));
         }
-        Ok(std::env::var("REDISCLI_AUTH")
-            .ok()
-            .filter(|p| !p.is_empty()))
+        Ok(crate::backend::env_password())
     }
 
     /// Warns when a password was given on the command line, where `ps` shows it to every user.

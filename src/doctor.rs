@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -61,36 +61,17 @@ struct Facts {
 /// Runs the checks and prints them; exit 1 when any FAILed.
 pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let name = LockName::new(&args.name).map_err(Failure::usage)?;
-    let urls = args.conn.urls();
-    if urls.iter().any(|u| file::is_file_url(u)) {
-        if urls.len() > 1 {
-            return Err(Failure::usage(
-                "file:// keeps locks on this host only: it cannot be combined with other URLs",
-            ));
+    let nodes = match crate::open_servers(&args.conn)? {
+        crate::Servers::Dir(url) => {
+            let dir = file::dir_of(&url).map_err(Failure::usage)?;
+            return Ok(report(&check_dir(&url, &dir, &name), args.json));
         }
-        let dir = file::dir_of(&urls[0]).map_err(Failure::usage)?;
-        return Ok(report(&check_dir(&urls[0], &dir, &name), args.json));
+        crate::Servers::Redis(nodes) => nodes,
+    };
+    for node in &nodes {
+        node.set_hash_tag(name.as_str());
     }
-    let password = args.conn.default_password()?;
-    args.conn.warn_about_visible_passwords();
-    let nodes = urls
-        .iter()
-        .map(|url| {
-            let node = Node::open_with(
-                url,
-                args.conn.connect_timeout,
-                password.as_deref(),
-                &args.conn.tls(),
-            )
-            .map_err(Failure::usage)?;
-            node.set_hash_tag(name.as_str());
-            Ok(node)
-        })
-        .collect::<Result<Vec<Node>, Failure>>()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::unavailable(format!("cannot start the runtime: {e}")))?;
+    let runtime = crate::runtime()?;
     let checks = runtime.block_on(async {
         let mut checks = Vec::new();
         let mut facts = Vec::new();
@@ -601,7 +582,7 @@ async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {
     }
 
     // The server's clock against this host's.
-    let before = wall_ms();
+    let before = crate::backend::wall_clock_ms() as i64;
     let started = Instant::now();
     let time = node.exchange(&[&[b"TIME"]], timeout, None).await;
     let rtt = started.elapsed();
@@ -730,12 +711,6 @@ fn parse_info(text: &str) -> HashMap<String, String> {
         .filter_map(|l| l.trim().split_once(':'))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
-}
-
-fn wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

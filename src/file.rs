@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups, hostname, wall_clock_ms,
 };
 use crate::exit::Failure;
 use crate::lease::{BootClock, Clock};
@@ -813,13 +813,6 @@ fn holder_of(file: &File, named: Holder) -> Holder {
         since_ms: None,
         fence: None,
     }
-}
-
-fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Whether this process is in the initial PID namespace, where `/proc/locks` lists the locks

@@ -152,26 +152,33 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
             .map_or_else(|| cfg.command[0].to_string_lossy(), |n| n.to_string_lossy())
             .into_owned();
         let node_timeout = args.node_timeout(t.ttl);
-        match open_backend(&args.conn, cfg.name.as_str(), t.ttl, &program, node_timeout)? {
+        let opened = open_backend(&args.conn, cfg.name.as_str(), t.ttl, &program, node_timeout)?;
+        if args.wait_replicas.is_some() {
+            match opened {
+                Opened::One(_) => {}
+                Opened::Many(_) => return Err(Failure::usage(
+                    "--wait-replicas is for one primary with replicas; Redlock's servers are independent primaries",
+                )),
+                Opened::File(..) => return Err(Failure::usage(
+                    "--wait-replicas is for a Redis primary with replicas, not for file://",
+                )),
+            }
+        }
+        // 126/127 before anything is taken or created.
+        log::set_lock(cfg.name.as_str());
+        let path = child::resolve(&cfg.command[0])?;
+        match opened {
             Opened::One(lock) => {
                 let lock = match args.wait_replicas.filter(|&n| n > 0) {
                     Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
                     None => *lock,
                 };
-                runtime()?.block_on(run::run(&lock, &cfg))
+                runtime()?.block_on(run::run(&lock, &cfg, &path))
             }
-            Opened::Many(_) if args.wait_replicas.is_some() => Err(Failure::usage(
-                "--wait-replicas is for one primary with replicas; Redlock's servers are independent primaries",
-            )),
-            Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg)),
-            Opened::File(..) if args.wait_replicas.is_some() => Err(Failure::usage(
-                "--wait-replicas is for a Redis primary with replicas, not for file://",
-            )),
+            Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg, &path)),
             Opened::File(url, name) => {
-                // 126/127 before anything is created, as with Redis.
-                child::resolve(&cfg.command[0])?;
                 let lock = file::FileLock::open(&url, name, &program)?;
-                runtime()?.block_on(run::run(&lock, &cfg))
+                runtime()?.block_on(run::run(&lock, &cfg, &path))
             }
         }
     });
@@ -198,35 +205,10 @@ fn open_backend(
     node_timeout: Duration,
 ) -> Result<Opened, Failure> {
     let name = LockName::new(name).map_err(Failure::usage)?;
-    let urls = conn.urls();
-    let tls = conn.tls();
-    let tls_given = tls.ca_cert.is_some() || tls.cert.is_some() || tls.key.is_some();
-    if tls_given && !urls.iter().any(|url| url.starts_with("rediss://")) {
-        // Ignoring them would leave a connection believed encrypted in plain text.
-        return Err(Failure::usage(
-            "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs, and none is given \
-             (redis+sentinel:// and redis+cluster:// connect without TLS)",
-        ));
-    }
-    if urls.iter().any(|url| file::is_file_url(url)) {
-        if urls.len() > 1 {
-            return Err(Failure::usage(
-                "file:// keeps locks on this host only: it cannot be combined with other URLs \
-                 (give one file:// URL, or only Redis URLs)",
-            ));
-        }
-        file::dir_of(&urls[0]).map_err(Failure::usage)?;
-        return Ok(Opened::File(urls[0].clone(), name));
-    }
-    let password = conn.default_password()?;
-    conn.warn_about_visible_passwords();
-    let nodes = urls
-        .iter()
-        .map(|url| {
-            Node::open_with(url, conn.connect_timeout, password.as_deref(), &tls)
-                .map_err(Failure::usage)
-        })
-        .collect::<Result<Vec<Node>, Failure>>()?;
+    let nodes = match open_servers(conn)? {
+        Servers::Dir(url) => return Ok(Opened::File(url, name)),
+        Servers::Redis(nodes) => nodes,
+    };
     if nodes.len() == 1 {
         let node = nodes.into_iter().next().expect("one node");
         return Ok(Opened::One(Box::new(Lock::on(node, name, ttl, command))));
@@ -263,8 +245,54 @@ fn open_backend(
     Ok(Opened::Many(Redlock::new(locks, node_timeout)))
 }
 
+/// What the URLs name: a directory of this host (its `file://` URL), or Redis servers.
+pub(crate) enum Servers {
+    Dir(String),
+    Redis(Vec<Node>),
+}
+
+/// Checks the URLs and the connection options together, and opens what they name (nothing is
+/// connected yet): for a run, `status`, `release` and `doctor` alike.
+pub(crate) fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
+    let urls = conn.urls();
+    let options = conn.tls();
+    let rediss = urls.iter().any(|url| url.starts_with("rediss://"));
+    if !rediss && (options.ca_cert.is_some() || options.cert.is_some() || options.key.is_some()) {
+        // Ignoring them would leave a connection believed encrypted in plain text.
+        return Err(Failure::usage(
+            "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs, and none is given \
+             (redis+sentinel:// and redis+cluster:// connect without TLS)",
+        ));
+    }
+    if urls.iter().any(|url| file::is_file_url(url)) {
+        if urls.len() > 1 {
+            return Err(Failure::usage(
+                "file:// keeps locks on this host only: it cannot be combined with other URLs \
+                 (give one file:// URL, or only Redis URLs)",
+            ));
+        }
+        file::dir_of(&urls[0]).map_err(Failure::usage)?;
+        return Ok(Servers::Dir(urls[0].clone()));
+    }
+    let password = conn.default_password()?;
+    conn.warn_about_visible_passwords();
+    // Certificates are read (and the system's CAs loaded) once, not once per server.
+    let tls = match rediss {
+        true => Some(tls::connector(&options).map_err(Failure::usage)?),
+        false => None,
+    };
+    let nodes = urls
+        .iter()
+        .map(|url| {
+            Node::open_with(url, conn.connect_timeout, password.as_deref(), tls.as_ref())
+                .map_err(Failure::usage)
+        })
+        .collect::<Result<Vec<Node>, Failure>>()?;
+    Ok(Servers::Redis(nodes))
+}
+
 /// A single-threaded runtime: the child is forked from the main thread, which PDEATHSIG needs.
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -55,9 +55,7 @@ impl Lock {
     /// A lock named `name` on the server at `url`, with lease length `ttl`; a password missing
     /// from the URL is taken from `REDISCLI_AUTH`.
     pub fn new(url: &str, name: &str, ttl: Duration) -> Result<Lock, String> {
-        let password = std::env::var("REDISCLI_AUTH")
-            .ok()
-            .filter(|p| !p.is_empty());
+        let password = crate::backend::env_password();
         let node = Node::open(url, Duration::from_secs(5), password.as_deref())?;
         let name = LockName::new(name)?;
         Ok(Lock::on(node, name, ttl, "library"))
@@ -66,10 +64,7 @@ impl Lock {
     /// A lock on an opened node; `command` is the program name shown to `status`.
     pub fn on(node: Node, name: LockName, ttl: Duration, command: &str) -> Lock {
         node.set_hash_tag(name.as_str());
-        let host = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "unknown".into());
+        let host = crate::backend::hostname();
         Lock {
             lock_key: name.lock_key(),
             fence_key: name.fence_key(),
@@ -309,20 +304,13 @@ impl Lock {
             )
             .await?;
         let items = reply.items();
-        let text = |i: usize| items.get(i).and_then(Reply::as_text);
-        let fence = text(1).and_then(|f| f.parse().ok());
+        let fence = items
+            .get(1)
+            .and_then(Reply::as_text)
+            .and_then(|f| f.parse().ok());
         match items.first().and_then(Reply::as_int) {
             Some(0) => Ok((None, fence)),
-            Some(1) => Ok((
-                Some(Holder {
-                    host: text(2),
-                    pid: text(3).and_then(|p| p.parse().ok()),
-                    command: text(4),
-                    since_ms: text(5).and_then(|s| s.parse().ok()),
-                    fence: text(6).and_then(|f| f.parse().ok()),
-                }),
-                fence,
-            )),
+            Some(1) => Ok((Some(holder_at(items)), fence)),
             _ => Err(self.unexpected(&reply)),
         }
     }
@@ -382,8 +370,8 @@ impl Lock {
             .node
             .exchange(&commands, self.node.connect_timeout(), None)
             .await?;
-        if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
-            return Err(self.node.refused(e));
+        if let Some(e) = crate::node::refusal(&replies) {
+            return Err(self.node.refused(&e));
         }
         let exec = replies.last().cloned().unwrap_or(Reply::Array(None));
         let [value, pttl, meta, fence] = exec.items() else {
@@ -485,21 +473,24 @@ fn parse_attempt(reply: &Reply) -> Option<Attempt> {
         1 => Some(Attempt::Acquired {
             fence: u64::try_from(items.get(1)?.as_int()?).ok()?,
         }),
-        0 => {
-            let text = |i: usize| items.get(i).and_then(Reply::as_text);
-            let holder = Holder {
-                host: text(2),
-                pid: text(3).and_then(|p| p.parse().ok()),
-                command: text(4),
-                since_ms: text(5).and_then(|s| s.parse().ok()),
-                fence: text(6).and_then(|f| f.parse().ok()),
-            };
-            Some(Attempt::Busy(Busy {
-                holder,
-                expiry: expiry(items.get(1)?.as_int()?),
-            }))
-        }
+        0 => Some(Attempt::Busy(Busy {
+            holder: holder_at(items),
+            expiry: expiry(items.get(1)?.as_int()?),
+        })),
         _ => None,
+    }
+}
+
+/// The holder the scripts describe in items 2 to 6 of their reply: host, pid, command, since,
+/// fence (each nil when the holder is not a `locked-run`).
+fn holder_at(items: &[Reply]) -> Holder {
+    let text = |i: usize| items.get(i).and_then(Reply::as_text);
+    Holder {
+        host: text(2),
+        pid: text(3).and_then(|p| p.parse().ok()),
+        command: text(4),
+        since_ms: text(5).and_then(|s| s.parse().ok()),
+        fence: text(6).and_then(|f| f.parse().ok()),
     }
 }
 

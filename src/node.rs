@@ -63,20 +63,16 @@ impl Node {
         connect_timeout: Duration,
         default_password: Option<&str>,
     ) -> Result<Node, String> {
-        Node::open_with(
-            url,
-            connect_timeout,
-            default_password,
-            &TlsOptions::default(),
-        )
+        Node::open_with(url, connect_timeout, default_password, None)
     }
 
-    /// [`Node::open`], with the TLS options for `rediss://` URLs.
+    /// [`Node::open`], with the TLS set-up for `rediss://` URLs (built once for all of them;
+    /// without one, the system's CAs).
     pub fn open_with(
         url: &str,
         connect_timeout: Duration,
         default_password: Option<&str>,
-        tls: &TlsOptions,
+        tls: Option<&tokio_rustls::TlsConnector>,
     ) -> Result<Node, String> {
         if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
             return Node::open_multi(url, connect_timeout, default_password);
@@ -138,10 +134,10 @@ impl Node {
         if password.is_none() {
             user = None; // AUTH needs a password; a bare user name means the default user
         }
-        let tls = if secure {
-            Some(crate::tls::connector(tls)?)
-        } else {
-            None
+        let tls = match (secure, tls) {
+            (false, _) => None,
+            (true, Some(tls)) => Some(tls.clone()),
+            (true, None) => Some(crate::tls::connector(&TlsOptions::default())?),
         };
         Ok(Node {
             addr,
@@ -385,21 +381,24 @@ impl Node {
                 Connection::connect(target, self.tls.as_ref()),
             )
             .await?;
+            // As on any new connection: nothing runs before the password is taken.
             let hello = self.hello(self.resp3.load(Ordering::Relaxed));
-            let hello_args: Vec<Vec<&[u8]>> = hello
-                .iter()
-                .map(|c| c.iter().map(Vec::as_slice).collect())
-                .collect();
-            let mut batch: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
+            let hello_args = as_batch(&hello);
+            let set_up: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
+            if let Some(refused) = refusal(&conn.pipeline(&set_up).await?) {
+                return Ok(Err(refused));
+            }
             let asking: [&[u8]; 1] = [b"ASKING"];
-            batch.push(&asking);
+            let mut batch: Vec<&[&[u8]]> = vec![&asking];
             batch.extend_from_slice(commands);
             let mut replies = conn.pipeline(&batch).await?;
-            Ok::<_, io::Error>(replies.split_off(hello.len() + 1))
+            Ok::<_, io::Error>(Ok(replies.split_off(1)))
         };
-        within(timeout, attempt)
-            .await
-            .map_err(|e| self.unreachable(&e, timeout))
+        match within(timeout, attempt).await {
+            Ok(Ok(replies)) => Ok(replies),
+            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Err(e) => Err(self.unreachable(&e, timeout)),
+        }
     }
 
     async fn exchange_once(
@@ -440,24 +439,19 @@ impl Node {
         };
         let resp3 = self.resp3.load(Ordering::Relaxed);
         let hello = if fresh { self.hello(resp3) } else { Vec::new() };
-        let mut batch: Vec<&[&[u8]]> = Vec::new();
-        let hello_args: Vec<Vec<&[u8]>> = hello
-            .iter()
-            .map(|c| c.iter().map(Vec::as_slice).collect())
-            .collect();
-        batch.extend(hello_args.iter().map(Vec::as_slice));
+        let hello_args = as_batch(&hello);
+        let mut batch: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
         if fresh && (self.password.is_some() || self.db != 0) {
             // A password or a database can be refused while the commands after them still
             // run: as the default user (where it needs no password), or in database 0. A
             // lock taken there would stay held, and `release --force` would delete another
             // database's lock: such a set-up is confirmed first, in a round trip of its own.
-            let replies = conn.pipeline(&batch).await?;
-            if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+            if let Some(e) = refusal(&conn.pipeline(&batch).await?) {
                 if resp3 && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
                     self.resp3.store(false, Ordering::Relaxed);
                     return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
                 }
-                return Ok(Err(e.clone()));
+                return Ok(Err(e));
             }
             return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen)).await;
         }
@@ -488,7 +482,7 @@ impl Node {
             }
         }
         let tail = replies.split_off(set_up.min(replies.len()));
-        if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+        if let Some(e) = refusal(&replies) {
             if resp3 && fresh && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
                 // Redis 5 has no HELLO: speak RESP2 from now on. The commands ran all the
                 // same, as RESP2 runs them: their replies stand, unless one failed (a
@@ -496,12 +490,12 @@ impl Node {
                 // and then they are sent again on a new connection. Running them twice would
                 // say "was free" of a lock `release --force` had just released.
                 self.resp3.store(false, Ordering::Relaxed);
-                if !subscribing && !tail.iter().any(|r| matches!(r, Reply::Error(_))) {
+                if !subscribing && refusal(&tail).is_none() {
                     return Ok(Ok((conn, tail)));
                 }
                 return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
             }
-            return Ok(Err(e.clone()));
+            return Ok(Err(e));
         }
         Ok(Ok((conn, tail)))
     }
@@ -594,19 +588,11 @@ impl Node {
         let attempt = async {
             let mut conn = self.connect(timeout).await?;
             let hello = self.hello(false);
-            let mut batch: Vec<&[&[u8]]> = Vec::new();
-            let hello_args: Vec<Vec<&[u8]>> = hello
-                .iter()
-                .map(|c| c.iter().map(Vec::as_slice).collect())
-                .collect();
-            batch.extend(hello_args.iter().map(Vec::as_slice));
+            let hello_args = as_batch(&hello);
+            let mut batch: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
             let subscribe: [&[u8]; 2] = [self.subscribe_command(), channel.as_bytes()];
             batch.push(&subscribe);
-            let replies = conn.pipeline(&batch).await?;
-            let refusal = replies.iter().find_map(|r| match r {
-                Reply::Error(e) => Some(e.clone()),
-                _ => None,
-            });
+            let refusal = refusal(&conn.pipeline(&batch).await?);
             Ok::<_, io::Error>((conn, refusal))
         };
         match within(timeout, attempt).await {
@@ -790,6 +776,22 @@ impl Sentinel {
     }
 }
 
+/// Owned commands (`Node::hello`'s) as the argument lists a pipeline takes.
+fn as_batch(commands: &[Vec<Vec<u8>>]) -> Vec<Vec<&[u8]>> {
+    commands
+        .iter()
+        .map(|c| c.iter().map(Vec::as_slice).collect())
+        .collect()
+}
+
+/// The first error among `replies`: what the server refused, if anything.
+pub(crate) fn refusal(replies: &[Reply]) -> Option<String> {
+    replies.iter().find_map(|r| match r {
+        Reply::Error(e) => Some(e.clone()),
+        _ => None,
+    })
+}
+
 /// One of `n` servers asked in turn gets this part of `timeout` (the last part is for the
 /// connection to the server they name).
 fn share(timeout: Duration, n: usize) -> Duration {
@@ -813,17 +815,14 @@ async fn slot_owner(
         };
         let ask = async {
             let mut conn = Connection::connect(&seed, None).await?;
-            let auth: Vec<Vec<&[u8]>> = auth
-                .iter()
-                .map(|c| c.iter().map(Vec::as_slice).collect())
-                .collect();
+            let auth = as_batch(auth);
             let mut batch: Vec<&[&[u8]]> = auth.iter().map(Vec::as_slice).collect();
             let slots: [&[u8]; 2] = [b"CLUSTER", b"SLOTS"];
             batch.push(&slots);
             let replies = conn.pipeline(&batch).await?;
             // A refused AUTH is the answer; else the last reply is CLUSTER SLOTS'.
-            let refusal = replies.iter().find(|r| matches!(r, Reply::Error(_)));
-            refusal
+            let refused = replies.iter().find(|r| matches!(r, Reply::Error(_)));
+            refused
                 .or(replies.last())
                 .cloned()
                 .ok_or_else(|| io::Error::other("no reply to CLUSTER SLOTS"))

@@ -27,8 +27,6 @@ use crate::node::Subscription;
 pub struct Redlock {
     locks: Vec<Lock>,
     node_timeout: Duration,
-    key: String,
-    token: String,
 }
 
 impl Redlock {
@@ -37,10 +35,8 @@ impl Redlock {
         let token = uuid::Uuid::new_v4().to_string();
         let locks: Vec<Lock> = locks.into_iter().map(|l| l.with_token(&token)).collect();
         Redlock {
-            key: locks[0].name().lock_key(),
             locks,
             node_timeout,
-            token,
         }
     }
 
@@ -54,20 +50,6 @@ impl Redlock {
 
     fn servers(&self) -> usize {
         self.locks.len()
-    }
-
-    /// Releases everywhere, also where no answer came (the request may have landed).
-    async fn release_everywhere(
-        &self,
-        keep_for: Option<Duration>,
-        timeout: Duration,
-    ) -> Vec<Result<bool, BackendError>> {
-        join_all(
-            self.locks
-                .iter()
-                .map(|l| l.release_within(keep_for, timeout)),
-        )
-        .await
     }
 
     /// `release`: with `force`, released on every server; without, only each one's holder.
@@ -115,11 +97,11 @@ impl Backend for Redlock {
     }
 
     fn key(&self) -> &str {
-        &self.key
+        self.locks[0].key()
     }
 
     fn token(&self) -> &str {
-        &self.token
+        self.locks[0].token()
     }
 
     async fn try_acquire(&self, listen: bool) -> Result<Attempt, BackendError> {
@@ -133,13 +115,19 @@ impl Backend for Redlock {
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut busy: Vec<Busy> = Vec::new();
         let mut errors: Vec<BackendError> = Vec::new();
+        // Servers that granted, or did not answer (and may have granted).
+        let mut maybe_ours: Vec<usize> = Vec::new();
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
                 Ok(Attempt::Acquired { fence }) => granted.push((i, fence)),
                 Ok(Attempt::Busy(b)) => busy.push(b),
-                Err(e) => errors.push(e),
+                Err(e) => {
+                    errors.push(e);
+                    maybe_ours.push(i);
+                }
             }
         }
+        maybe_ours.extend(granted.iter().map(|&(i, _)| i));
         if granted.len() >= quorum {
             let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
             let raised = join_all(
@@ -155,21 +143,26 @@ impl Backend for Redlock {
                 }
                 return Ok(Attempt::Acquired { fence });
             }
-            self.release_everywhere(None, self.node_timeout).await;
+            // A quorum's grant that cannot be used: released everywhere, with the wake-up
+            // (others may be waiting on it), also where no answer came.
+            join_all(
+                self.locks
+                    .iter()
+                    .map(|l| l.release_within(None, self.node_timeout)),
+            )
+            .await;
             return Err(BackendError::Transient(format!(
                 "the fence {fence} was confirmed by {confirmed} of {n} servers, not a quorum of {quorum}"
             )));
         }
-        if !granted.is_empty() || !errors.is_empty() {
-            // No quorum: what we got is given back without a wake-up (see `give_back_within`);
-            // a server that did not answer may have granted it too.
-            join_all(
-                self.locks
-                    .iter()
-                    .map(|l| l.give_back_within(self.node_timeout)),
-            )
-            .await;
-        }
+        // No quorum: what we got is given back without a wake-up (see `give_back_within`),
+        // where we got it or may have; a server that answered busy holds another token.
+        join_all(
+            maybe_ours
+                .iter()
+                .map(|&i| self.locks[i].give_back_within(self.node_timeout)),
+        )
+        .await;
         if errors.len() > n - quorum {
             let answered = n - errors.len();
             let transient = errors.iter().any(BackendError::is_transient);

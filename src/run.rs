@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::ffi::OsString;
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::pin::{Pin, pin};
 use std::time::Duration;
 
@@ -33,10 +34,13 @@ pub struct RunConfig {
     pub release_timeout: Duration,
 }
 
-/// Runs `cfg.command` under the lock held by `backend`.
-pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failure> {
-    crate::log::set_lock(cfg.name.as_str());
-    let program = child::resolve(&cfg.command[0])?;
+/// Runs `cfg.command`, found at `program` ([`child::resolve`]), under the lock held by
+/// `backend`.
+pub async fn run<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    program: &Path,
+) -> Result<Exit, Failure> {
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     let clock = BootClock;
@@ -68,7 +72,7 @@ pub async fn run<B: Backend>(backend: &B, cfg: &RunConfig) -> Result<Exit, Failu
         ("LOCKED_RUN_TOKEN", backend.token().to_owned()),
         ("LOCKED_RUN_TTL_MS", cfg.timings.ttl.as_millis().to_string()),
     ];
-    let (mut child, target) = match child::spawn(&program, &cfg.command, &env, interactive) {
+    let (mut child, target) = match child::spawn(program, &cfg.command, &env, interactive) {
         Ok(spawned) => spawned,
         Err(failure) => {
             release(backend, cfg, None, false).await;

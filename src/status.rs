@@ -21,19 +21,7 @@ pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
         .map_err(|e| Failure::unavailable(e.to_string()))?;
     // How many wait: a permission the ACL may deny (PUBSUB), so a missing count is no error.
     let waiters = lock.waiters().await.ok();
-    let name = lock.name().as_str();
-    if as_json {
-        let mut object = to_json(name, &report);
-        object["waiters"] = json!(waiters);
-        println!("{object}");
-    } else {
-        println!("{}{}", to_text(name, &report), waiting(waiters));
-    }
-    Ok(if report.held.is_some() {
-        Exit::Held
-    } else {
-        Exit::Free
-    })
+    Ok(print(lock.name().as_str(), &report, waiters, as_json))
 }
 
 /// `status` of a host-local lock: the lock file and the fence counter in the directory; the
@@ -41,18 +29,23 @@ pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
 pub fn status_file(url: &str, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
     let report = file::inspect(url, name).map_err(|e| Failure::unavailable(e.to_string()))?;
     let waiters = file::waiters(url, name);
+    Ok(print(name.as_str(), &report, waiters, as_json))
+}
+
+/// Prints one lock's report (and how many wait for it, if known); exit 0 held, 1 free.
+fn print(name: &str, report: &Report, waiters: Option<u64>, as_json: bool) -> Exit {
     if as_json {
-        let mut object = to_json(name.as_str(), &report);
+        let mut object = to_json(name, report);
         object["waiters"] = json!(waiters);
         println!("{object}");
     } else {
-        println!("{}{}", to_text(name.as_str(), &report), waiting(waiters));
+        println!("{}{}", to_text(name, report), waiting(waiters));
     }
-    Ok(if report.held.is_some() {
+    if report.held.is_some() {
         Exit::Held
     } else {
         Exit::Free
-    })
+    }
 }
 
 /// `status` over Redlock's servers: held when a quorum holds one owner's value; each server's

@@ -723,6 +723,45 @@ fn a_cluster_run_survives_its_slot_being_resharded() {
     assert!(!target.exists("lock:{job}"), "released on the new owner");
 }
 
+/// A request sent to the node a slot is moving to (ASK) runs only once that node took the
+/// password: where it refuses it (and its default user needs none), nothing is taken there.
+#[test]
+fn an_ask_redirection_runs_nothing_before_the_password_is_taken() {
+    let cluster = Cluster::start();
+    for node in &cluster.nodes {
+        let _: String = node.cmd(&["ACL", "SETUSER", "cron", "on", ">pw", "~*", "&*", "+@all"]);
+    }
+    let target = cluster.begin_moving("lock:{job}");
+    // The importing node knows the script (EVALSHA would run it) and another password.
+    let _: String = target.cmd(&["SCRIPT", "LOAD", locked_run::scripts::ACQUIRE.source]);
+    let _: String = target.cmd(&["ACL", "SETUSER", "cron", "resetpass", ">other"]);
+    let url = cluster
+        .url()
+        .replace("redis+cluster://", "redis+cluster://cron:pw@");
+    let mut cmd = locked_run();
+    cmd.env("LOCKED_RUN_URL", &url)
+        .args(["-n", "job", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(69), "{out:?}");
+    assert!(out.stderr.contains("WRONGPASS"), "{}", out.stderr);
+    // ASKING makes the slot's keys visible on the importing node for one command.
+    let exists: Vec<redis::Value> = {
+        let mut conn = target.conn();
+        redis::pipe()
+            .cmd("ASKING")
+            .cmd("EXISTS")
+            .arg("lock:{job}")
+            .query(&mut conn)
+            .unwrap()
+    };
+    assert_eq!(
+        exists.get(1),
+        Some(&redis::Value::Int(0)),
+        "nothing taken there"
+    );
+    cluster.finish_moving("lock:{job}", target);
+}
+
 /// When the lock's slot moves to another node, the server ends a waiter's sharded subscription
 /// (a `sunsubscribe` push): the waiter subscribes again, on the new owner, and wakes on the
 /// release there instead of sleeping out the holder's PTTL.
