@@ -5,6 +5,8 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::lease::Timings;
+
 /// Who holds a lock, as far as its metadata tells. Every field may be missing: another program
 /// using the plain `SET lock:{NAME} token NX PX` protocol leaves none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -136,10 +138,20 @@ pub trait Backend {
     /// first, in the same round trip, so that a waiter is listening before it tries. An
     /// attempt whose reply was lost may have succeeded; the next attempt recognises the lock
     /// as ours.
-    fn try_acquire(&self, listen: bool) -> impl Future<Output = Result<Attempt, BackendError>>;
+    /// The lease asked for is `timings.ttl`: a backend keeps no lease length of its own, so
+    /// the server's expiry and the lease clock's V always come from the same [`Timings`].
+    fn try_acquire(
+        &self,
+        timings: &Timings,
+        listen: bool,
+    ) -> impl Future<Output = Result<Attempt, BackendError>>;
 
-    /// Compare-and-extend: `Ok(false)` when the lock is no longer ours.
-    fn renew(&self, timeout: Duration) -> impl Future<Output = Result<bool, BackendError>>;
+    /// Compare-and-extend to a full `timings.ttl`: `Ok(false)` when the lock is no longer ours.
+    fn renew(
+        &self,
+        timings: &Timings,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, BackendError>>;
 
     /// Compare-and-release, waking waiters; with `keep_for`, leave the lock to expire after that
     /// long instead (`--min-hold`). `Ok(false)` when the lock was no longer ours.

@@ -39,7 +39,7 @@ use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups, hostname, wall_clock_ms,
 };
 use crate::exit::Failure;
-use crate::lease::{BootClock, Clock};
+use crate::lease::{BootClock, Clock, Timings};
 use crate::lock::Report;
 use crate::name::LockName;
 
@@ -494,7 +494,11 @@ impl Backend for FileLock {
         &self.token
     }
 
-    async fn try_acquire(&self, _listen: bool) -> Result<Attempt, BackendError> {
+    async fn try_acquire(
+        &self,
+        _timings: &Timings,
+        _listen: bool,
+    ) -> Result<Attempt, BackendError> {
         if let Some(meta) = &*self.held.borrow() {
             return Ok(Attempt::Acquired {
                 fence: meta.holder.fence.unwrap_or(0),
@@ -567,7 +571,7 @@ impl Backend for FileLock {
         Ok(Attempt::Acquired { fence })
     }
 
-    async fn renew(&self, _timeout: Duration) -> Result<bool, BackendError> {
+    async fn renew(&self, _timings: &Timings, _timeout: Duration) -> Result<bool, BackendError> {
         Ok(self.held.borrow().is_some())
     }
 
@@ -990,13 +994,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}", dir.path().display());
         let name = LockName::new("db.migrate-v2").unwrap();
+        let t = Timings::new(Duration::from_secs(30), None, None).unwrap();
         let a = FileLock::open(&url, name.clone(), "a").unwrap();
         let b = FileLock::open(&url, name.clone(), "b").unwrap();
         assert_eq!(
-            a.try_acquire(false).await,
+            a.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 1 })
         );
-        let Ok(Attempt::Busy(busy)) = b.try_acquire(true).await else {
+        let Ok(Attempt::Busy(busy)) = b.try_acquire(&t, true).await else {
             panic!("b got it too")
         };
         assert_eq!(busy.holder.command.as_deref(), Some("a"));
@@ -1010,7 +1015,7 @@ mod tests {
         assert_eq!(a.release(None, Duration::ZERO).await, Ok(true));
         wakeups.next().await.unwrap();
         assert_eq!(
-            b.try_acquire(false).await,
+            b.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 2 })
         );
         assert_eq!(
@@ -1020,7 +1025,7 @@ mod tests {
         );
 
         // --min-hold: free of any process, but not before its deadline.
-        let Ok(Attempt::Busy(busy)) = a.try_acquire(false).await else {
+        let Ok(Attempt::Busy(busy)) = a.try_acquire(&t, false).await else {
             panic!("the min-hold deadline was ignored")
         };
         assert!(matches!(busy.expiry, Expiry::In(d) if d > Duration::from_secs(59)));
@@ -1029,7 +1034,7 @@ mod tests {
         assert_eq!(holder.unwrap().command.as_deref(), Some("b"));
         assert_eq!(fence, Some(2));
         assert_eq!(
-            a.try_acquire(false).await,
+            a.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 3 })
         );
         assert_eq!(

@@ -173,9 +173,14 @@ impl Timings {
             .saturating_sub(2 * self.drift + self.kill_after + self.renew_every)
     }
 
-    /// How long a grant sent at `sent` is valid: V = s + T - D.
-    fn valid_until(&self, sent: Duration) -> Duration {
+    /// How long a grant sent at `sent` is valid: V = s + T - D. The only place V is computed.
+    pub fn valid_until(&self, sent: Duration) -> Duration {
         sent + self.ttl - self.drift
+    }
+
+    /// T in milliseconds, as the scripts take it (`PX`).
+    pub fn ttl_ms(&self) -> String {
+        self.ttl.as_millis().max(1).to_string()
     }
 }
 

@@ -11,7 +11,8 @@
 //! - [`resp`]: a small RESP2 client (one connection, one request at a time).
 //! - [`node`]: one Redis server: URL, connection, script calls, subscriptions, error messages.
 //! - [`tls`]: TLS for `rediss://` (rustls).
-//! - [`lock`]: the lock as a Rust type ([`Lock`]); the single-server backend.
+//! - [`lock`]: the single-server backend ([`lock::ServerLock`]).
+//! - [`library`]: the lock as a Rust type ([`Lock`]).
 //! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
 //! - [`file`]: the host-local backend (`file:///DIR`): `flock(2)` and a durable fence counter.
 //! - [`wait`]: waiting for a held lock without polling.
@@ -32,6 +33,7 @@ pub mod doctor;
 pub mod exit;
 pub mod file;
 pub mod lease;
+pub mod library;
 pub mod lock;
 pub mod log;
 pub mod name;
@@ -51,7 +53,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub use crate::lock::Lock;
+pub use crate::library::Lock;
+use crate::lock::ServerLock;
 pub use crate::redlock::Redlock;
 
 use crate::cli::{Cli, Command, ConnArgs};
@@ -119,14 +122,8 @@ fn inspecting(
     act: impl AsyncFnOnce(Opened) -> Result<Exit, Failure>,
 ) -> Outcome {
     log::init(log);
-    let result = open_backend(
-        conn,
-        name,
-        Duration::from_secs(1),
-        what,
-        conn.connect_timeout,
-    )
-    .and_then(|backend| runtime()?.block_on(act(backend)));
+    let result = open_backend(conn, name, what, conn.connect_timeout)
+        .and_then(|backend| runtime()?.block_on(act(backend)));
     Outcome {
         result,
         codes: Codes::default(),
@@ -152,7 +149,7 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
             .map_or_else(|| cfg.command[0].to_string_lossy(), |n| n.to_string_lossy())
             .into_owned();
         let node_timeout = args.node_timeout(t.ttl);
-        let opened = open_backend(&args.conn, cfg.name.as_str(), t.ttl, &program, node_timeout)?;
+        let opened = open_backend(&args.conn, cfg.name.as_str(), &program, node_timeout)?;
         if args.wait_replicas.is_some() {
             match opened {
                 Opened::One(_) => {}
@@ -192,7 +189,7 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
 /// The backend the URLs name: one server, Redlock over several, or a directory of this host
 /// (its URL and the NAME: a run opens the lock file, `status` only looks).
 enum Opened {
-    One(Box<Lock>),
+    One(Box<ServerLock>),
     Many(Redlock),
     File(String, LockName),
 }
@@ -200,7 +197,6 @@ enum Opened {
 fn open_backend(
     conn: &ConnArgs,
     name: &str,
-    ttl: Duration,
     command: &str,
     node_timeout: Duration,
 ) -> Result<Opened, Failure> {
@@ -211,7 +207,7 @@ fn open_backend(
     };
     if nodes.len() == 1 {
         let node = nodes.into_iter().next().expect("one node");
-        return Ok(Opened::One(Box::new(Lock::on(node, name, ttl, command))));
+        return Ok(Opened::One(Box::new(ServerLock::on(node, name, command))));
     }
     for (i, node) in nodes.iter().enumerate() {
         if let Some(same) = nodes[..i].iter().find(|other| other.same_server(node)) {
@@ -240,7 +236,7 @@ fn open_backend(
     }
     let locks = nodes
         .into_iter()
-        .map(|node| Lock::on(node, name.clone(), ttl, command))
+        .map(|node| ServerLock::on(node, name.clone(), command))
         .collect();
     Ok(Opened::Many(Redlock::new(locks, node_timeout)))
 }

@@ -1,29 +1,18 @@
-//! The lock as a Rust type (the seed's class): `acquire` returns the fence token, `extend` and
-//! `release` say whether the lease was still ours. It is also the single-server backend of the
-//! command line.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! let lock = locked_run::Lock::new("redis://127.0.0.1:6379", "report", Duration::from_secs(30))?;
-//! if let Some(fence) = lock.acquire().await? {
-//!     // ... pass `fence` to the storage you write to, so it can refuse a stale holder ...
-//!     lock.extend().await?;
-//!     lock.release().await?;
-//! }
-//! # Ok(()) }
-//! ```
+//! The single-server backend: one NAME on one Redis server (plain, TLS, a Unix socket, behind
+//! Sentinel or in a Cluster), through the Lua scripts of the protocol. It keeps no lease length
+//! of its own: every grant and renewal is given the run's [`Timings`].
 
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, wall_clock_ms};
+use crate::lease::Timings;
 use crate::name::LockName;
 use crate::node::{Node, Subscription};
 use crate::resp::Reply;
 use crate::scripts;
 
 /// A lease on one NAME in one Redis server.
-pub struct Lock {
+pub struct ServerLock {
     node: Node,
     name: LockName,
     lock_key: String,
@@ -31,8 +20,6 @@ pub struct Lock {
     holder_key: String,
     channel: String,
     token: String,
-    ttl: Duration,
-    ttl_ms: String,
     host: String,
     pid: String,
     command: String,
@@ -51,21 +38,12 @@ pub struct Report {
     pub value: Option<String>,
 }
 
-impl Lock {
-    /// A lock named `name` on the server at `url`, with lease length `ttl`; a password missing
-    /// from the URL is taken from `REDISCLI_AUTH`.
-    pub fn new(url: &str, name: &str, ttl: Duration) -> Result<Lock, String> {
-        let password = crate::backend::env_password();
-        let node = Node::open(url, Duration::from_secs(5), password.as_deref())?;
-        let name = LockName::new(name)?;
-        Ok(Lock::on(node, name, ttl, "library"))
-    }
-
+impl ServerLock {
     /// A lock on an opened node; `command` is the program name shown to `status`.
-    pub fn on(node: Node, name: LockName, ttl: Duration, command: &str) -> Lock {
+    pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
         let host = crate::backend::hostname();
-        Lock {
+        ServerLock {
             lock_key: name.lock_key(),
             fence_key: name.fence_key(),
             holder_key: name.holder_key(),
@@ -73,8 +51,6 @@ impl Lock {
             node,
             name,
             token: uuid::Uuid::new_v4().to_string(),
-            ttl,
-            ttl_ms: ttl.as_millis().max(1).to_string(),
             host,
             pid: std::process::id().to_string(),
             command: command.to_owned(),
@@ -84,7 +60,7 @@ impl Lock {
 
     /// Requires `replicas` replicas to acknowledge every grant within `timeout` (WAIT): the
     /// answer to a failover that would otherwise promote a replica that never saw the lock.
-    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> Lock {
+    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> ServerLock {
         self.wait_replicas = Some((replicas, timeout));
         self
     }
@@ -103,34 +79,31 @@ impl Lock {
         self.node.address()
     }
 
-    /// Takes the lock if it is free: `Some(fence)`, strictly larger than any fence issued
-    /// before on this NAME; `None` when someone else holds it.
-    pub async fn acquire(&self) -> Result<Option<u64>, BackendError> {
-        Ok(match self.attempt().await? {
-            Attempt::Acquired { fence } => Some(fence),
-            Attempt::Busy(_) => None,
-        })
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.node.connect_timeout()
     }
 
-    /// Like [`Lock::acquire`], but says who holds the lock and for how long.
-    pub async fn attempt(&self) -> Result<Attempt, BackendError> {
-        self.attempt_listening(false).await
-    }
-
-    /// An attempt; with `listen`, subscribed to release messages before it runs.
-    async fn attempt_listening(&self, listen: bool) -> Result<Attempt, BackendError> {
-        // A grant that takes half the lease to arrive is worth little.
-        self.attempt_within(listen, self.node.connect_timeout().min(self.ttl / 2))
-            .await
+    /// An attempt; with `listen`, subscribed to release messages before it runs. A grant that
+    /// takes half the lease to arrive is worth little: it may take `--connect-timeout` or T/2,
+    /// whichever is shorter.
+    pub(crate) async fn attempt_listening(
+        &self,
+        timings: &Timings,
+        listen: bool,
+    ) -> Result<Attempt, BackendError> {
+        let timeout = self.node.connect_timeout().min(timings.ttl / 2);
+        self.attempt_within(timings, listen, timeout).await
     }
 
     /// An attempt that gives up after `timeout` (Redlock's per-server timeout).
     pub(crate) async fn attempt_within(
         &self,
+        timings: &Timings,
         listen: bool,
         timeout: Duration,
     ) -> Result<Attempt, BackendError> {
         let since = wall_clock_ms().to_string();
+        let ttl_ms = timings.ttl_ms();
         let reply = self
             .node
             .eval(
@@ -138,7 +111,7 @@ impl Lock {
                 &[&self.lock_key, &self.fence_key, &self.holder_key],
                 &[
                     &self.token,
-                    &self.ttl_ms,
+                    &ttl_ms,
                     &self.host,
                     &self.pid,
                     &self.command,
@@ -197,28 +170,24 @@ impl Lock {
         }
     }
 
-    /// Extends the lease to a full TTL from now, if it is still ours.
-    pub async fn extend(&self) -> Result<bool, BackendError> {
-        self.extend_within(self.node.connect_timeout()).await
-    }
-
-    pub(crate) async fn extend_within(&self, timeout: Duration) -> Result<bool, BackendError> {
+    /// Extends the lease to a full TTL from now, if it is still ours (compare-and-PEXPIRE).
+    pub(crate) async fn extend_within(
+        &self,
+        timings: &Timings,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        let ttl_ms = timings.ttl_ms();
         let reply = self
             .node
             .eval(
                 &scripts::RENEW,
                 &[&self.lock_key, &self.holder_key],
-                &[&self.token, &self.ttl_ms],
+                &[&self.token, &ttl_ms],
                 timeout,
                 None,
             )
             .await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
-    }
-
-    /// Releases the lock if it is still ours, waking waiters.
-    pub async fn release(&self) -> Result<bool, BackendError> {
-        self.release_within(None, self.node.connect_timeout()).await
     }
 
     pub(crate) async fn release_within(
@@ -338,7 +307,7 @@ impl Lock {
     }
 
     /// The same lock with `token` as its owner's token (Redlock: one token on every server).
-    pub(crate) fn with_token(mut self, token: &str) -> Lock {
+    pub(crate) fn with_token(mut self, token: &str) -> ServerLock {
         self.token = token.to_owned();
         self
     }
@@ -419,7 +388,7 @@ impl Lock {
     }
 }
 
-impl Backend for Lock {
+impl Backend for ServerLock {
     type Wakeups<'a> = Subscription<'a>;
 
     fn has_lease(&self) -> bool {
@@ -434,16 +403,16 @@ impl Backend for Lock {
         &self.token
     }
 
-    async fn try_acquire(&self, listen: bool) -> Result<Attempt, BackendError> {
-        let attempt = self.attempt_listening(listen).await;
+    async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
+        let attempt = self.attempt_listening(timings, listen).await;
         if listen && matches!(attempt, Ok(Attempt::Acquired { .. })) {
             self.node.stop_listening().await;
         }
         attempt
     }
 
-    async fn renew(&self, timeout: Duration) -> Result<bool, BackendError> {
-        self.extend_within(timeout).await
+    async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
+        self.extend_within(timings, timeout).await
     }
 
     async fn release(

@@ -20,20 +20,21 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups};
-use crate::lock::{Lock, Report};
+use crate::lease::Timings;
+use crate::lock::{Report, ServerLock};
 use crate::node::Subscription;
 
 /// A lock on N servers, all with one token.
 pub struct Redlock {
-    locks: Vec<Lock>,
+    locks: Vec<ServerLock>,
     node_timeout: Duration,
 }
 
 impl Redlock {
     /// `locks` on distinct servers (at least 3), each with the same token.
-    pub fn new(locks: Vec<Lock>, node_timeout: Duration) -> Redlock {
+    pub fn new(locks: Vec<ServerLock>, node_timeout: Duration) -> Redlock {
         let token = uuid::Uuid::new_v4().to_string();
-        let locks: Vec<Lock> = locks.into_iter().map(|l| l.with_token(&token)).collect();
+        let locks: Vec<ServerLock> = locks.into_iter().map(|l| l.with_token(&token)).collect();
         Redlock {
             locks,
             node_timeout,
@@ -71,7 +72,7 @@ impl Redlock {
 
     /// How many clients wait for the lock (the most any server counts), when known.
     pub async fn waiters(&self) -> Option<u64> {
-        join_all(self.locks.iter().map(Lock::waiters))
+        join_all(self.locks.iter().map(ServerLock::waiters))
             .await
             .into_iter()
             .filter_map(Result::ok)
@@ -80,7 +81,7 @@ impl Redlock {
 
     /// Each server's state, for `status`.
     pub async fn inspect(&self) -> Vec<(String, Result<Report, BackendError>)> {
-        let reports = join_all(self.locks.iter().map(Lock::inspect)).await;
+        let reports = join_all(self.locks.iter().map(ServerLock::inspect)).await;
         self.locks
             .iter()
             .map(|l| l.address().to_owned())
@@ -104,12 +105,12 @@ impl Backend for Redlock {
         self.locks[0].token()
     }
 
-    async fn try_acquire(&self, listen: bool) -> Result<Attempt, BackendError> {
+    async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
         let (n, quorum) = (self.servers(), self.quorum());
         let answers = join_all(
             self.locks
                 .iter()
-                .map(|l| l.attempt_within(listen, self.node_timeout)),
+                .map(|l| l.attempt_within(timings, listen, self.node_timeout)),
         )
         .await;
         let mut granted: Vec<(usize, u64)> = Vec::new();
@@ -200,7 +201,7 @@ impl Backend for Redlock {
         }))
     }
 
-    async fn renew(&self, timeout: Duration) -> Result<bool, BackendError> {
+    async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
         let (n, quorum) = (self.servers(), self.quorum());
         // A little under the round's own timeout, so that the round can say which servers
         // failed. The round ends soon after its outcome is known: a lost lease at once; a
@@ -210,7 +211,9 @@ impl Backend for Redlock {
         // with it) round after round until its key lapses.
         let per_server = timeout * 9 / 10;
         let answers = gather(
-            self.locks.iter().map(|l| l.extend_within(per_server)),
+            self.locks
+                .iter()
+                .map(|l| l.extend_within(timings, per_server)),
             |answers| {
                 let ours = answers
                     .iter()

@@ -5,12 +5,12 @@
 use crate::backend::{BackendError, Expiry, Holder};
 use crate::exit::{Exit, Failure};
 use crate::file;
-use crate::lock::Lock;
+use crate::lock::ServerLock;
 use crate::name::LockName;
 use crate::redlock::Redlock;
 
 /// One server.
-pub async fn release(lock: &Lock, force: bool) -> Result<Exit, Failure> {
+pub async fn release(lock: &ServerLock, force: bool) -> Result<Exit, Failure> {
     let name = lock.name().as_str();
     if !force {
         let report = lock

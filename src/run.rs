@@ -87,7 +87,7 @@ pub async fn run<B: Backend>(
         first_signal: Cell::new(None),
     };
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
-    let renewer = Renewer(backend);
+    let renewer = Renewer(backend, cfg.timings);
     notify::send(&format!(
         "READY=1\nSTATUS=holding lock {} (fence {})",
         cfg.name, acquired.fence
@@ -340,11 +340,15 @@ impl Stopper for ChildStopper {
     }
 }
 
-struct Renewer<'a, B>(&'a B);
+/// Renews through the backend with the run's timings, the ones the lease clock counts with.
+struct Renewer<'a, B>(&'a B, Timings);
 
 impl<B: Backend> Renew for Renewer<'_, B> {
     async fn renew(&self, timeout: Duration) -> Result<bool, String> {
-        self.0.renew(timeout).await.map_err(|e| e.to_string())
+        self.0
+            .renew(&self.1, timeout)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -9,12 +9,12 @@ use crate::backend::{Busy, Expiry, Holder};
 use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::lease::show;
-use crate::lock::{Lock, Report};
+use crate::lock::{Report, ServerLock};
 use crate::name::LockName;
 use crate::redlock::Redlock;
 
 /// Prints the lock's state on stdout and returns the status to exit with.
-pub async fn status(lock: &Lock, as_json: bool) -> Result<Exit, Failure> {
+pub async fn status(lock: &ServerLock, as_json: bool) -> Result<Exit, Failure> {
     let report = lock
         .inspect()
         .await

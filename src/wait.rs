@@ -77,12 +77,12 @@ pub async fn acquire<B: Backend, C: Clock>(
                 waiter.maybe_held = true;
                 return Err(waiter.give_back(interrupted(signal, name)).await);
             }
-            attempt = backend.try_acquire(patience != Patience::NoWait) => attempt,
+            attempt = backend.try_acquire(&timings, patience != Patience::NoWait) => attempt,
         };
         let answer: Result<Busy, BackendError> = match attempt {
             Ok(Attempt::Acquired { fence }) => {
                 let now = clock.now();
-                let left = (sent + timings.ttl - timings.drift).saturating_sub(now);
+                let left = timings.valid_until(sent).saturating_sub(now);
                 if !backend.has_lease() || left >= timings.renew_every + timings.kill_after {
                     return Ok(Acquired {
                         fence,

@@ -96,3 +96,32 @@ async fn a_retry_recognises_its_own_grant() {
         "no second fence used"
     );
 }
+
+/// One owner of the lease length: the lock's own timings, checked as `--ttl` is. A lease
+/// shorter than the lease clock can keep (here 50 ms; at least 100 ms) is refused rather than
+/// used. See: issue 13 (the library once let the TTL and the run's timings disagree).
+#[test]
+fn a_lease_too_short_to_keep_is_refused() {
+    let err = Lock::new("redis://127.0.0.1:1", "job", Duration::from_millis(50))
+        .err()
+        .expect("refused");
+    assert!(err.contains("too short"), "{err}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_server_is_given_the_locks_own_lease() {
+    let redis = Redis::start();
+    let lock = Lock::new(&redis.url(), "job", Duration::from_secs(3)).unwrap();
+    assert_eq!(lock.timings().ttl, Duration::from_secs(3));
+    assert_eq!(lock.acquire().await.unwrap(), Some(1));
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!((2_000..=3_000).contains(&pttl), "{pttl}");
+    let _: i64 = redis.cmd(&["PEXPIRE", "lock:{job}", "500"]);
+    assert!(lock.extend().await.unwrap());
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!(
+        (2_000..=3_000).contains(&pttl),
+        "extended to T again: {pttl}"
+    );
+    assert!(lock.release().await.unwrap());
+}
