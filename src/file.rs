@@ -444,6 +444,13 @@ impl FileLock {
             .and_then(NotBefore::left)
     }
 
+    /// Makes the lock file's content durable, and its directory entry (this run may have
+    /// created it): a `--min-hold` deadline must survive a crash, as the fence counter does.
+    fn sync(&self, file: &File) -> io::Result<()> {
+        file.sync_data()?;
+        File::open(&self.paths.dir)?.sync_all()
+    }
+
     fn refused(&self, e: BackendError) -> BackendError {
         self.unlock();
         e
@@ -586,7 +593,8 @@ impl Backend for FileLock {
         let written = match keep_for {
             Some(hold) => {
                 meta.not_before = Some(NotBefore::after(hold));
-                meta.write(&self.file.borrow())
+                let file = self.file.borrow();
+                meta.write(&file).and_then(|()| self.sync(&file))
             }
             None => self.file.borrow().set_len(0),
         };

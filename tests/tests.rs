@@ -3,6 +3,7 @@
 
 mod support;
 
+mod durability;
 mod errors;
 mod fencing;
 mod lease_loss;
