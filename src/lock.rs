@@ -27,6 +27,17 @@ pub struct ServerLock {
     wait_replicas: Option<(u32, Duration)>,
 }
 
+/// What a Redlock renewal found on one server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Here {
+    /// Ours, and extended (or taken again).
+    Ours,
+    /// No key: the server restarted empty, or the key lapsed there.
+    Absent,
+    /// Held by another owner.
+    Other,
+}
+
 /// What `status` reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -171,23 +182,104 @@ impl ServerLock {
     }
 
     /// Extends the lease to a full TTL from now, if it is still ours (compare-and-PEXPIRE).
+    ///
+    /// With `--wait-replicas`, the renewal counts only once the replicas acknowledged it: WAIT
+    /// goes in the same write, and too few acknowledgements make the attempt a failure, so V
+    /// moves no further than what a promoted replica would hold. (The primary has extended
+    /// its key all the same; that only keeps the lock longer, never shorter.)
     pub(crate) async fn extend_within(
         &self,
         timings: &Timings,
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let ttl_ms = timings.ttl_ms();
+        let keys = [self.lock_key.as_str(), self.holder_key.as_str()];
+        let args = [self.token.as_str(), ttl_ms.as_str()];
+        let Some((replicas, wait)) = self.wait_replicas else {
+            let reply = self
+                .node
+                .eval(&scripts::RENEW, &keys, &args, timeout, None)
+                .await?;
+            return as_flag(&reply).ok_or_else(|| self.unexpected(&reply));
+        };
+        // Within the attempt's own time limit, with room for the round trip.
+        let wait = wait.min(timeout * 3 / 4).max(Duration::from_millis(1));
+        let (count, ms) = (replicas.to_string(), wait.as_millis().to_string());
+        let wait_command: [&[u8]; 3] = [b"WAIT", count.as_bytes(), ms.as_bytes()];
+        let (reply, then) = self
+            .node
+            .eval_then(
+                &scripts::RENEW,
+                &keys,
+                &args,
+                timeout,
+                None,
+                &[&wait_command],
+            )
+            .await?;
+        let ours = as_flag(&reply).ok_or_else(|| self.unexpected(&reply))?;
+        let acked = match then.first() {
+            Some(Reply::Error(e)) => return Err(self.node.refused(e)),
+            Some(reply) => reply.as_int().ok_or_else(|| self.unexpected(reply))?,
+            None => return Err(self.unexpected(&Reply::Array(None))),
+        };
+        if ours && acked < i64::from(replicas) {
+            return Err(BackendError::Transient(format!(
+                "the renewal was acknowledged by only {acked} of the {replicas} replicas asked for \
+                 (--wait-replicas) within {}",
+                crate::lease::show(wait)
+            )));
+        }
+        Ok(ours)
+    }
+
+    /// Redlock's renewal on this server: extended while ours; where the key is absent, taken
+    /// again with `retake` (the fence counter raised to `fence`), else reported as absent.
+    pub(crate) async fn renew_here(
+        &self,
+        timings: &Timings,
+        fence: u64,
+        retake: bool,
+        timeout: Duration,
+    ) -> Result<Here, BackendError> {
+        let (ttl_ms, fence, since) = (
+            timings.ttl_ms(),
+            fence.to_string(),
+            wall_clock_ms().to_string(),
+        );
         let reply = self
             .node
             .eval(
-                &scripts::RENEW,
-                &[&self.lock_key, &self.holder_key],
-                &[&self.token, &ttl_ms],
+                &scripts::RENEW_OR_RETAKE,
+                &[&self.lock_key, &self.holder_key, &self.fence_key],
+                &[
+                    &self.token,
+                    &ttl_ms,
+                    &fence,
+                    &self.host,
+                    &self.pid,
+                    &self.command,
+                    &since,
+                    if retake { "1" } else { "0" },
+                ],
                 timeout,
                 None,
             )
             .await?;
-        as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+        match reply.as_int() {
+            Some(1) => Ok(Here::Ours),
+            Some(2) => {
+                tracing::info!(
+                    "took lock {} again on {}, where its key was gone (restarted empty?)",
+                    self.name,
+                    self.node.address()
+                );
+                Ok(Here::Ours)
+            }
+            Some(-1) => Ok(Here::Absent),
+            Some(0) => Ok(Here::Other),
+            _ => Err(self.unexpected(&reply)),
+        }
     }
 
     pub(crate) async fn release_within(

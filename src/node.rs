@@ -539,16 +539,44 @@ impl Node {
         timeout: Duration,
         listen: Option<&str>,
     ) -> Result<Reply, BackendError> {
+        let (reply, _) = self
+            .eval_then(script, keys, args, timeout, listen, &[])
+            .await?;
+        Ok(reply)
+    }
+
+    /// [`Node::eval`], with `then` sent right after the script in the same write (`WAIT`,
+    /// whose count covers the script's writes): the script's reply, and the replies to `then`.
+    pub async fn eval_then(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+        listen: Option<&str>,
+        then: &[&[&[u8]]],
+    ) -> Result<(Reply, Vec<Reply>), BackendError> {
         let numkeys = keys.len().to_string();
         let mut command: Vec<&[u8]> = vec![b"EVALSHA", script.sha1.as_bytes(), numkeys.as_bytes()];
         command.extend(keys.iter().map(|k| k.as_bytes()));
         command.extend(args.iter().map(|a| a.as_bytes()));
-        let mut reply = self.exchange(&[&command], timeout, listen).await?.remove(0);
-        if matches!(&reply, Reply::Error(e) if e.starts_with("NOSCRIPT")) {
+        let mut replies = {
+            let mut batch: Vec<&[&[u8]]> = vec![&command];
+            batch.extend_from_slice(then);
+            self.exchange(&batch, timeout, listen).await?
+        };
+        if matches!(replies.first(), Some(Reply::Error(e)) if e.starts_with("NOSCRIPT")) {
             command[0] = b"EVAL";
             command[1] = script.source.as_bytes();
-            reply = self.exchange(&[&command], timeout, listen).await?.remove(0);
+            let mut batch: Vec<&[&[u8]]> = vec![&command];
+            batch.extend_from_slice(then);
+            replies = self.exchange(&batch, timeout, listen).await?;
         }
+        let reply = if replies.is_empty() {
+            Reply::Array(None)
+        } else {
+            replies.remove(0)
+        };
         match reply {
             Reply::Error(e) => {
                 // After a refusal, start afresh: a server that says READONLY may have been
@@ -556,7 +584,7 @@ impl Node {
                 self.forget().await;
                 Err(self.refused(&e))
             }
-            reply => Ok(reply),
+            reply => Ok((reply, replies)),
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! The lock is held when a quorum (N/2 + 1) of servers granted it, within the lease: every
 //! server is asked in parallel, each with a timeout far below T, and the lease clock measures
-//! validity from before the first request, as for one server. Renewals need a quorum too.
+//! validity from before the first request, as for one server. Renewals need a quorum too, and
+//! take a server again where the key is gone (see `scripts::RENEW_OR_RETAKE`).
 //!
 //! The fence, in two phases (DESIGN.md, "Redlock"):
 //! 1. each server's acquire script returns its own `INCR fence:{NAME}` (c_i);
@@ -13,6 +14,7 @@
 //! was gone, hence after our raise, so its token is larger than f, as long as the servers of a
 //! confirmed quorum keep their counters.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -21,13 +23,15 @@ use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups};
 use crate::lease::Timings;
-use crate::lock::{Report, ServerLock};
+use crate::lock::{Here, Report, ServerLock};
 use crate::node::Subscription;
 
 /// A lock on N servers, all with one token.
 pub struct Redlock {
     locks: Vec<ServerLock>,
     node_timeout: Duration,
+    /// The fence of the lock held (0 before): renewals raise a re-taken server's counter to it.
+    fence: Cell<u64>,
 }
 
 impl Redlock {
@@ -38,6 +42,7 @@ impl Redlock {
         Redlock {
             locks,
             node_timeout,
+            fence: Cell::new(0),
         }
     }
 
@@ -142,6 +147,7 @@ impl Backend for Redlock {
                 if listen {
                     join_all(self.locks.iter().map(|l| l.node().stop_listening())).await;
                 }
+                self.fence.set(fence);
                 return Ok(Attempt::Acquired { fence });
             }
             // A quorum's grant that cannot be used: released everywhere, with the wake-up
@@ -203,6 +209,7 @@ impl Backend for Redlock {
 
     async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
         let (n, quorum) = (self.servers(), self.quorum());
+        let started = tokio::time::Instant::now();
         // A little under the round's own timeout, so that the round can say which servers
         // failed. The round ends soon after its outcome is known: a lost lease at once; a
         // renewed one once the servers still on their way have had --node-timeout more (as
@@ -210,22 +217,16 @@ impl Backend for Redlock {
         // others is renewed too, rather than have its request dropped (and its connection
         // with it) round after round until its key lapses.
         let per_server = timeout * 9 / 10;
+        let fence = self.fence.get();
         let answers = gather(
             self.locks
                 .iter()
-                .map(|l| l.extend_within(timings, per_server)),
+                .map(|l| l.renew_here(timings, fence, false, per_server)),
             |answers| {
-                let ours = answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Ok(true))))
-                    .count();
-                let against = answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Ok(false) | Err(_))))
-                    .count();
-                if against > n - quorum {
+                let tally = Tally::of(answers);
+                if tally.against() > n - quorum {
                     Outcome::Known
-                } else if ours >= quorum {
+                } else if tally.ours >= quorum {
                     Outcome::KnownAfter(self.node_timeout)
                 } else {
                     Outcome::Pending
@@ -233,18 +234,23 @@ impl Backend for Redlock {
             },
         )
         .await;
-        let ours = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Ok(true))))
-            .count();
-        let not_ours = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Ok(false))))
-            .count();
-        if ours >= quorum {
+        let tally = Tally::of(&answers);
+        if tally.ours >= quorum {
+            // A quorum is ours, so nobody else can hold the lock: take again the servers
+            // that lost the key (restarted empty), within what is left of the attempt.
+            let left = per_server.saturating_sub(started.elapsed());
+            let absent = answers
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| matches!(a, Some(Ok(Here::Absent))))
+                .map(|(i, _)| &self.locks[i]);
+            join_all(
+                absent.map(|l| l.renew_here(timings, fence, true, left.min(self.node_timeout))),
+            )
+            .await;
             return Ok(true);
         }
-        if not_ours > n - quorum {
+        if tally.not_ours > n - quorum {
             return Ok(false);
         }
         let why = answers
@@ -252,7 +258,8 @@ impl Backend for Redlock {
             .find_map(|a| a.as_ref()?.as_ref().err())
             .map_or_else(String::new, |e| format!(": {e}"));
         Err(BackendError::Transient(format!(
-            "the renewal was confirmed by {ours} of {n} servers, not a quorum of {quorum}{why}"
+            "the renewal was confirmed by {} of {n} servers, not a quorum of {quorum}{why}",
+            tally.ours
         )))
     }
 
@@ -320,6 +327,36 @@ impl Backend for Redlock {
             Some(e) if subscriptions.is_empty() => Err(e),
             _ => Ok((AnyOf(subscriptions), covered)),
         }
+    }
+}
+
+/// A renewal round's answers so far, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Tally {
+    /// Ours, extended.
+    ours: usize,
+    /// Held by another, or absent: the lock is not ours there now.
+    not_ours: usize,
+    /// No usable answer.
+    failed: usize,
+}
+
+impl Tally {
+    fn of(answers: &[Option<Result<Here, BackendError>>]) -> Tally {
+        let mut tally = Tally::default();
+        for answer in answers.iter().flatten() {
+            match answer {
+                Ok(Here::Ours) => tally.ours += 1,
+                Ok(Here::Absent | Here::Other) => tally.not_ours += 1,
+                Err(_) => tally.failed += 1,
+            }
+        }
+        tally
+    }
+
+    /// Servers that will not count toward the quorum this round.
+    fn against(&self) -> usize {
+        self.not_ours + self.failed
     }
 }
 

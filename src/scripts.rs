@@ -68,6 +68,47 @@ return 0
     sha1: "2bdc75995a5151a3ccefab4cb5ada82a0ff7584a",
 };
 
+/// KEYS: lock, holder, fence. ARGV: token, ttl ms, fence, host, pid, command, since ms, retake.
+/// Redlock's renewal on one server: compare-and-PEXPIRE as [`RENEW`] (1); held by another, 0;
+/// absent (the server restarted empty, or the key lapsed there), -1, or with retake = 1 taken
+/// again as an acquisition would, the fence counter raised to the holder's fence so that a
+/// later holder's INCR there still exceeds it (2). Redlock re-takes only servers where a round
+/// has just confirmed that it still holds a quorum: then no one else can hold the lock, and
+/// the run does not erode, server by server, to an exact quorum that one slow server breaks.
+pub const RENEW_OR_RETAKE: Script = Script {
+    source: r#"
+local ok, value = pcall(redis.call, 'GET', KEYS[1])
+if not ok then
+  return 0
+end
+if value == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+if value then
+  return 0
+end
+if ARGV[8] ~= '1' then
+  return -1
+end
+local counted, counter = pcall(redis.call, 'GET', KEYS[3])
+if not counted then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if (tonumber(counter) or 0) < tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[3], ARGV[3])
+end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'token', ARGV[1], 'host', ARGV[4], 'pid', ARGV[5],
+           'command', ARGV[6], 'since', ARGV[7], 'fence', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 2
+"#,
+    sha1: "d8ba8a7703782c87daaa628b49a31d02bcf5d92e",
+};
+
 /// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel, and the publish command
 /// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot; empty
 /// for a Redlock grant given back without waking anyone).
@@ -136,3 +177,13 @@ return {1, redis.call('GET', KEYS[3]), meta[2], meta[3], meta[4], meta[5], meta[
 "#,
     sha1: "487693de989acf443c1e7bdaed2567bdde25c698",
 };
+
+/// Every script, for the test that checks their SHA1s against the server's.
+pub const ALL: [&Script; 6] = [
+    &ACQUIRE,
+    &RENEW,
+    &RENEW_OR_RETAKE,
+    &RELEASE,
+    &RAISE_FENCE,
+    &FORCE_RELEASE,
+];

@@ -6,50 +6,6 @@ use std::time::{Duration, Instant};
 use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
-struct Five {
-    servers: Vec<Redis>,
-}
-
-impl Five {
-    fn start() -> Five {
-        Five {
-            servers: (0..5).map(|_| Redis::start()).collect(),
-        }
-    }
-
-    fn url_args(&self) -> Vec<String> {
-        self.servers
-            .iter()
-            .flat_map(|r| ["-u".to_owned(), r.url()])
-            .collect()
-    }
-
-    /// How many servers hold `lock:{job}` with `value`.
-    fn holding(&self, value: &str) -> usize {
-        self.servers
-            .iter()
-            .filter(|r| r.child_alive() && r.get("lock:{job}").as_deref() == Some(value))
-            .count()
-    }
-}
-
-impl Redis {
-    /// Whether this server is still running (killed ones are skipped by the checks).
-    fn child_alive(&self) -> bool {
-        alive(self.pid_if_running().unwrap_or(-1))
-    }
-}
-
-/// `locked-run` on the five servers. Each may take up to 500 ms to answer an attempt: the
-/// default, T/100, is 300 ms for T = 30 s and 20 ms for T = 2 s, which five servers and their
-/// clients on two loaded cores can miss, and these tests are not about that timeout
-/// (`a_slow_server_does_not_stall_the_acquisition` is).
-fn locked_run_on(five: &Five) -> std::process::Command {
-    let mut cmd = locked_run();
-    cmd.args(five.url_args()).args(["--node-timeout", "500ms"]);
-    cmd
-}
-
 /// A holder of `job` on the five servers: its command prints its fence, writes its token to
 /// `dir/token` (returned), and runs until `dir/go` exists.
 fn hold(five: &Five, extra: &[&str], dir: &std::path::Path) -> (Running, String) {
@@ -466,4 +422,31 @@ fn bad_server_lists_are_refused() {
         "{}",
         out.stdout
     );
+}
+
+/// Renewals take back a server that lost the key only while a quorum is still ours: a lock
+/// released everywhere by `release --force` stays released, and its holder is stopped (76).
+#[test]
+fn a_forced_release_is_not_taken_back_by_the_renewals() {
+    let five = Five::start();
+    let dir = scratch();
+    let (running, child) = start_job_args(
+        &five,
+        dir.path(),
+        &["--ttl", "2s", "--node-timeout", "500ms"],
+        "exec sleep 60",
+    );
+    let mut release = locked_run();
+    release
+        .args(["release", "--force"])
+        .args(five.url_args())
+        .arg("job");
+    let out = run(release);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(wait_pid_exit(child, Duration::from_secs(5)), "stopped");
+    let out = running.wait();
+    assert_eq!(out.code(), Some(76), "{out:?}");
+    for server in &five.servers {
+        assert!(!server.exists("lock:{job}"), "not taken back");
+    }
 }
