@@ -165,11 +165,15 @@ impl Child {
 /// page tables are not copied (about half a millisecond saved on every run; std falls back to
 /// `fork` as soon as a `pre_exec` hook is needed, and PDEATHSIG needs one). Must run on the
 /// runtime's main thread: PDEATHSIG fires when the *thread* that created the child exits.
+///
+/// With `watch` (the watcher's cell), the child writes its process group there before it
+/// execs, so the watcher can kill the whole job should `locked-run` die.
 pub fn spawn(
     program: &Path,
     argv: &[OsString],
     env: &[(&str, String)],
     interactive: bool,
+    watch: Option<&AtomicI32>,
 ) -> Result<(Child, Target), Failure> {
     let shown = argv[0].to_string_lossy().into_owned();
     let cstring = |bytes: &[u8]| {
@@ -207,7 +211,7 @@ pub fn spawn(
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let pid = vfork_exec(&path, &argv_ptrs, &envp_ptrs, !interactive).map_err(|e| {
+    let pid = vfork_exec(&path, &argv_ptrs, &envp_ptrs, !interactive, watch).map_err(|e| {
         // Found on PATH a moment ago: gone now is 127; anything else (a script whose
         // interpreter is missing, a bad format) is found but not executable, 126.
         if e.raw_os_error() == Some(libc::ENOENT) && !program.exists() {
@@ -238,6 +242,8 @@ struct Exec<'a> {
     envp: &'a [*const libc::c_char],
     parent: libc::pid_t,
     new_group: bool,
+    /// The watcher's cell for the job's process group, if a watcher runs.
+    watch: Option<&'a AtomicI32>,
     /// The parent's signal mask before it blocked everything for the clone.
     mask: libc::sigset_t,
     /// Set by the child when it fails before exec (0: it exec'd).
@@ -249,6 +255,7 @@ fn vfork_exec(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     new_group: bool,
+    watch: Option<&AtomicI32>,
 ) -> io::Result<Pid> {
     // SAFETY: sigset_t is plain data, filled by sigfillset/pthread_sigmask.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -266,6 +273,7 @@ fn vfork_exec(
         envp,
         parent: nix::unistd::getpid().as_raw(),
         new_group,
+        watch,
         mask,
         errno: AtomicI32::new(0),
     };
@@ -341,8 +349,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 libc::sigaction(sig, &default, std::ptr::null_mut());
             }
         }
-        if exec.new_group && libc::setpgid(0, 0) != 0 {
-            return fail(exec);
+        if exec.new_group {
+            if libc::setpgid(0, 0) != 0 {
+                return fail(exec);
+            }
+            if let Some(group) = exec.watch {
+                group.store(libc::getpid(), Ordering::SeqCst);
+            }
         }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail(exec);
@@ -444,7 +457,11 @@ fn job_processes() -> Vec<Process> {
     let me = nix::unistd::getpid();
     let session = nix::unistd::getsid(None).ok();
     let mut job = Vec::new();
-    let mut frontier = children(me);
+    let watcher = crate::watcher::running();
+    let mut frontier: Vec<Pid> = children(me)
+        .into_iter()
+        .filter(|&pid| Some(pid) != watcher)
+        .collect();
     while let Some(pid) = frontier.pop() {
         let Some((process, _, sid)) = stat(pid) else {
             continue;

@@ -18,6 +18,7 @@
 //! - [`wait`]: waiting for a held lock without polling.
 //! - [`child`]: finding, spawning, signalling and reaping the command.
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
+//! - [`watcher`]: kills the job's process group should `locked-run` itself be SIGKILLed.
 //! - [`run`]: the run loop tying these together.
 //! - [`status`]: the `status` subcommand.
 //! - [`release`]: the `release` subcommand (freeing a stuck lock).
@@ -48,6 +49,7 @@ pub mod signals;
 pub mod status;
 pub mod tls;
 pub mod wait;
+pub mod watcher;
 
 use std::path::Path;
 use std::process::ExitCode;

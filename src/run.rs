@@ -20,6 +20,7 @@ use crate::name::LockName;
 use crate::notify;
 use crate::signals::{Event, Incoming, Signals};
 use crate::wait::{self, Patience};
+use crate::watcher::Watcher;
 
 /// Everything a run needs besides the backend.
 #[derive(Clone, Debug)]
@@ -72,9 +73,31 @@ pub async fn run<B: Backend>(
         ("LOCKED_RUN_TOKEN", backend.token().to_owned()),
         ("LOCKED_RUN_TTL_MS", cfg.timings.ttl.as_millis().to_string()),
     ];
-    let (mut child, target) = match child::spawn(program, &cfg.command, &env, interactive) {
+    // In a terminal the job shares our group, which is the terminal's to handle.
+    let watcher = match interactive {
+        true => None,
+        false => Watcher::start()
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "cannot start the watcher ({e}): should locked-run be SIGKILLed, processes its \
+                     command started may outlive it"
+                )
+            })
+            .ok(),
+    };
+    let spawned = child::spawn(
+        program,
+        &cfg.command,
+        &env,
+        interactive,
+        watcher.as_ref().map(Watcher::group),
+    );
+    let (mut child, target) = match spawned {
         Ok(spawned) => spawned,
         Err(failure) => {
+            if let Some(watcher) = watcher {
+                watcher.dismiss();
+            }
             release(backend, cfg, None, false).await;
             return Err(failure);
         }
@@ -134,6 +157,10 @@ pub async fn run<B: Backend>(
             interactive,
         )
         .await;
+        // Nothing of the job is left for the watcher to kill.
+        if let Some(watcher) = watcher {
+            watcher.dismiss();
+        }
         status
     };
 

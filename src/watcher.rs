@@ -1,0 +1,360 @@
+//! The watcher: a tiny process that outlives a `locked-run` killed by SIGKILL (or a crash) just
+//! long enough to SIGKILL the job's process group, and waits until none of it is left.
+//!
+//! PDEATHSIG reaches the direct child only: without the watcher, a `sh -c 'long-job & wait'`
+//! would leave `long-job` running after its wrapper's death, beside the next holder's command
+//! (at once with `file://`, whose flock dies with the wrapper; T later with Redis). The watcher
+//! keeps a copy of every descriptor the wrapper had when it started, the `file://` lock among
+//! them, so a host-local lock stays held until the old job is gone.
+//!
+//! How it learns of the death: it blocks reading a pipe whose only write end the wrapper holds
+//! (close-on-exec, so the command never has it); end of file means the wrapper is gone. When
+//! the job ends normally the wrapper clears the group it named and closes the pipe, and the
+//! watcher exits without touching anything.
+//!
+//! It is started like the command (see `spawn`): `clone(CLONE_VM)` on a stack of its own, so
+//! nothing is copied and no page is faulted twice. It shares the wrapper's memory, so until the
+//! wrapper is gone it may only make plain system calls: no allocation, no locks, no logging.
+//! Every signal is blocked in it (SIGKILL aside), it sits in a process group of its own so that
+//! a kill aimed at the wrapper's group does not take it along, and it is not a child the wrapper
+//! waits for (no exit signal), except when the wrapper reaps it after dismissing it.
+
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::unistd::Pid;
+
+/// What the wrapper and the watcher share: the process group to kill (0: none), and the pipe.
+#[repr(C)]
+struct Shared {
+    pgid: AtomicI32,
+    read_fd: libc::c_int,
+    write_fd: libc::c_int,
+}
+
+/// The running watcher, as the wrapper sees it.
+pub struct Watcher {
+    pid: libc::pid_t,
+    shared: &'static Shared,
+    write: Option<OwnedFd>,
+}
+
+/// The watcher's pid while one runs, so the job's process tree leaves it out.
+static RUNNING: AtomicI32 = AtomicI32::new(0);
+
+/// The size of the watcher's mapping: its stack, with the shared block at the bottom.
+const MAPPING: usize = 32 * 1024;
+
+impl Watcher {
+    /// Starts the watcher. The job's process group is named later ([`Watcher::group`]), by
+    /// the child itself before it execs, so no instant exists where the wrapper could die
+    /// with a group the watcher does not know.
+    pub fn start() -> io::Result<Watcher> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors, owned below.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptors from pipe2.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: an anonymous private mapping, never unmapped: the watcher may use it until
+        // it exits, which can be after the wrapper's death.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                MAPPING,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let shared = base as *mut Shared;
+        // SAFETY: the mapping is writable, aligned to a page and large enough.
+        unsafe {
+            shared.write(Shared {
+                pgid: AtomicI32::new(0),
+                read_fd: read.as_raw_fd(),
+                write_fd: write.as_raw_fd(),
+            });
+        }
+        let top = (base as usize + MAPPING) & !15;
+        let pid = with_signals_blocked(|| {
+            // SAFETY: the watcher runs `watcher_main` on its own stack in our memory; it only
+            // makes async-signal-safe system calls (see there). No exit signal: it is no child
+            // that `waitpid(-1)` reports.
+            unsafe {
+                libc::clone(
+                    watcher_main,
+                    top as *mut c_void,
+                    libc::CLONE_VM,
+                    shared as *mut c_void,
+                )
+            }
+        });
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        drop(read);
+        RUNNING.store(pid, Ordering::SeqCst);
+        Ok(Watcher {
+            pid,
+            // SAFETY: initialised above, and never unmapped.
+            shared: unsafe { &*shared },
+            write: Some(write),
+        })
+    }
+
+    /// Where the child writes its process group (its pid) between `setpgid` and `exec`.
+    pub fn group(&self) -> &AtomicI32 {
+        &self.shared.pgid
+    }
+
+    /// The job is gone: the watcher is told to leave the group alone, and reaped.
+    pub fn dismiss(mut self) {
+        self.shared.pgid.store(0, Ordering::SeqCst);
+        drop(self.write.take());
+        let mut status = 0;
+        // SAFETY: waits for our own clone child (__WALL: it has no exit signal); it exits as
+        // soon as it reads the end of the pipe.
+        unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL) };
+        RUNNING.store(0, Ordering::SeqCst);
+    }
+}
+
+/// The running watcher, if any: not part of the job.
+pub fn running() -> Option<Pid> {
+    Some(RUNNING.load(Ordering::SeqCst))
+        .filter(|&pid| pid > 0)
+        .map(Pid::from_raw)
+}
+
+/// Runs `f` with every signal blocked on this thread, restoring the mask after: a child created
+/// meanwhile starts with everything blocked, and none of our handlers can run in it.
+fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain data, filled by sigfillset and pthread_sigmask.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to local sigsets.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let result = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    result
+}
+
+/// The watcher itself: only async-signal-safe system calls, no allocation, no panics. Its
+/// errno is the wrapper's main thread's (shared memory, shared thread pointer): no call here
+/// fails while the wrapper lives, but for the `read` that ends on the wrapper's death.
+extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
+    // SAFETY: `arg` is the shared block, which is never unmapped.
+    let shared = unsafe { &*(arg as *const Shared) };
+    // SAFETY: plain system calls on this process.
+    unsafe {
+        libc::close(shared.write_fd);
+        libc::setpgid(0, 0);
+        libc::prctl(libc::PR_SET_NAME, c"locked-run-watch".as_ptr(), 0, 0, 0);
+        let mut byte = 0u8;
+        // Nothing is ever written: the read ends when the last write end closes.
+        while libc::read(shared.read_fd, (&raw mut byte).cast(), 1) > 0 {}
+        let pgid = shared.pgid.load(Ordering::SeqCst);
+        if pgid > 0 {
+            kill_group(pgid);
+        }
+        libc::_exit(0)
+    }
+}
+
+/// SIGKILLs process group `pgid` until no live process is left in it (zombies are dead: their
+/// new parent reaps them, or not, as it likes). Checks 1 ms after the kill, then less and less
+/// often, at least every 100 ms, for as long as something survives SIGKILL.
+unsafe fn kill_group(pgid: libc::pid_t) {
+    let mut pause_ms = 1;
+    loop {
+        // SAFETY: plain system calls.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        if !unsafe { group_alive(pgid) } {
+            return;
+        }
+        let nap = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: pause_ms * 1_000_000,
+        };
+        // SAFETY: a valid timespec.
+        unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+        pause_ms = (pause_ms * 2).min(100);
+    }
+}
+
+/// Whether a process of group `pgid` is alive (not a zombie), read from `/proc` into buffers on
+/// the stack. If `/proc` cannot be read, the group counts as gone.
+unsafe fn group_alive(pgid: libc::pid_t) -> bool {
+    // SAFETY: plain system calls on buffers of this frame.
+    unsafe {
+        let dir = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return false;
+        }
+        let mut alive = false;
+        let mut entries = [0u8; 4096];
+        'scan: loop {
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                entries.as_mut_ptr(),
+                entries.len(),
+            );
+            if n <= 0 {
+                break;
+            }
+            let mut at = 0usize;
+            while at + 19 < n as usize {
+                // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+                let reclen = u16::from_ne_bytes([entries[at + 16], entries[at + 17]]) as usize;
+                if reclen == 0 {
+                    break 'scan;
+                }
+                let name = &entries[at + 19..(at + reclen).min(n as usize)];
+                if let Some(pid) = decimal(name) {
+                    if in_group_and_alive(pid, pgid) {
+                        alive = true;
+                        break 'scan;
+                    }
+                }
+                at += reclen;
+            }
+        }
+        libc::close(dir);
+        alive
+    }
+}
+
+/// A NUL-terminated decimal name (a `/proc` entry that is a process).
+fn decimal(name: &[u8]) -> Option<u32> {
+    let mut value: u32 = 0;
+    let mut digits = 0;
+    for &b in name {
+        match b {
+            0 => break,
+            b'0'..=b'9' => {
+                value = value.checked_mul(10)?.checked_add(u32::from(b - b'0'))?;
+                digits += 1;
+            }
+            _ => return None,
+        }
+    }
+    (digits > 0).then_some(value)
+}
+
+/// Whether `/proc/PID/stat` says PID is in group `pgid` and not a zombie.
+unsafe fn in_group_and_alive(pid: u32, pgid: libc::pid_t) -> bool {
+    let mut path = [0u8; 32];
+    path[..6].copy_from_slice(b"/proc/");
+    let mut len = 6;
+    len += write_decimal(&mut path[len..], pid);
+    path[len..len + 5].copy_from_slice(b"/stat");
+    len += 5;
+    path[len] = 0;
+    let mut stat = [0u8; 512];
+    // SAFETY: a NUL-terminated path and a buffer of this frame.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::read(fd, stat.as_mut_ptr().cast(), stat.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return false;
+    }
+    parse_stat(&stat[..n as usize])
+        .is_some_and(|(state, group)| group == pgid && state != b'Z' && state != b'X')
+}
+
+/// The state and process group from a `/proc/PID/stat` line: "PID (COMM) STATE PPID PGRP ...";
+/// COMM may hold spaces and parentheses, so fields are counted from the last ')'.
+fn parse_stat(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = stat.get(close + 2..)?;
+    let state = *rest.first()?;
+    let mut fields = rest.split(|&b| b == b' ');
+    fields.next()?; // state
+    fields.next()?; // ppid
+    let group = fields.next()?;
+    let mut value: libc::pid_t = 0;
+    for &b in group {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value
+            .checked_mul(10)?
+            .checked_add(libc::pid_t::from(b - b'0'))?;
+    }
+    Some((state, value))
+}
+
+/// Writes `value` in decimal at the start of `out`; returns how many bytes.
+fn write_decimal(out: &mut [u8], mut value: u32) -> usize {
+    let mut digits = [0u8; 10];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (value % 10) as u8;
+        n += 1;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        out[i] = digits[n - 1 - i];
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_entries_and_stat_lines_are_read_without_allocating() {
+        assert_eq!(decimal(b"4242\0junk"), Some(4242));
+        assert_eq!(decimal(b"self\0"), None);
+        assert_eq!(decimal(b"\0"), None);
+        assert_eq!(
+            parse_stat(b"77 (sh -c (x)) S 1 4242 4242 0 -1"),
+            Some((b'S', 4242))
+        );
+        assert_eq!(parse_stat(b"78 (sleep) Z 1 4242 4242"), Some((b'Z', 4242)));
+        assert_eq!(parse_stat(b"garbage"), None);
+        let mut out = [0u8; 10];
+        let n = write_decimal(&mut out, 1_234_567);
+        assert_eq!(&out[..n], b"1234567");
+        let n = write_decimal(&mut out, 0);
+        assert_eq!(&out[..n], b"0");
+    }
+
+    #[test]
+    fn this_process_is_alive_in_its_group_and_a_made_up_group_is_not() {
+        let me = std::process::id();
+        let group = nix::unistd::getpgrp().as_raw();
+        // SAFETY: reads /proc only.
+        unsafe {
+            assert!(in_group_and_alive(me, group));
+            assert!(!in_group_and_alive(me, group + 1));
+            assert!(group_alive(group));
+        }
+    }
+}
