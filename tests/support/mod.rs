@@ -16,6 +16,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub mod proxy;
+pub mod topology;
+
+#[allow(unused_imports)]
+pub use topology::{Cluster, Five, Watched, locked_run_on, sentinel_cli};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
 
