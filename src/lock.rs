@@ -202,8 +202,9 @@ impl ServerLock {
                 .await?;
             return as_flag(&reply).ok_or_else(|| self.unexpected(&reply));
         };
-        // Within the attempt's own time limit, with room for the round trip.
-        let wait = wait.min(timeout * 3 / 4).max(Duration::from_millis(1));
+        // Within half the attempt's own time limit: room for the round trip, and a server
+        // checks blocked clients' timeouts only so often (Valkey's WAIT overran 3/4).
+        let wait = wait.min(timeout / 2).max(Duration::from_millis(1));
         let (count, ms) = (replicas.to_string(), wait.as_millis().to_string());
         let wait_command: [&[u8]; 3] = [b"WAIT", count.as_bytes(), ms.as_bytes()];
         let (reply, then) = self
@@ -319,9 +320,10 @@ impl ServerLock {
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
-    /// How a release is announced: on a Cluster only a sharded channel lives in the lock's slot.
+    /// How a release is announced: on a Cluster only a sharded channel lives in the lock's slot
+    /// (the scripts fall back to PUBLISH on a server without SPUBLISH, Redis 6).
     fn publish_command(&self) -> &'static str {
-        if self.node.is_cluster() {
+        if self.node.sharded_pubsub() {
             "SPUBLISH"
         } else {
             "PUBLISH"
@@ -378,7 +380,7 @@ impl ServerLock {
 
     /// How many clients wait for this lock (subscribed to its release channel).
     pub async fn waiters(&self) -> Result<u64, BackendError> {
-        let numsub: &[u8] = if self.node.is_cluster() {
+        let numsub: &[u8] = if self.node.sharded_pubsub() {
             b"SHARDNUMSUB"
         } else {
             b"NUMSUB"
@@ -392,6 +394,9 @@ impl ServerLock {
             )
             .await?;
         match replies.first() {
+            Some(Reply::Error(e)) if self.node.fall_back_from_sharded(e) => {
+                Box::pin(self.waiters()).await
+            }
             Some(Reply::Error(e)) => Err(self.node.refused(e)),
             Some(reply) => Ok(reply.items().get(1).and_then(Reply::as_int).unwrap_or(0) as u64),
             None => Ok(0),

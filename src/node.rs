@@ -36,6 +36,8 @@ pub struct Node {
     /// Cleared when the server turns out not to speak RESP3 (Redis 5): subscriptions then
     /// need a connection of their own.
     resp3: AtomicBool,
+    /// Cleared when a Cluster's server turns out to have no sharded pub/sub (Redis 6).
+    sharded: AtomicBool,
     /// The idle connection. A request owns it while it runs, so an abandoned request drops it
     /// and the next one connects afresh; waiting for a release message only borrows it.
     conn: tokio::sync::Mutex<Option<Connection>>,
@@ -77,7 +79,11 @@ impl Node {
         if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
             return Node::open_multi(url, connect_timeout, default_password);
         }
-        let parsed = url::Url::parse(url).map_err(|_| bad_url(url))?;
+        let parsed = url::Url::parse(url).map_err(|e| match e {
+            url::ParseError::InvalidPort => port_out_of_range(url),
+            url::ParseError::EmptyHost => format!("{} has no host", shown(url)),
+            _ => bad_url(url),
+        })?;
         let address = redact(&parsed);
         let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
         let query = |names: &[&str]| {
@@ -95,6 +101,10 @@ impl Node {
                     Some(url::Host::Ipv6(ip)) => ip.to_string(),
                     _ => return Err(format!("the Redis URL {address} has no host")),
                 };
+                if parsed.port() == Some(0) {
+                    return Err(port_out_of_range(url));
+                }
+                known_parameters(&parsed, &address, &[])?;
                 let db = parsed.path().trim_matches('/');
                 let db = if db.is_empty() {
                     None
@@ -112,6 +122,7 @@ impl Node {
                 if parsed.path().is_empty() || parsed.path() == "/" {
                     return Err(format!("the Redis URL {address} has no socket path"));
                 }
+                known_parameters(&parsed, &address, &["db", "user", "pass", "password"])?;
                 let path = PathBuf::from(decode(parsed.path()));
                 (
                     Addr::Unix(path),
@@ -122,10 +133,12 @@ impl Node {
             }
             _ => return Err(bad_url(url)),
         };
-        let db: i64 = match db {
+        let db = match db {
             None => 0,
-            Some(db) => db.parse().map_err(|_| {
-                format!("the Redis URL {address} names database {db:?}, not a number")
+            Some(db) => database(&db).ok_or_else(|| {
+                format!(
+                    "the Redis URL {address} names database {db:?}: a database is a number, 0 or more"
+                )
             })?,
         };
         if password.is_none() {
@@ -152,6 +165,7 @@ impl Node {
             slot: std::sync::OnceLock::new(),
             route: std::sync::Mutex::new(None),
             resp3: AtomicBool::new(true),
+            sharded: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
             listen_refused: std::sync::Mutex::new(None),
         })
@@ -184,6 +198,12 @@ impl Node {
         };
         let rest = url.split_once("://").map_or("", |(_, rest)| rest);
         let (auth, hosts_part, path) = split_multi(rest);
+        if path.unwrap_or(hosts_part).contains(['?', '#']) {
+            return Err(format!(
+                "{}: sentinel and cluster URLs take no ?parameters",
+                redact_multi(url)
+            ));
+        }
         let path = if is_cluster {
             if path.is_some_and(|p| !p.is_empty()) {
                 return Err(format!(
@@ -204,15 +224,31 @@ impl Node {
             None => (None, None),
         };
         let mut hosts = Vec::new();
-        for host in hosts_part.split(',').filter(|h| !h.is_empty()) {
+        for host in hosts_part.split(',') {
+            if host.is_empty() {
+                return Err(format!("{}: an empty host in the list", redact_multi(url)));
+            }
             let (name, port) = match host.rsplit_once(':') {
                 Some((name, port))
                     if !name.ends_with(':') && (!name.starts_with('[') || name.ends_with(']')) =>
                 {
-                    (name, port.parse().map_err(|_| usage())?)
+                    let number = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+                    match port.parse::<u16>() {
+                        Ok(port) if port > 0 => (name, port),
+                        _ if number => {
+                            return Err(format!(
+                                "{}: port {port} is out of range: use 1 to 65535",
+                                redact_multi(url)
+                            ));
+                        }
+                        _ => return Err(usage()),
+                    }
                 }
                 _ => (host, if is_cluster { 6379 } else { 26379 }),
             };
+            if name.is_empty() || name == "[]" {
+                return Err(format!("{}: an empty host in the list", redact_multi(url)));
+            }
             hosts.push((
                 name.trim_start_matches('[')
                     .trim_end_matches(']')
@@ -226,10 +262,18 @@ impl Node {
             .filter(|m| !m.is_empty())
             .ok_or_else(usage)?
             .to_owned();
-        let db: i64 = match segments.next() {
+        let db = match segments.next() {
             None | Some("") => 0,
-            Some(db) => db.parse().map_err(|_| usage())?,
+            Some(db) => database(db).ok_or_else(|| {
+                format!(
+                    "{} names database {db:?}: a database is a number, 0 or more",
+                    redact_multi(url)
+                )
+            })?,
         };
+        if segments.next().is_some() {
+            return Err(usage());
+        }
         if hosts.is_empty() {
             return Err(usage());
         }
@@ -258,6 +302,7 @@ impl Node {
             slot: std::sync::OnceLock::new(),
             route: std::sync::Mutex::new(None),
             resp3: AtomicBool::new(true),
+            sharded: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
             listen_refused: std::sync::Mutex::new(None),
         })
@@ -301,17 +346,40 @@ impl Node {
         let _ = self.slot.set(crc16(tag.as_bytes()) % 16384);
     }
 
-    /// Whether this is a Redis Cluster: releases then publish on a sharded channel.
+    /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()
     }
 
+    /// Whether releases go on a sharded channel (`SPUBLISH`, `SSUBSCRIBE`): on a Cluster, where
+    /// only those live in the lock's slot, unless the server turned out to predate them
+    /// (Redis 6, where a plain PUBLISH reaches every node of the cluster).
+    pub fn sharded_pubsub(&self) -> bool {
+        self.cluster.is_some() && self.sharded.load(Ordering::Relaxed)
+    }
+
     fn subscribe_command(&self) -> &'static [u8] {
-        if self.cluster.is_some() {
+        if self.sharded_pubsub() {
             b"SSUBSCRIBE"
         } else {
             b"SUBSCRIBE"
         }
+    }
+
+    /// After a refused SSUBSCRIBE or SHARDNUMSUB: a server without sharded pub/sub (Redis 6)
+    /// is spoken to with the plain commands from now on. True when that changed something.
+    pub fn fall_back_from_sharded(&self, refusal: &str) -> bool {
+        let unknown = refusal.contains("unknown command") || refusal.contains("nknown subcommand");
+        if unknown && self.sharded_pubsub() {
+            tracing::info!(
+                "Redis at {} has no sharded pub/sub (before Redis 7): releases are heard through \
+                 PUBLISH, which reaches every node of the cluster",
+                self.address
+            );
+            self.sharded.store(false, Ordering::Relaxed);
+            return true;
+        }
+        false
     }
 
     /// Whether `other` names the same server and database (Redlock must not count it twice).
@@ -605,6 +673,9 @@ impl Node {
                     .unwrap_or_else(|p| p.into_inner())
                     .take();
                 if let (false, Some(refusal)) = (subscribed, refusal) {
+                    if self.fall_back_from_sharded(&refusal) {
+                        return Box::pin(self.subscribe(channel)).await;
+                    }
                     return Err(self.refused(&refusal));
                 }
             }
@@ -625,6 +696,9 @@ impl Node {
         };
         match within(timeout, attempt).await {
             Ok((conn, None)) => Ok((Subscription::Own(conn, self.address.clone()), false)),
+            Ok((_, Some(refusal))) if self.fall_back_from_sharded(&refusal) => {
+                Box::pin(self.subscribe(channel)).await
+            }
             Ok((_, Some(refusal))) => Err(self.refused(&refusal)),
             Err(e) => Err(self.unreachable(&e, timeout)),
         }
@@ -643,7 +717,7 @@ impl Node {
     pub async fn stop_listening(&self) {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_mut().filter(|c| c.subscribed()) {
-            if conn.unsubscribe(self.cluster.is_some()).await.is_err() {
+            if conn.unsubscribe(self.sharded_pubsub()).await.is_err() {
                 *slot = None;
             }
         }
@@ -690,6 +764,7 @@ impl Node {
     /// Turns an error reply into a message that names the server (never its password) and
     /// says whether retrying can help.
     pub fn refused(&self, error: &str) -> BackendError {
+        let error = script_error(error);
         let address = &self.address;
         let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
         // A server that is starting, busy with a script, or failing over may answer properly
@@ -730,19 +805,72 @@ impl Node {
     }
 }
 
+/// The error a script's command raised, as Redis 7 and Valkey report it (`READONLY You can't
+/// write...`). Redis 6 wraps it: `ERR Error running script (call to f_SHA): @user_script:6:
+/// @user_script: 6: -READONLY You can't write...`; its code would otherwise read as `ERR`.
+fn script_error(error: &str) -> &str {
+    let Some(rest) = error.strip_prefix("ERR Error running script") else {
+        return error;
+    };
+    let mut inner = rest.split_once("): ").map_or(rest, |(_, inner)| inner);
+    // "@user_script:6: " and "@user_script: 6: ", as often as they come.
+    while let Some(after) = inner.strip_prefix("@user_script") {
+        let line = after.trim_start_matches([':', ' ']);
+        inner = line.trim_start_matches(|c: char| c.is_ascii_digit());
+        inner = inner.strip_prefix(": ").unwrap_or(inner);
+    }
+    let inner = inner.trim_start_matches('-');
+    if inner.is_empty() { error } else { inner }
+}
+
+/// A database number as a URL gives it: decimal digits, no sign.
+fn database(text: &str) -> Option<i64> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse::<u32>().ok().map(i64::from))
+        .flatten()
+}
+
+/// Refuses query parameters other than `known`: a misspelt `?db=` must not silently mean
+/// database 0.
+fn known_parameters(parsed: &url::Url, address: &str, known: &[&str]) -> Result<(), String> {
+    match parsed
+        .query_pairs()
+        .find(|(k, _)| !known.contains(&k.as_ref()))
+    {
+        None => Ok(()),
+        Some((k, _)) if known.is_empty() => Err(format!(
+            "the Redis URL {address} has a parameter ?{k}=, and redis:// takes none \
+             (the database goes in the path: redis://host:port/DB)"
+        )),
+        Some((k, _)) => Err(format!(
+            "the Redis URL {address} has an unknown parameter ?{k}= (known: {})",
+            known.join(", ")
+        )),
+    }
+}
+
+fn port_out_of_range(url: &str) -> String {
+    format!("{} has a port out of range: use 1 to 65535", shown(url))
+}
+
+/// A URL that may not parse, as it may be printed: without a password.
+fn shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) => redact(&parsed),
+        Err(_) if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),
+        Err(_) => format!("{url:?}"),
+    }
+}
+
 fn bad_url(url: &str) -> String {
     if url.starts_with("file://") {
         return "file:// names the host-local backend (a directory of this host), not a Redis server"
             .into();
     }
-    let shown = match url::Url::parse(url) {
-        Ok(parsed) => redact(&parsed),
-        Err(_) if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),
-        Err(_) => format!("{url:?}"),
-    };
     format!(
-        "{shown} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
-         rediss:// (TLS) or redis+unix:///path/to/socket"
+        "{} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
+         rediss:// (TLS) or redis+unix:///path/to/socket",
+        shown(url)
     )
 }
 
@@ -1077,7 +1205,7 @@ mod tests {
         );
         assert_eq!(n.address(), "redis://cron@[::1]");
         assert!(open("redis://").unwrap_err().contains("no host"));
-        assert!(open("redis://h/x").unwrap_err().contains("not a number"));
+        assert!(open("redis://h/x").unwrap_err().contains("a database is a number"));
     }
 
     #[test]
@@ -1173,6 +1301,24 @@ mod tests {
                 }
             ))
         );
+    }
+
+    #[test]
+    fn redis_6_script_errors_are_unwrapped() {
+        assert_eq!(
+            script_error(
+                "ERR Error running script (call to f_b011): @user_script:6: @user_script: 6: \
+                 -READONLY You can't write against a read only replica."
+            ),
+            "READONLY You can't write against a read only replica."
+        );
+        assert_eq!(
+            script_error(
+                "ERR Error running script (call to f_b0): @user_script:18: WRONGTYPE Operation"
+            ),
+            "WRONGTYPE Operation"
+        );
+        assert_eq!(script_error("NOPERM this user"), "NOPERM this user");
     }
 
     #[test]

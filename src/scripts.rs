@@ -110,7 +110,8 @@ return 2
 };
 
 /// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel, and the publish command
-/// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot; empty
+/// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot, with
+/// PUBLISH as the fallback on a Redis 6 Cluster, which has no SPUBLISH; empty
 /// for a Redlock grant given back without waking anyone).
 /// Compare-and-DEL plus a publish that wakes waiters; or, with keep > 0, compare-and-PEXPIRE to
 /// the rest of `--min-hold`. 1 when the lock was ours, else 0.
@@ -128,12 +129,15 @@ if keep > 0 then
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 if ARGV[4] ~= '' then
-  -- A user that may not publish still releases (its waiters poll).
-  pcall(redis.call, ARGV[4], ARGV[3], 'released')
+  -- A user that may not publish still releases (its waiters poll). A Redis 6 Cluster has no
+  -- SPUBLISH; its PUBLISH reaches every node.
+  if not pcall(redis.call, ARGV[4], ARGV[3], 'released') and ARGV[4] == 'SPUBLISH' then
+    pcall(redis.call, 'PUBLISH', ARGV[3], 'released')
+  end
 end
 return 1
 "#,
-    sha1: "663de0c11705041ad85fde13b3fd68fdd6164b91",
+    sha1: "e34eeee763d118c132bb921724642c4a369e1c8f",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -172,10 +176,12 @@ if meta[1] ~= value then
   meta = {false, false, false, false, false, false}
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-pcall(redis.call, ARGV[2], ARGV[1], 'released')
+if not pcall(redis.call, ARGV[2], ARGV[1], 'released') and ARGV[2] == 'SPUBLISH' then
+  pcall(redis.call, 'PUBLISH', ARGV[1], 'released')
+end
 return {1, redis.call('GET', KEYS[3]), meta[2], meta[3], meta[4], meta[5], meta[6]}
 "#,
-    sha1: "487693de989acf443c1e7bdaed2567bdde25c698",
+    sha1: "c4def1c28a5da9e395cf64043b3204942361daf6",
 };
 
 /// Every script, for the test that checks their SHA1s against the server's.

@@ -288,3 +288,59 @@ fn without_resp3_a_forced_release_runs_once() {
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert!(!redis.exists("lock:{job}"));
 }
+
+/// Every part of a URL is checked before anything connects: a bad one is status 2 with one
+/// line, and the server it names never sees a connection. See: issue 14 (`/-1` connected, and
+/// failed with 69).
+#[test]
+fn bad_url_parts_are_usage_errors_before_any_connection() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cases = [
+        (
+            format!("redis://127.0.0.1:{port}/-1"),
+            "a database is a number, 0 or more",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/one"),
+            "a database is a number, 0 or more",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/+1"),
+            "a database is a number, 0 or more",
+        ),
+        ("redis://127.0.0.1:0".to_owned(), "port out of range"),
+        ("redis://127.0.0.1:70000".to_owned(), "port out of range"),
+        (format!("redis://:{port}"), "has no host"),
+        (format!("redis://127.0.0.1:{port}/?db=2"), "takes none"),
+        (
+            "redis+unix:///tmp/redis.sock?dbb=2".to_owned(),
+            "unknown parameter ?dbb=",
+        ),
+        (
+            format!("redis+sentinel://127.0.0.1:{port}/m/-1"),
+            "a database is a number",
+        ),
+        ("redis+sentinel://127.0.0.1:0/m".to_owned(), "out of range"),
+        (
+            format!("redis+sentinel://127.0.0.1:{port},,127.0.0.1:1/m"),
+            "an empty host",
+        ),
+        (
+            format!("redis+sentinel://127.0.0.1:{port}/m?db=1"),
+            "no ?parameters",
+        ),
+        ("redis+cluster://127.0.0.1:99999".to_owned(), "out of range"),
+    ];
+    for (url, why) in &cases {
+        let out = run_args(&["-u", url, "job", "true"]);
+        assert_one_line(&out, 2, why);
+        let out = run_args(&["status", "-u", url, "job"]);
+        assert_one_line(&out, 2, why);
+    }
+    assert!(
+        listener.accept().is_err(),
+        "nothing connected to the server a bad URL named"
+    );
+}

@@ -178,6 +178,9 @@ fn too_few_replica_acknowledgements_release_the_lock_and_exit_69() {
 
 #[test]
 fn tls_with_the_tests_ca_and_client_certificates() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
     let certs = Certs::make();
     let redis = Redis::start_tls(&certs, false);
     let url = format!("rediss://127.0.0.1:{}", redis.port);
@@ -228,6 +231,9 @@ fn tls_with_the_tests_ca_and_client_certificates() {
 
 #[test]
 fn tls_client_certificates_when_the_server_asks() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
     let certs = Certs::make();
     let redis = Redis::start_tls(&certs, true);
     let url = format!("rediss://127.0.0.1:{}", redis.port);
@@ -419,10 +425,7 @@ fn a_cluster_waiter_wakes_on_the_sharded_release() {
     wait_until(
         "the waiter listens on the slot's node",
         Duration::from_secs(10),
-        || {
-            let reply: Vec<redis::Value> = owner.cmd(&["PUBSUB", "SHARDNUMSUB", "released:{job}"]);
-            reply.get(1) == Some(&redis::Value::Int(1))
-        },
+        || cluster_subscribers(owner) == 1,
     );
     std::fs::write(file(&dir, "go"), "").unwrap();
     assert_eq!(holder.wait().code(), Some(0));
@@ -431,8 +434,8 @@ fn a_cluster_waiter_wakes_on_the_sharded_release() {
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert_eq!(out.stdout.trim(), "2");
     assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "woken by SPUBLISH: {:?}",
+        released.elapsed() < Duration::from_millis(500),
+        "woken by the release message: {:?}",
         released.elapsed()
     );
 }
@@ -532,10 +535,7 @@ fn a_cluster_waiter_follows_its_slot_to_the_new_owner() {
     wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
-    let listening = |node: &Redis| {
-        let reply: Vec<redis::Value> = node.cmd(&["PUBSUB", "SHARDNUMSUB", "released:{job}"]);
-        matches!(reply.get(1), Some(redis::Value::Int(1)))
-    };
+    let listening = |node: &Redis| cluster_subscribers(node) == 1;
     let source = cluster.owner("lock:{job}");
     let mut cmd = locked_run();
     cmd.args(["-u", &cluster.url(), "-v", "-w", "20s", "job", "--", "true"]);
@@ -547,11 +547,16 @@ fn a_cluster_waiter_follows_its_slot_to_the_new_owner() {
     );
     let target = cluster.begin_moving("lock:{job}");
     cluster.finish_moving("lock:{job}", target);
-    wait_until(
-        "the waiter listens on the new owner",
-        Duration::from_secs(10),
-        || listening(target),
-    );
+    // A sharded subscription is ended by the server when its slot moves, and made again on the
+    // new owner. (Before Redis 7 the waiter listens on a plain channel, which every node of the
+    // cluster hears: it need not move.)
+    if server_kind().version >= (7, 0) {
+        wait_until(
+            "the waiter listens on the new owner",
+            Duration::from_secs(10),
+            || listening(target),
+        );
+    }
     std::fs::write(file(&dir, "go"), "").unwrap();
     assert_eq!(holder.wait().code(), Some(0));
     let out = waiter.wait_for(Duration::from_secs(10));
@@ -604,4 +609,22 @@ fn a_cluster_is_asked_with_the_urls_user() {
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert_eq!(out.stdout.trim(), "1");
     assert!(!out.stderr.contains("pw"), "{}", out.stderr);
+}
+
+/// How a cluster node counts a channel's subscribers: sharded ones from Redis 7 on; before it
+/// (no sharded pub/sub), waiters subscribe to the plain channel.
+fn numsub() -> &'static str {
+    if server_kind().version >= (7, 0) {
+        "SHARDNUMSUB"
+    } else {
+        "NUMSUB"
+    }
+}
+
+fn cluster_subscribers(node: &Redis) -> i64 {
+    let reply: Vec<redis::Value> = node.cmd(&["PUBSUB", numsub(), "released:{job}"]);
+    match reply.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("{other:?}"),
+    }
 }

@@ -23,6 +23,96 @@ pub use topology::{Cluster, Five, Watched, locked_run_on, sentinel_cli};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
 
+/// The server binary the tests start: `LOCKED_RUN_TEST_SERVER` (a path, or a name on PATH:
+/// `redis-server`, `valkey-server`), else `redis-server` on PATH.
+pub fn server_bin() -> String {
+    std::env::var("LOCKED_RUN_TEST_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The command-line client that goes with it: `redis-cli` or `valkey-cli` beside the server
+/// binary when there is one, else `redis-cli` on PATH (which speaks to Valkey as well).
+pub fn cli_bin() -> String {
+    let server = server_bin();
+    let server = Path::new(&server);
+    if let Some(dir) = server.parent().filter(|d| !d.as_os_str().is_empty()) {
+        for cli in ["valkey-cli", "redis-cli"] {
+            if dir.join(cli).exists() {
+                return dir.join(cli).display().to_string();
+            }
+        }
+    }
+    "redis-cli".into()
+}
+
+/// `INFO server` of the server binary the tests use, once: its name and version, and whether
+/// it was built with TLS (the PyPI builds of Redis 6.2 and Valkey 8.1 were not).
+pub struct ServerKind {
+    pub valkey: bool,
+    /// (major, minor)
+    pub version: (u32, u32),
+    pub tls: bool,
+}
+
+pub fn server_kind() -> &'static ServerKind {
+    static KIND: std::sync::OnceLock<ServerKind> = std::sync::OnceLock::new();
+    KIND.get_or_init(|| {
+        let out = Command::new(server_bin())
+            .arg("--version")
+            .output()
+            .expect("the test server runs (see .ci/run)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // "Redis server v=7.0.15 sha=..." or "Valkey server v=8.1.8 sha=..."
+        let version = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or("0.0");
+        let mut parts = version.split('.').map(|p| p.parse().unwrap_or(0));
+        let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        let tls = tls_supported();
+        ServerKind {
+            valkey: text.starts_with("Valkey"),
+            version,
+            tls,
+        }
+    })
+}
+
+/// Whether the test server was built with TLS. Asked for a TLS port with a certificate that
+/// does not exist, a server with TLS fails to load it; one without says it has no TLS (Redis:
+/// "Bad directive", Valkey: no "connection type tls").
+fn tls_supported() -> bool {
+    let out = Command::new(server_bin())
+        .args(["--port", "0", "--tls-port", &free_port().to_string()])
+        .args([
+            "--tls-cert-file",
+            "/nonexistent.crt",
+            "--tls-key-file",
+            "/nonexistent.key",
+        ])
+        .args(["--save", "", "--appendonly", "no"])
+        .output()
+        .expect("the test server runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    !(said.contains("Bad directive")
+        || said.contains("connection type tls")
+        || said.contains("TLS support"))
+}
+
+/// Says why a test is left out on this server, and returns true, when `needs` is false.
+pub fn skip_unless(needs: bool, why: &str) -> bool {
+    if !needs {
+        eprintln!("SKIPPED on {}: {why}", server_bin());
+    }
+    !needs
+}
+
 /// A hard limit for any single process a test starts.
 pub const HARD_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -44,12 +134,17 @@ impl Redis {
         Redis::start_in(dir, None, extra)
     }
 
+    /// A server on `port` (which the caller found free), with extra arguments.
+    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
+        Redis::start_in(tempfile::tempdir().expect("temp dir"), Some(port), extra)
+    }
+
     /// A TLS-only server (port 0, --tls-port), with the test's certificates; clients must
     /// show a certificate when `client_auth`.
     pub fn start_tls(certs: &Certs, client_auth: bool) -> Redis {
         for _ in 0..10 {
             let port = free_port();
-            let child = Command::new("redis-server")
+            let child = Command::new(server_bin())
                 .args(["--port", "0", "--tls-port", &port.to_string()])
                 .args(["--tls-cert-file", path_str(&certs.server_cert)])
                 .args(["--tls-key-file", path_str(&certs.server_key)])
@@ -70,7 +165,7 @@ impl Redis {
                 if let Ok(Some(_)) = redis.child.as_mut().unwrap().try_wait() {
                     break; // the port was taken meanwhile: try another
                 }
-                let ping = Command::new("redis-cli")
+                let ping = Command::new(cli_bin())
                     .args(["--tls", "--cacert", path_str(&certs.ca)])
                     .args([
                         "--cert",
@@ -99,7 +194,7 @@ impl Redis {
         let mut dir = Some(dir);
         for _ in 0..10 {
             let port = port.unwrap_or_else(free_port);
-            let child = Command::new("redis-server")
+            let child = Command::new(server_bin())
                 .args([
                     "--port",
                     &port.to_string(),

@@ -65,7 +65,7 @@ impl Watched {
                 ),
             )
             .unwrap();
-            let child = std::process::Command::new("redis-server")
+            let child = std::process::Command::new(server_bin())
                 .arg(&conf)
                 .arg("--sentinel")
                 .stdout(std::process::Stdio::null())
@@ -138,7 +138,7 @@ impl Watched {
 }
 
 pub fn sentinel_cli(port: u16, args: &[&str]) -> String {
-    let out = std::process::Command::new("redis-cli")
+    let out = std::process::Command::new(cli_bin())
         .args(["-p", &port.to_string()])
         .args(args)
         .output()
@@ -153,20 +153,8 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<Redis> = (0..3)
-            .map(|_| {
-                let bus = free_port().to_string();
-                Redis::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-port",
-                    &bus,
-                ])
-            })
-            .collect();
-        let mut create = std::process::Command::new("redis-cli");
+        let nodes: Vec<Redis> = (0..3).map(|_| cluster_node()).collect();
+        let mut create = std::process::Command::new(cli_bin());
         create.arg("--cluster").arg("create");
         for n in &nodes {
             create.arg(format!("127.0.0.1:{}", n.port));
@@ -267,6 +255,31 @@ impl Cluster {
             }
         }
         panic!("nobody owns slot {slot}")
+    }
+}
+
+/// A server in cluster mode. Its cluster bus port is `--cluster-port` (Redis 7, Valkey), or,
+/// before Redis 7, always its port + 10000: then a port is chosen whose bus port is free too.
+fn cluster_node() -> Redis {
+    let cluster = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+    ];
+    if server_kind().version >= (7, 0) {
+        let bus = free_port().to_string();
+        let mut args = cluster.to_vec();
+        args.extend(["--cluster-port", &bus]);
+        return Redis::start_with(&args);
+    }
+    loop {
+        let port = free_port();
+        let bus_free =
+            port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+        if bus_free {
+            return Redis::start_on(port, &cluster);
+        }
     }
 }
 

@@ -1,0 +1,177 @@
+//! `doctor` for `file://`: the directory can be used, and its filesystem suits locks.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use super::{Check, Level};
+use crate::file;
+use crate::name::LockName;
+
+/// The host-local backend: the directory can be used, and its filesystem suits locks.
+pub(crate) fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let mut add = |check: &'static str, level: Level, detail: String| {
+        checks.push(Check {
+            server: url.to_owned(),
+            check,
+            level,
+            detail,
+        })
+    };
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    let existing = if dir.is_dir() {
+        add("directory", Level::Ok, format!("{} exists", dir.display()));
+        dir
+    } else if dir.exists() {
+        add(
+            "directory",
+            Level::Fail,
+            format!("{} is not a directory", dir.display()),
+        );
+        return checks;
+    } else if parent.is_dir() {
+        add(
+            "directory",
+            Level::Ok,
+            format!(
+                "{} does not exist yet: the first run creates it (0755)",
+                dir.display()
+            ),
+        );
+        parent
+    } else {
+        add(
+            "directory",
+            Level::Fail,
+            format!(
+                "neither {} nor its parent exist: create it, or fix the URL",
+                dir.display()
+            ),
+        );
+        return checks;
+    };
+    match nix::unistd::access(
+        existing,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    ) {
+        Ok(()) => add(
+            "writable",
+            Level::Ok,
+            format!("{} is writable by this user", existing.display()),
+        ),
+        Err(e) => add(
+            "writable",
+            Level::Fail,
+            format!(
+                "{} is not writable by this user ({e}): every user of a lock needs to create and write its files there",
+                existing.display()
+            ),
+        ),
+    }
+    match nix::sys::statfs::statfs(existing) {
+        Ok(fs) => {
+            // The magic number's C type differs between targets.
+            #[allow(clippy::unnecessary_cast)]
+            let (level, detail) = filesystem(fs.filesystem_type().0 as i64);
+            add("filesystem", level, detail);
+        }
+        Err(e) => add(
+            "filesystem",
+            Level::Warn,
+            format!("cannot tell the filesystem: {e}"),
+        ),
+    }
+    // Who else may write there.
+    let shared = existing
+        .metadata()
+        .is_ok_and(|m| m.permissions().mode() & 0o002 != 0);
+    let temporary = ["/tmp", "/var/tmp"].iter().any(|t| dir.starts_with(t));
+    if temporary {
+        add(
+            "location",
+            Level::Warn,
+            format!(
+                "{} is under a temporary directory: systemd-tmpfiles deletes files there that were not \
+                 used for days (a fence counter deleted starts again at 1), and another user can create \
+                 the directory first; use a directory of its own on disk (/var/lib/locked-run)",
+                dir.display()
+            ),
+        );
+    } else if shared {
+        add(
+            "location",
+            Level::Warn,
+            format!(
+                "{} is writable by every user: anyone can delete or replace its lock files; \
+                 give it to the users of the locks (a group, mode 2775)",
+                existing.display()
+            ),
+        );
+    } else {
+        add(
+            "location",
+            Level::Ok,
+            format!("{} is not writable by every user", existing.display()),
+        );
+    }
+    match file::check_files(dir, name) {
+        Ok(detail) => add("files", Level::Ok, detail),
+        Err(detail) => add("files", Level::Fail, detail),
+    }
+    checks
+}
+
+const NFS: i64 = 0x6969;
+
+/// What a filesystem (by `statfs` magic number) means for flock and fence counters.
+fn filesystem(magic: i64) -> (Level, String) {
+    const VOLATILE: &[(i64, &str)] = &[(0x0102_1994, "tmpfs"), (0x8584_58f6, "ramfs")];
+    const NETWORK: &[(i64, &str)] = &[
+        (0x517b, "SMB"),
+        (0xff53_4d42, "CIFS"),
+        (0xfe53_4d42, "SMB2"),
+        (0x6573_5546, "FUSE"),
+        (0x00c3_6400, "Ceph"),
+        (0x0102_1997, "9p"),
+    ];
+    if let Some((_, fs)) = VOLATILE.iter().find(|(m, _)| *m == magic) {
+        return (
+            Level::Warn,
+            format!(
+                "{fs}: the fence counters are lost at reboot, and fence tokens start again at 1; use a directory on disk (/var/lib/...)"
+            ),
+        );
+    }
+    if magic == NFS {
+        return (
+            Level::Fail,
+            "NFS: flock there is emulated with byte-range locks, which lock exclusively only \
+             files open for writing, and raising a fence locks the directory: every run would \
+             fail (69); keep file:// locks on a local filesystem, and use Redis across hosts"
+                .into(),
+        );
+    }
+    if let Some((_, fs)) = NETWORK.iter().find(|(m, _)| *m == magic) {
+        return (
+            Level::Warn,
+            format!(
+                "{fs}, a network filesystem: flock there may be local to this host or emulated with leases the server can drop; \
+                 for locks across hosts use Redis"
+            ),
+        );
+    }
+    (Level::Ok, format!("a local filesystem (type {magic:#x})"))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where file:// cannot work at all, doctor fails; where it works with limits, it warns.
+    #[test]
+    fn filesystems_are_judged_by_what_flock_does_there() {
+        assert_eq!(filesystem(NFS).0, Level::Fail);
+        assert_eq!(filesystem(0x0102_1994).0, Level::Warn, "tmpfs");
+        assert_eq!(filesystem(0xff53_4d42).0, Level::Warn, "CIFS");
+        assert_eq!(filesystem(0xef53).0, Level::Ok, "ext4");
+    }
+}

@@ -1,0 +1,513 @@
+//! `doctor` for one Redis server: reachability, what server and version it is, role, cluster
+//! mode, eviction, persistence, permissions and clock.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::{Check, Facts, Level, parse_info};
+use crate::lease::{Timings, show};
+use crate::name::LockName;
+use crate::node::Node;
+use crate::resp::Reply;
+
+pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {
+    let server = node.address().to_owned();
+    let mut checks = Vec::new();
+    let mut facts = Facts::default();
+    let mut add = |check: &'static str, level: Level, detail: String| {
+        checks.push(Check {
+            server: server.clone(),
+            check,
+            level,
+            detail,
+        })
+    };
+    let timeout = node.connect_timeout();
+
+    // Reachability: the first PING connects, the second measures the round trip.
+    if let Err(e) = node.exchange(&[&[b"PING"]], timeout, None).await {
+        add("reachable", Level::Fail, e.to_string());
+        return (checks, facts);
+    }
+    let started = Instant::now();
+    let _ = node.exchange(&[&[b"PING"]], timeout, None).await;
+    add(
+        "reachable",
+        Level::Ok,
+        format!(
+            "round trip {:.2} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        ),
+    );
+
+    // INFO: version, role, cluster mode, identity.
+    let info = match node
+        .exchange(&[&[b"INFO"]], timeout, None)
+        .await
+        .map(|mut r| r.remove(0))
+    {
+        Ok(Reply::Error(e)) => {
+            add(
+                "info",
+                Level::Warn,
+                format!("cannot read INFO ({e}): version and role not checked"),
+            );
+            HashMap::new()
+        }
+        Ok(reply) => parse_info(&reply.as_text().unwrap_or_default()),
+        Err(e) => {
+            add("info", Level::Warn, format!("{e}"));
+            HashMap::new()
+        }
+    };
+    let kind = Server::from_info(&info);
+    if let Some(kind) = &kind {
+        let (level, detail) = kind.judged();
+        add("version", level, detail);
+        let missing = kind.missing(node.is_cluster());
+        if !missing.is_empty() {
+            add(
+                "features",
+                Level::Warn,
+                format!("{kind} has no {}", missing.join("; no ")),
+            );
+        }
+    }
+    facts.run_id = info.get("run_id").cloned();
+    match info.get("role").map(String::as_str) {
+        Some("slave") => {
+            let primary = format!(
+                "{}:{}",
+                info.get("master_host").map_or("?", String::as_str),
+                info.get("master_port").map_or("?", String::as_str)
+            );
+            add(
+                "role",
+                Level::Fail,
+                format!(
+                    "a replica of {primary}: it refuses writes (READONLY), and a lock held on a replica is lost on failover; \
+                     point --url at the primary (or use redis+sentinel://)"
+                ),
+            );
+            facts.primary = Some(primary);
+        }
+        Some(role) => add("role", Level::Ok, role.replace("master", "primary")),
+        None => {}
+    }
+    for (key, value) in &info {
+        if key.starts_with("slave") && key[5..].chars().all(|c| c.is_ascii_digit()) {
+            let field = |f: &str| {
+                value
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(&format!("{f}=")).map(str::to_owned))
+            };
+            if let (Some(ip), Some(port)) = (field("ip"), field("port")) {
+                facts.replicas.push(format!("{ip}:{port}"));
+            }
+        }
+    }
+    if info.get("cluster_enabled").map(String::as_str) == Some("1") {
+        if node.is_cluster() {
+            add(
+                "cluster",
+                Level::Ok,
+                "Redis Cluster, reached through redis+cluster://".into(),
+            );
+        } else {
+            add(
+                "cluster",
+                Level::Fail,
+                "this server is part of a Redis Cluster: use redis+cluster:// so the lock's slot is found".into(),
+            );
+        }
+    }
+
+    // Configuration: eviction and persistence.
+    let config = node
+        .exchange(
+            &[
+                &[b"CONFIG", b"GET", b"maxmemory"],
+                &[b"CONFIG", b"GET", b"maxmemory-policy"],
+                &[b"CONFIG", b"GET", b"appendonly"],
+                &[b"CONFIG", b"GET", b"appendfsync"],
+            ],
+            timeout,
+            None,
+        )
+        .await;
+    match config {
+        Ok(replies) if replies.iter().all(|r| !matches!(r, Reply::Error(_))) => {
+            let value = |i: usize| {
+                replies
+                    .get(i)
+                    .and_then(|r| r.items().get(1))
+                    .and_then(Reply::as_text)
+                    .unwrap_or_default()
+            };
+            let (maxmemory, policy, aof, fsync) = (value(0), value(1), value(2), value(3));
+            if maxmemory == "0" {
+                add(
+                    "maxmemory-policy",
+                    Level::Ok,
+                    "no memory limit: nothing is evicted".into(),
+                );
+            } else if policy == "noeviction" {
+                add(
+                    "maxmemory-policy",
+                    Level::Ok,
+                    "noeviction: nothing of the lock's is evicted; writes fail (OOM) when full"
+                        .into(),
+                );
+            } else if policy.starts_with("allkeys") {
+                add(
+                    "maxmemory-policy",
+                    Level::Warn,
+                    format!(
+                        "{policy}: can evict fence:{{NAME}} counters (fence tokens repeat) and held locks (two holders); use noeviction"
+                    ),
+                );
+            } else {
+                add(
+                    "maxmemory-policy",
+                    Level::Warn,
+                    format!(
+                        "{policy}: can evict keys with an expiry, a held lock among them; use noeviction"
+                    ),
+                );
+            }
+            match (aof.as_str(), fsync.as_str()) {
+                ("yes", "always") => add("persistence", Level::Ok, "AOF with appendfsync always: fence counters survive a restart".into()),
+                ("yes", _) => add(
+                    "persistence",
+                    Level::Warn,
+                    format!("AOF with appendfsync {fsync}: a crash can lose the last second of writes, fence counters included; appendfsync always keeps fence tokens monotonic across restarts"),
+                ),
+                _ => add(
+                    "persistence",
+                    Level::Warn,
+                    "no AOF: a restart loses or rewinds the fence counters (to the last snapshot), and fence tokens repeat; \
+                     appendonly yes with appendfsync always keeps them monotonic"
+                        .into(),
+                ),
+            }
+        }
+        Ok(replies) => {
+            let why = replies.iter().find_map(|r| {
+                if let Reply::Error(e) = r {
+                    Some(e.clone())
+                } else {
+                    None
+                }
+            });
+            add(
+                "config",
+                Level::Warn,
+                format!(
+                    "cannot read the configuration ({}): check maxmemory-policy (noeviction) and persistence (appendfsync always) yourself",
+                    why.unwrap_or_default()
+                ),
+            );
+        }
+        Err(e) => add("config", Level::Warn, e.to_string()),
+    }
+
+    // Permissions: every command the lock's scripts and waiters use, on its keys.
+    let (lock, fence, holder, channel) = (
+        name.lock_key(),
+        name.fence_key(),
+        name.holder_key(),
+        name.channel(),
+    );
+    let (publish, subscribe): (&str, &str) = if node.sharded_pubsub() {
+        ("SPUBLISH", "SSUBSCRIBE")
+    } else {
+        ("PUBLISH", "SUBSCRIBE")
+    };
+    let needed: Vec<Vec<&str>> = vec![
+        vec!["EVALSHA", "0", "0"],
+        vec!["EVAL", "return 1", "0"],
+        vec!["SET", &lock, "x"],
+        vec!["GET", &lock],
+        vec!["DEL", &lock],
+        vec!["PEXPIRE", &lock, "1"],
+        vec!["PTTL", &lock],
+        vec!["INCR", &fence],
+        vec!["TYPE", &fence],
+        vec!["HSET", &holder, "f", "v"],
+        vec!["HMGET", &holder, "f"],
+        vec![publish, &channel, "x"],
+        vec![subscribe, &channel],
+    ];
+    let whoami = node
+        .exchange(&[&[b"ACL", b"WHOAMI"]], timeout, None)
+        .await
+        .map(|mut r| r.remove(0));
+    match whoami {
+        Ok(Reply::Error(e)) if e.contains("unknown") => add(
+            "permissions",
+            Level::Ok,
+            "no ACLs on this server (before Redis 6): everything is permitted".into(),
+        ),
+        Ok(Reply::Error(_)) | Err(_) => add(
+            "permissions",
+            Level::Warn,
+            "cannot run ACL WHOAMI: permissions not checked (see the README's ACL section)".into(),
+        ),
+        Ok(user) if kind.as_ref().is_some_and(|k| !k.has(Feature::AclDryRun)) => add(
+            "permissions",
+            Level::Warn,
+            format!(
+                "user {}: permissions not checked ({} has no ACL DRYRUN); see the README's ACL section",
+                user.as_text().unwrap_or_else(|| "default".into()),
+                kind.as_ref().map_or_else(String::new, Server::to_string)
+            ),
+        ),
+        Ok(user) => {
+            let user = user.as_text().unwrap_or_else(|| "default".into());
+            let dry: Vec<Vec<&[u8]>> = needed
+                .iter()
+                .map(|cmd| {
+                    let mut args: Vec<&[u8]> = vec![b"ACL", b"DRYRUN", user.as_bytes()];
+                    args.extend(cmd.iter().map(|a| a.as_bytes()));
+                    args
+                })
+                .collect();
+            let batch: Vec<&[&[u8]]> = dry.iter().map(Vec::as_slice).collect();
+            match node.exchange(&batch, timeout, None).await {
+                Ok(replies) => {
+                    let denied: Vec<String> = needed
+                        .iter()
+                        .zip(&replies)
+                        .filter(|(_, r)| !matches!(r, Reply::Status(s) if s == "OK"))
+                        .map(|(cmd, r)| match r {
+                            Reply::Error(e) if e.starts_with("NOPERM") && cmd[0] == "EVALSHA" => {
+                                "ACL DRYRUN itself".to_owned()
+                            }
+                            _ => cmd[0].to_owned(),
+                        })
+                        .collect();
+                    if denied.iter().any(|d| d == "ACL DRYRUN itself") {
+                        add(
+                            "permissions",
+                            Level::Warn,
+                            format!(
+                                "user {user} may not run ACL DRYRUN: permissions not checked (see the README's ACL section)"
+                            ),
+                        );
+                    } else if denied.is_empty() {
+                        add(
+                            "permissions",
+                            Level::Ok,
+                            format!("user {user} may run every command the lock uses, on its keys"),
+                        );
+                    } else {
+                        add(
+                            "permissions",
+                            Level::Fail,
+                            format!(
+                                "user {user} may not run {} on the lock's keys or channel; see the README's ACL section",
+                                denied.join(", ")
+                            ),
+                        );
+                    }
+                }
+                Err(e) => add("permissions", Level::Warn, e.to_string()),
+            }
+        }
+    }
+
+    // The server's clock against this host's.
+    let before = crate::backend::wall_clock_ms() as i64;
+    let started = Instant::now();
+    let time = node.exchange(&[&[b"TIME"]], timeout, None).await;
+    let rtt = started.elapsed();
+    let reply = match time {
+        Ok(mut replies) if !replies.is_empty() => replies.remove(0),
+        Ok(_) => Reply::Bulk(None),
+        Err(e) => Reply::Error(e.to_string()),
+    };
+    let items = reply.items();
+    match (
+        items.first().and_then(Reply::as_int),
+        items.get(1).and_then(Reply::as_int),
+    ) {
+        (Some(secs), Some(micros)) => {
+            let server = secs * 1000 + micros / 1000;
+            let local = before + rtt.as_millis() as i64 / 2;
+            let skew = server - local;
+            facts.skew_ms = Some(skew);
+            let allowance = Timings::drift_for(Duration::from_secs(30));
+            let level = if skew.unsigned_abs() > allowance.as_millis() as u64 {
+                Level::Warn
+            } else {
+                Level::Ok
+            };
+            add(
+                "clock",
+                level,
+                format!(
+                    "{skew:+} ms against this host (drift allowance of the default lease: {}){}",
+                    show(allowance),
+                    if level == Level::Warn {
+                        "; leases hold only while clocks drift apart by less than that: check NTP"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
+        _ => {
+            let why = match reply {
+                Reply::Error(e) => e,
+                _ => "an unexpected reply".into(),
+            };
+            add(
+                "clock",
+                Level::Warn,
+                format!("cannot read the server's TIME ({why}): its clock not checked"),
+            );
+        }
+    }
+    (checks, facts)
+}
+
+/// Which server answered, and its version: Valkey names itself (`server_name:valkey`,
+/// `valkey_version`) and keeps `redis_version` at 7.2.4 for clients that test it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Server {
+    pub(crate) valkey: bool,
+    pub(crate) version: (u32, u32, u32),
+    pub(crate) text: String,
+}
+
+/// What locked-run uses that not every version has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feature {
+    /// `HELLO 3`: one connection both waits and acquires (else a second one for the waiter).
+    Resp3,
+    /// `SPUBLISH`/`SSUBSCRIBE`: a Cluster's release message stays on the lock's shard.
+    ShardedPubSub,
+    /// `ACL DRYRUN`: what `doctor` checks the permissions with.
+    AclDryRun,
+}
+
+impl Server {
+    pub(crate) fn from_info(info: &HashMap<String, String>) -> Option<Server> {
+        let valkey = info.get("server_name").is_some_and(|n| n == "valkey");
+        let text = match valkey {
+            true => info.get("valkey_version").or(info.get("redis_version"))?,
+            false => info.get("redis_version")?,
+        };
+        let mut parts = text.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let version = (
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+            parts.next().unwrap_or(0),
+        );
+        Some(Server {
+            valkey,
+            version,
+            text: text.clone(),
+        })
+    }
+
+    pub(crate) fn has(&self, feature: Feature) -> bool {
+        let at_least = |v: (u32, u32)| (self.version.0, self.version.1) >= v;
+        match feature {
+            // Valkey began as a fork of Redis 7.2.4: it has everything Redis 7 has.
+            _ if self.valkey => true,
+            Feature::Resp3 => at_least((6, 0)),
+            Feature::ShardedPubSub | Feature::AclDryRun => at_least((7, 0)),
+        }
+    }
+
+    /// The version check: too old for the scripts is FAIL, before RESP3 a WARN.
+    fn judged(&self) -> (Level, String) {
+        if !self.valkey && self.version.0 < 3 {
+            return (
+                Level::Fail,
+                format!("{self}: too old for the lock's scripts; use Redis 6 or newer, or Valkey"),
+            );
+        }
+        if !self.has(Feature::Resp3) {
+            return (
+                Level::Warn,
+                format!(
+                    "{self}: no RESP3, so waiters need a second connection; Redis 6 or newer is better"
+                ),
+            );
+        }
+        (Level::Ok, self.to_string())
+    }
+
+    /// What this version lacks that locked-run would use here, and what that means.
+    fn missing(&self, cluster: bool) -> Vec<String> {
+        let mut missing = Vec::new();
+        if cluster && !self.has(Feature::ShardedPubSub) {
+            missing.push(
+                "sharded pub/sub: a release is announced with PUBLISH, which every node of the \
+                 cluster relays (waiters still wake at once)"
+                    .to_owned(),
+            );
+        }
+        if !self.has(Feature::AclDryRun) {
+            missing.push("ACL DRYRUN: doctor cannot check the user's permissions".to_owned());
+        }
+        missing
+    }
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = if self.valkey { "Valkey" } else { "Redis" };
+        write!(f, "{name} {}", self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(pairs: &[(&str, &str)]) -> Server {
+        let info = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Server::from_info(&info).unwrap()
+    }
+
+    #[test]
+    fn servers_are_named_with_their_own_version() {
+        let valkey = server(&[
+            ("redis_version", "7.2.4"),
+            ("server_name", "valkey"),
+            ("valkey_version", "8.1.8"),
+        ]);
+        assert_eq!(valkey.to_string(), "Valkey 8.1.8");
+        assert!(valkey.has(Feature::ShardedPubSub) && valkey.has(Feature::AclDryRun));
+        assert!(valkey.missing(true).is_empty());
+
+        let redis62 = server(&[("redis_version", "6.2.14")]);
+        assert_eq!(redis62.to_string(), "Redis 6.2.14");
+        assert!(redis62.has(Feature::Resp3));
+        assert!(!redis62.has(Feature::ShardedPubSub) && !redis62.has(Feature::AclDryRun));
+        assert_eq!(redis62.missing(false).len(), 1, "ACL DRYRUN");
+        assert_eq!(
+            redis62.missing(true).len(),
+            2,
+            "and sharded pub/sub on a cluster"
+        );
+        assert_eq!(redis62.judged().0, Level::Ok);
+
+        let redis7 = server(&[("redis_version", "7.0.15")]);
+        assert!(redis7.missing(true).is_empty());
+        assert_eq!(
+            server(&[("redis_version", "5.0.7")]).judged().0,
+            Level::Warn
+        );
+        assert_eq!(
+            server(&[("redis_version", "2.8.0")]).judged().0,
+            Level::Fail
+        );
+    }
+}
