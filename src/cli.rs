@@ -318,8 +318,8 @@ impl RunArgs {
 }
 
 impl ConnArgs {
-    pub fn tls(&self) -> crate::tls::TlsOptions {
-        crate::tls::TlsOptions {
+    pub fn tls(&self) -> crate::redis::tls::TlsOptions {
+        crate::redis::tls::TlsOptions {
             ca_cert: self.tls_ca_cert.clone(),
             cert: self.tls_cert.clone(),
             key: self.tls_key.clone(),
@@ -349,7 +349,11 @@ impl ConnArgs {
 
     /// Warns when a password was given on the command line, where `ps` shows it to every user.
     pub fn warn_about_visible_passwords(&self) {
-        if self.url.iter().any(|u| crate::node::url_has_password(u)) {
+        if self
+            .url
+            .iter()
+            .any(|u| crate::redis::url::url_has_password(u))
+        {
             tracing::warn!(
                 "a password given with --url is visible to every user of this machine (ps); \
                  put the URL in LOCKED_RUN_URL, or the password in --password-file or REDISCLI_AUTH"

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, env_password};
 use crate::lease::Timings;
-use crate::lock::ServerLock;
 use crate::name::LockName;
-use crate::node::Node;
+use crate::redis::lock::ServerLock;
+use crate::redis::node::Node;
 
 /// A lease on one NAME in one Redis server.
 pub struct Lock {

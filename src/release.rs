@@ -5,9 +5,9 @@
 use crate::backend::{BackendError, Expiry, Holder};
 use crate::exit::{Exit, Failure};
 use crate::file;
-use crate::lock::ServerLock;
 use crate::name::LockName;
-use crate::redlock::Redlock;
+use crate::redis::lock::ServerLock;
+use crate::redis::redlock::Redlock;
 
 /// One server.
 pub async fn release(lock: &ServerLock, force: bool) -> Result<Exit, Failure> {

@@ -9,9 +9,9 @@ use crate::backend::{Busy, Expiry, Holder};
 use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::lease::show;
-use crate::lock::{Report, ServerLock};
 use crate::name::LockName;
-use crate::redlock::Redlock;
+use crate::redis::lock::{Report, ServerLock};
+use crate::redis::redlock::Redlock;
 
 /// Prints the lock's state on stdout and returns the status to exit with.
 pub async fn status(lock: &ServerLock, as_json: bool) -> Result<Exit, Failure> {

@@ -63,17 +63,17 @@ pub(crate) struct Facts {
 /// Runs the checks and prints them; exit 1 when any FAILed.
 pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let name = LockName::new(&args.name).map_err(Failure::usage)?;
-    let nodes = match crate::open_servers(&args.conn)? {
-        crate::Servers::Dir(url) => {
+    let nodes = match crate::open::open_servers(&args.conn)? {
+        crate::open::Servers::Dir(url) => {
             let dir = file::dir_of(&url).map_err(Failure::usage)?;
             return Ok(report(&check_dir(&url, &dir, &name), args.json));
         }
-        crate::Servers::Redis(nodes) => nodes,
+        crate::open::Servers::Redis(nodes) => nodes,
     };
     for node in &nodes {
         node.set_hash_tag(name.as_str());
     }
-    let runtime = crate::runtime()?;
+    let runtime = crate::open::runtime()?;
     let checks = runtime.block_on(async {
         let mut checks = Vec::new();
         let mut facts = Vec::new();

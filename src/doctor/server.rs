@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use super::{Check, Facts, Level, parse_info};
 use crate::lease::{Timings, show};
 use crate::name::LockName;
-use crate::node::Node;
-use crate::resp::Reply;
+use crate::redis::node::Node;
+use crate::redis::resp::Reply;
 
 pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {
     let server = node.address().to_owned();

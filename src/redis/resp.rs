@@ -392,6 +392,28 @@ pub async fn within<T>(timeout: Duration, f: impl Future<Output = io::Result<T>>
     }
 }
 
+/// One of `n` hosts asked in turn gets this part of `timeout` (the last part is for the
+/// connection to the server they name): one that never answers leaves the others time.
+pub fn share(timeout: Duration, n: usize) -> Duration {
+    (timeout / (n as u32 + 1)).max(Duration::from_millis(1))
+}
+
+/// Owned commands (`Node::hello`'s) as the argument lists a pipeline takes.
+pub fn as_batch(commands: &[Vec<Vec<u8>>]) -> Vec<Vec<&[u8]>> {
+    commands
+        .iter()
+        .map(|c| c.iter().map(Vec::as_slice).collect())
+        .collect()
+}
+
+/// The first error among `replies`: what the server refused, if anything.
+pub(crate) fn refusal(replies: &[Reply]) -> Option<String> {
+    replies.iter().find_map(|r| match r {
+        Reply::Error(e) => Some(e.clone()),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

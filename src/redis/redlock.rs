@@ -23,8 +23,8 @@ use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups};
 use crate::lease::Timings;
-use crate::lock::{Here, Report, ServerLock};
-use crate::node::Subscription;
+use crate::redis::lock::{Here, Report, ServerLock};
+use crate::redis::pubsub::Subscription;
 
 /// A lock on N servers, all with one token.
 pub struct Redlock {

@@ -7,9 +7,10 @@ use std::time::Duration;
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, wall_clock_ms};
 use crate::lease::Timings;
 use crate::name::LockName;
-use crate::node::{Node, Subscription};
-use crate::resp::Reply;
-use crate::scripts;
+use crate::redis::node::Node;
+use crate::redis::pubsub::Subscription;
+use crate::redis::resp::Reply;
+use crate::redis::scripts;
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {
@@ -436,7 +437,7 @@ impl ServerLock {
             .node
             .exchange(&commands, self.node.connect_timeout(), None)
             .await?;
-        if let Some(e) = crate::node::refusal(&replies) {
+        if let Some(e) = crate::redis::resp::refusal(&replies) {
             return Err(self.node.refused(&e));
         }
         let exec = replies.last().cloned().unwrap_or(Reply::Array(None));

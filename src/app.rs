@@ -1,0 +1,175 @@
+//! What the command line asks for, carried out: a run, or an operators' subcommand; and how
+//! it ends, turned into the process's exit (a command killed by signal N ends `locked-run`
+//! with N).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command, ConnArgs};
+use crate::exit::{Codes, Exit, Failure};
+use crate::lease::show;
+use crate::open::{Opened, open_backend, runtime};
+use crate::{child, cli, doctor, file, log, release, run, status};
+
+/// How a `locked-run` invocation ended, before it is turned into a process exit.
+pub struct Outcome {
+    pub result: Result<Exit, Failure>,
+    pub codes: Codes,
+    pub verbose: bool,
+}
+
+/// Runs what the command line asks for.
+pub fn execute(cli: Cli) -> Outcome {
+    match cli.into_command() {
+        Command::Run { args, explicit } => run_command(args, explicit),
+        Command::Release(args) => {
+            let force = args.force;
+            inspecting(
+                &args.log,
+                &args.conn,
+                &args.name,
+                "release",
+                async |backend| match backend {
+                    Opened::One(lock) => release::release(&lock, force).await,
+                    Opened::Many(redlock) => release::release_redlock(&redlock, force).await,
+                    Opened::File(url, name) => release::release_file(&url, &name, force),
+                },
+            )
+        }
+        Command::Status(args) => {
+            let json = args.json;
+            inspecting(
+                &args.log,
+                &args.conn,
+                &args.name,
+                "status",
+                async |backend| match backend {
+                    Opened::One(lock) => status::status(&lock, json).await,
+                    Opened::Many(redlock) => status::status_redlock(&redlock, json).await,
+                    Opened::File(url, name) => status::status_file(&url, &name, json),
+                },
+            )
+        }
+        Command::Doctor(args) => {
+            log::init(&args.log);
+            Outcome {
+                result: doctor::doctor(&args),
+                codes: Codes::default(),
+                verbose: args.log.verbose > 0,
+            }
+        }
+    }
+}
+
+/// `status` and `release`: looks at (or frees) the lock in the backend the URLs name.
+fn inspecting(
+    log: &cli::LogArgs,
+    conn: &ConnArgs,
+    name: &str,
+    what: &str,
+    act: impl AsyncFnOnce(Opened) -> Result<Exit, Failure>,
+) -> Outcome {
+    log::init(log);
+    let result = open_backend(conn, name, what, conn.connect_timeout)
+        .and_then(|backend| runtime()?.block_on(act(backend)));
+    Outcome {
+        result,
+        codes: Codes::default(),
+        verbose: log.verbose > 0,
+    }
+}
+
+fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
+    log::init(&args.log);
+    let verbose = args.log.verbose > 0;
+    let result = args.config(explicit).and_then(|cfg| {
+        let t = cfg.timings;
+        if t.retry_window() < t.renew_every {
+            tracing::info!(
+                "a failed renewal can be retried for only {} before the kill signal (T - 2D - K - R), \
+                 less than one renew interval ({})",
+                show(t.retry_window()),
+                show(t.renew_every)
+            );
+        }
+        let program = Path::new(&cfg.command[0])
+            .file_name()
+            .map_or_else(|| cfg.command[0].to_string_lossy(), |n| n.to_string_lossy())
+            .into_owned();
+        let node_timeout = args.node_timeout(t.ttl);
+        let opened = open_backend(&args.conn, cfg.name.as_str(), &program, node_timeout)?;
+        if args.wait_replicas.is_some() {
+            match opened {
+                Opened::One(_) => {}
+                Opened::Many(_) => return Err(Failure::usage(
+                    "--wait-replicas is for one primary with replicas; Redlock's servers are independent primaries",
+                )),
+                Opened::File(..) => return Err(Failure::usage(
+                    "--wait-replicas is for a Redis primary with replicas, not for file://",
+                )),
+            }
+        }
+        // 126/127 before anything is taken or created.
+        log::set_lock(cfg.name.as_str());
+        let path = child::resolve(&cfg.command[0])?;
+        match opened {
+            Opened::One(lock) => {
+                let lock = match args.wait_replicas.filter(|&n| n > 0) {
+                    Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
+                    None => *lock,
+                };
+                runtime()?.block_on(run::run(&lock, &cfg, &path))
+            }
+            Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg, &path)),
+            Opened::File(url, name) => {
+                let lock = file::FileLock::open(&url, name, &program)?;
+                runtime()?.block_on(run::run(&lock, &cfg, &path))
+            }
+        }
+    });
+    Outcome {
+        result,
+        codes: args.codes(),
+        verbose,
+    }
+}
+
+impl Outcome {
+    /// Prints the one line a failure owes the user and turns the outcome into the process's
+    /// exit. A command killed by signal N makes `locked-run` end itself with N.
+    pub fn finish(self) -> ExitCode {
+        log::report_dropped();
+        match self.result {
+            Ok(Exit::ChildSignal(sig)) => die_by_signal(sig, self.codes),
+            Ok(exit) => ExitCode::from(exit.code(self.codes)),
+            Err(failure) => {
+                let status = failure.exit.code(self.codes);
+                if !failure.quiet || self.verbose {
+                    eprintln!("{}", log::failure_line(&failure.message, status));
+                }
+                ExitCode::from(status)
+            }
+        }
+    }
+}
+
+/// Ends the process with `sig`, core dumps off (as coreutils `timeout` does), so a shell loop
+/// stops on Ctrl-C and systemd sees what it would have seen without the wrapper.
+fn die_by_signal(sig: i32, codes: Codes) -> ExitCode {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on this process; nothing else runs now (the runtime is gone).
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    // Still alive: the signal's default action is not to terminate.
+    ExitCode::from(Exit::ChildSignal(sig).code(codes))
+}

@@ -1,0 +1,101 @@
+//! The fence counter of a `file://` lock: `DIR/STEM.fence`, the last token issued, raised
+//! under the lock (and a brief flock on DIR) and written durably before the command starts.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
+
+use super::files::{Paths, flock, open_existing, refused};
+use crate::backend::BackendError;
+
+impl Paths {
+    /// The last fence token issued, if any.
+    pub fn read_fence(&self) -> Result<Option<u64>, BackendError> {
+        let read = || -> io::Result<String> {
+            let mut text = String::new();
+            // A counter is a number and a newline: what is beyond 64 bytes is not one.
+            open_existing(&self.fence, false)?
+                .take(64)
+                .read_to_string(&mut text)?;
+            Ok(text)
+        };
+        match read() {
+            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+                BackendError::Refused(format!(
+                    "{} holds {:?}, not a fence counter: it was changed by hand? Write the \
+                     largest token ever issued into it (or remove it to restart at 1)",
+                    self.fence.display(),
+                    text.chars().take(40).collect::<String>()
+                ))
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(refused(&self.fence, "read", &e)),
+        }
+    }
+
+    /// Raises the fence counter by one, durably: a temporary file, fsync, rename over the
+    /// counter, fsync of the directory. Called under the lock, and also under a flock on the
+    /// directory itself: should two processes ever both hold NAME (its lock file deleted
+    /// while held), they still never get the same token.
+    pub async fn raise_fence(&self) -> Result<u64, BackendError> {
+        let dir = File::open(&self.dir).map_err(|e| refused(&self.dir, "open", &e))?;
+        lock_briefly(&dir)
+            .await
+            .map_err(|e| refused(&self.dir, "lock", &e))?;
+        // Closing `dir` unlocks it, however this returns.
+        let next = self
+            .read_fence()?
+            .unwrap_or(0)
+            .checked_add(1)
+            .ok_or_else(|| {
+                BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
+            })?;
+        let write = || -> io::Result<()> {
+            // A fresh file (O_EXCL): never one that a link planted under this name points at.
+            match fs::remove_file(&self.fence_tmp) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut tmp = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .open(&self.fence_tmp)?;
+            tmp.write_all(format!("{next}\n").as_bytes())?;
+            tmp.sync_all()?;
+            fs::rename(&self.fence_tmp, &self.fence)?;
+            dir.sync_all()
+        };
+        write().map_err(|e| {
+            // Not left behind for the next user to trip over (in a sticky directory, it
+            // could not remove another user's).
+            let _ = fs::remove_file(&self.fence_tmp);
+            refused(&self.fence, "write", &e)
+        })?;
+        Ok(next)
+    }
+}
+
+/// Takes an exclusive flock held by others only for moments (a fence being raised): tries,
+/// then retries after 1 ms, 2 ms, 4 ms ... 64 ms, for at most 5 s in all. A blocking flock
+/// would hang, deaf to signals, on a directory someone else keeps locked.
+async fn lock_briefly(file: &File) -> io::Result<()> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if started.elapsed() > Duration::from_secs(5) {
+                    return Err(io::Error::other(
+                        "another process has held it for 5 s (a fence is raised under it in milliseconds)",
+                    ));
+                }
+                // Asleep on the runtime, not the thread: a signal still ends a wait.
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(64));
+            }
+            result => return result,
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The files of a NAME in a `file://` directory, opened safely: never through a link, never
+//! blocking on a FIFO, never a file with another name; the errors they give, with what to do.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::backend::BackendError;
+use crate::name::LockName;
+
+/// Whether `url` names the host-local backend.
+pub fn is_file_url(url: &str) -> bool {
+    url.get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
+}
+
+/// The directory a `file:` URL names: `file:///abs/dir` (or `file://localhost/abs/dir`),
+/// percent-decoded.
+pub fn dir_of(url: &str) -> Result<PathBuf, String> {
+    let bad = |why: &str| {
+        format!("{url:?} is not a usable file:// URL: {why} (write file:///absolute/dir)")
+    };
+    let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(bad("it has a ?query or #fragment"));
+    }
+    if parsed.path() == "/" {
+        return Err(bad("it names the root directory"));
+    }
+    // to_file_path refuses any host but localhost: a lock on another host's disk is no lock.
+    parsed
+        .to_file_path()
+        .map_err(|()| bad("the host must be empty (file:///dir) or localhost"))
+}
+
+/// The files of one NAME in one directory.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    pub dir: PathBuf,
+    pub lock: PathBuf,
+    pub fence: PathBuf,
+    pub fence_tmp: PathBuf,
+}
+
+impl Paths {
+    pub fn new(dir: &Path, name: &LockName) -> Paths {
+        let stem = name.file_stem();
+        Paths {
+            dir: dir.to_owned(),
+            lock: dir.join(format!("{stem}.lock")),
+            fence: dir.join(format!("{stem}.fence")),
+            fence_tmp: dir.join(format!(".{stem}.fence.tmp")),
+        }
+    }
+}
+
+/// Opens (creating it) the lock file, refusing links and anything but a regular file.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o666)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    plain_file(file)
+}
+
+/// Opens a file of ours that exists, refusing links and anything but a regular file, without
+/// blocking (a FIFO planted under its name would otherwise hang the open, the lock held).
+pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    plain_file(file)
+}
+
+/// `file`, if it is a regular file with no other name: a hard link planted under a lock
+/// file's name would have the holder's metadata written into (and truncated from) the file
+/// it links to.
+pub fn plain_file(file: File) -> io::Result<File> {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if meta.nlink() > 1 {
+        return Err(io::Error::other(
+            "it has other names (hard links), planted by someone else? remove it",
+        ));
+    }
+    Ok(file)
+}
+
+pub fn refused(path: &Path, what: &str, e: &io::Error) -> BackendError {
+    let hint = match e.raw_os_error() {
+        Some(libc::ELOOP) => {
+            "; it is a symbolic link, which locked-run never follows there (planted by someone else?): remove it"
+        }
+        Some(libc::EACCES | libc::EPERM) if in_sticky_dir(path) => {
+            "; the directory is sticky (as /tmp is): only the user who created a file there may \
+             replace it (or, with fs.protected_regular, open it), so its locks serve one user: \
+             give the lock's users a directory of their group instead (mode 2775)"
+        }
+        Some(libc::EACCES | libc::EPERM) => {
+            "; every user of this lock needs write access to the directory and its files"
+        }
+        Some(libc::EROFS) => "; the filesystem is read-only",
+        Some(libc::EBADF) => {
+            "; this filesystem (NFS?) locks only files open for writing: keep file:// locks on a local filesystem"
+        }
+        Some(libc::ENOSPC | libc::EDQUOT) => "; the filesystem is full",
+        _ => "",
+    };
+    BackendError::Refused(format!("cannot {what} {}: {e}{hint}", path.display()))
+}
+
+pub fn in_sticky_dir(path: &Path) -> bool {
+    path.parent()
+        .and_then(|dir| dir.metadata().ok())
+        .is_some_and(|m| m.mode() & 0o1000 != 0)
+}
+
+/// `flock(2)`, restarted when a signal interrupts it.
+pub fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor that `file` keeps open; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_an_absolute_local_directory() {
+        assert!(is_file_url("file:///var/lock/jobs"));
+        assert!(is_file_url("FILE:///x"));
+        assert!(!is_file_url("redis://h"));
+        assert_eq!(
+            dir_of("file:///var/lock/jobs"),
+            Ok(PathBuf::from("/var/lock/jobs"))
+        );
+        assert_eq!(
+            dir_of("file://localhost/srv/locks"),
+            Ok(PathBuf::from("/srv/locks"))
+        );
+        assert_eq!(
+            dir_of("file:///tmp/with%20space"),
+            Ok(PathBuf::from("/tmp/with space"))
+        );
+        assert!(
+            dir_of("file://otherhost/srv")
+                .unwrap_err()
+                .contains("localhost")
+        );
+        assert!(dir_of("file:///").unwrap_err().contains("root"));
+        assert!(dir_of("file:///x?y=1").unwrap_err().contains("query"));
+    }
+}

@@ -1,0 +1,171 @@
+//! What a `file://` lock file says: its holder's `key=value` lines, and a `--min-hold`
+//! deadline on this boot's `CLOCK_BOOTTIME` (the wall clock across a reboot).
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use crate::backend::{Holder, wall_clock_ms};
+use crate::lease::{BootClock, Clock};
+
+/// A `--min-hold` deadline, on `CLOCK_BOOTTIME` of one boot, with the wall clock as the
+/// fallback across a reboot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotBefore {
+    boot_id: String,
+    boot_ms: u64,
+    wall_ms: u64,
+}
+
+impl NotBefore {
+    pub fn after(hold: Duration) -> NotBefore {
+        let hold_ms = hold.as_millis() as u64;
+        NotBefore {
+            boot_id: boot_id(),
+            boot_ms: BootClock.now().as_millis() as u64 + hold_ms,
+            wall_ms: wall_clock_ms() + hold_ms,
+        }
+    }
+
+    /// How long until the deadline, if it is still ahead.
+    pub fn left(&self) -> Option<Duration> {
+        let left = if !self.boot_id.is_empty() && self.boot_id == boot_id() {
+            self.boot_ms.checked_sub(BootClock.now().as_millis() as u64)
+        } else {
+            self.wall_ms.checked_sub(wall_clock_ms())
+        };
+        left.filter(|&ms| ms > 0).map(Duration::from_millis)
+    }
+}
+
+/// This boot's id: `CLOCK_BOOTTIME` readings compare only within one boot.
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// What the lock file says: `key=value` lines.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub holder: Holder,
+    pub token: Option<String>,
+    pub not_before: Option<NotBefore>,
+}
+
+impl Meta {
+    pub fn read(file: &File) -> Meta {
+        let mut bytes = vec![0; 4096];
+        let n = file.read_at(&mut bytes, 0).unwrap_or(0);
+        Meta::parse(&String::from_utf8_lossy(&bytes[..n]))
+    }
+
+    pub fn parse(text: &str) -> Meta {
+        let mut meta = Meta::default();
+        for (key, value) in text.lines().filter_map(|l| l.split_once('=')) {
+            match key {
+                "host" => meta.holder.host = Some(value.to_owned()),
+                "pid" => meta.holder.pid = value.parse().ok(),
+                "command" => meta.holder.command = Some(value.to_owned()),
+                "since_ms" => meta.holder.since_ms = value.parse().ok(),
+                "fence" => meta.holder.fence = value.parse().ok(),
+                "token" => meta.token = Some(value.to_owned()),
+                "not_before" => {
+                    let mut words = value.split(' ');
+                    if let (Some(id), Some(Ok(boot_ms)), Some(Ok(wall_ms))) = (
+                        words.next(),
+                        words.next().map(str::parse),
+                        words.next().map(str::parse),
+                    ) {
+                        meta.not_before = Some(NotBefore {
+                            boot_id: id.to_owned(),
+                            boot_ms,
+                            wall_ms,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        meta
+    }
+
+    fn to_text(&self) -> String {
+        // One line per field: a newline inside a value would start a forged field.
+        let clean = |s: &str| s.replace(|c: char| c.is_control(), "?");
+        let mut text = String::new();
+        let h = &self.holder;
+        let mut line = |key: &str, value: Option<String>| {
+            if let Some(v) = value {
+                text.push_str(&format!("{key}={}\n", clean(&v)));
+            }
+        };
+        line("host", h.host.clone());
+        line("pid", h.pid.map(|p| p.to_string()));
+        line("command", h.command.clone());
+        line("since_ms", h.since_ms.map(|t| t.to_string()));
+        line("fence", h.fence.map(|f| f.to_string()));
+        line("token", self.token.clone());
+        line(
+            "not_before",
+            self.not_before
+                .as_ref()
+                .map(|n| format!("{} {} {}", n.boot_id, n.boot_ms, n.wall_ms)),
+        );
+        text
+    }
+
+    /// Replaces the lock file's content (under the lock).
+    pub fn write(&self, file: &File) -> io::Result<()> {
+        let text = self.to_text();
+        file.write_all_at(text.as_bytes(), 0)?;
+        file.set_len(text.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_round_trips_and_cannot_be_forged() {
+        let meta = Meta {
+            holder: Holder {
+                host: Some("web-3".into()),
+                pid: Some(4242),
+                command: Some("evil\nfence=1".into()),
+                since_ms: Some(1_764_673_200_000),
+                fence: Some(17),
+            },
+            token: Some("t".into()),
+            not_before: Some(NotBefore {
+                boot_id: "b".into(),
+                boot_ms: 5,
+                wall_ms: 6,
+            }),
+        };
+        let parsed = Meta::parse(&meta.to_text());
+        assert_eq!(parsed.holder.fence, Some(17));
+        assert_eq!(parsed.holder.command.as_deref(), Some("evil?fence=1"));
+        assert_eq!(parsed.not_before, meta.not_before);
+        assert_eq!(Meta::parse(""), Meta::default());
+        assert_eq!(Meta::parse("garbage\npid=x\n").holder.pid, None);
+    }
+
+    #[test]
+    fn not_before_counts_on_this_boot_and_falls_back_to_the_wall_clock() {
+        let ahead = NotBefore::after(Duration::from_secs(10));
+        let left = ahead.left().unwrap();
+        assert!(left > Duration::from_secs(9) && left <= Duration::from_secs(10));
+        let past = NotBefore::after(Duration::ZERO);
+        assert_eq!(past.left(), None);
+        // Another boot: the boot clock's reading means nothing, the wall clock decides.
+        let other_boot = NotBefore {
+            boot_id: "another boot".into(),
+            boot_ms: u64::MAX,
+            wall_ms: wall_clock_ms() - 1,
+        };
+        assert_eq!(other_boot.left(), None);
+    }
+}

@@ -1,0 +1,494 @@
+//! The host-local backend, `file:///DIR`: locks on one machine and no server, for teams that
+//! start on one host (where they would reach for `flock -n` or `flock -w`). Moving to a fleet
+//! later changes only the URL.
+//!
+//! - Exclusion: `flock(2)` on `DIR/STEM.lock` (the stem is [`LockName::file_stem`]). The kernel
+//!   frees it the moment the holding process dies. The descriptor is close-on-exec, so the
+//!   command never holds the lock on its own. The file is never unlinked: a waiter that had
+//!   opened it would then lock a file that nobody else sees.
+//! - Fencing: `DIR/STEM.fence` holds the last token issued, in decimal. It is raised under the
+//!   lock and written durably (a temporary file, fsync, rename, fsync of the directory) before
+//!   the command starts, so no token is issued twice, even when a holder is SIGKILLed.
+//! - Holder metadata, for `status` and a waiter's messages: `key=value` lines in the lock file,
+//!   written under the lock, emptied on release.
+//! - `--min-hold`: a not-before deadline left in the lock file on release; the next holder
+//!   honours it by waiting (or by 75 with `-n`).
+//! - Waiting: a thread blocks in `flock(LOCK_EX)` on a descriptor of its own, so the kernel
+//!   wakes it the moment the holder lets go; it lets go at once and tells the waiter, which
+//!   then tries as usual. No polling, except while a `--min-hold` deadline (which no process
+//!   holds) is slept out: then the lock file is re-read every [`MIN_HOLD_RECHECK`], so that a
+//!   `release --force` is seen.
+//! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
+//!   several users share, a planted link must not make a run write someone else's file. A lock
+//!   file replaced under a waiter (deleted and created again) is noticed after `flock`, by
+//!   comparing the descriptor's inode with the path's, and the new file is locked instead.
+//!
+//! There is no lease: nothing to renew, and the lease clock never fires.
+
+mod fence;
+mod files;
+mod meta;
+mod proc_locks;
+
+use std::cell::RefCell;
+use std::fs::{self, DirBuilder, File};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::backend::{
+    Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups, hostname, wall_clock_ms,
+};
+use crate::exit::Failure;
+use crate::lease::Timings;
+use crate::name::LockName;
+use crate::redis::lock::Report;
+
+use files::{Paths, flock, open_existing, open_lock_file, refused};
+pub use files::{dir_of, is_file_url};
+use meta::{Meta, NotBefore};
+pub use proc_locks::waiters;
+use proc_locks::{holder_of, is_locked};
+
+/// A lock on one NAME in one directory of this host.
+pub struct FileLock {
+    name: LockName,
+    paths: Paths,
+    key: String,
+    token: String,
+    holder: Holder,
+    /// The lock file: the flock belongs to this open file description. Replaced when the file
+    /// at the path turns out to be another one.
+    file: RefCell<File>,
+    /// What was written into the lock file when it was taken; `None` when not held.
+    held: RefCell<Option<Meta>>,
+}
+
+impl FileLock {
+    /// Opens (creating it, and the directory if its parent exists) the lock file of `name`
+    /// in the directory `url` names. A missing parent is a usage error (2); a directory or
+    /// file that cannot be written is 69.
+    pub fn open(url: &str, name: LockName, command: &str) -> Result<FileLock, Failure> {
+        let dir = dir_of(url).map_err(Failure::usage)?;
+        prepare_dir(&dir)?;
+        let paths = Paths::new(&dir, &name);
+        let file = open_lock_file(&paths.lock)
+            .map_err(|e| Failure::unavailable(refused(&paths.lock, "open", &e).to_string()))?;
+        Ok(FileLock {
+            key: paths.lock.display().to_string(),
+            name,
+            paths,
+            token: uuid::Uuid::new_v4().to_string(),
+            holder: Holder {
+                host: Some(hostname()),
+                pid: Some(std::process::id()),
+                command: Some(command.to_owned()),
+                since_ms: None,
+                fence: None,
+            },
+            file: RefCell::new(file),
+            held: RefCell::new(None),
+        })
+    }
+
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    fn unlock(&self) {
+        // Closing the descriptor at exit would unlock too; an error here changes nothing.
+        let _ = flock(&self.file.borrow(), libc::LOCK_UN);
+    }
+
+    /// Whether `file` is still the file at the lock's path (not deleted, not replaced).
+    fn still_at_path(&self, file: &File) -> io::Result<bool> {
+        let open = file.metadata()?;
+        match fs::symlink_metadata(&self.paths.lock) {
+            Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How long a `--min-hold` deadline left in the lock file still keeps the lock.
+    fn min_hold_left(&self) -> Option<Duration> {
+        Meta::read(&self.file.borrow())
+            .not_before
+            .as_ref()
+            .and_then(NotBefore::left)
+    }
+
+    /// Makes the lock file's content durable, and its directory entry (this run may have
+    /// created it): a `--min-hold` deadline must survive a crash, as the fence counter does.
+    fn sync(&self, file: &File) -> io::Result<()> {
+        file.sync_data()?;
+        File::open(&self.paths.dir)?.sync_all()
+    }
+
+    fn refused(&self, e: BackendError) -> BackendError {
+        self.unlock();
+        e
+    }
+}
+
+/// The directory exists, or is created (0755) when its parent does.
+fn prepare_dir(dir: &Path) -> Result<(), Failure> {
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Failure::usage(format!(
+            "{} is not a directory: file:// names the directory that holds the locks",
+            dir.display()
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = dir.parent().unwrap_or(Path::new("/"));
+            if !parent.is_dir() {
+                return Err(Failure::usage(format!(
+                    "{} does not exist, nor does its parent {}: create it, or fix the file:// URL",
+                    dir.display(),
+                    parent.display()
+                )));
+            }
+            match DirBuilder::new().mode(0o755).create(dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(Failure::unavailable(
+                    refused(dir, "create the directory", &e).to_string(),
+                )),
+            }
+        }
+        Err(e) => Err(Failure::unavailable(refused(dir, "reach", &e).to_string())),
+    }
+}
+
+impl Backend for FileLock {
+    type Wakeups<'a> = FileWakeups<'a>;
+
+    fn has_lease(&self) -> bool {
+        false
+    }
+
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn token(&self) -> &str {
+        &self.token
+    }
+
+    async fn try_acquire(
+        &self,
+        _timings: &Timings,
+        _listen: bool,
+    ) -> Result<Attempt, BackendError> {
+        if let Some(meta) = &*self.held.borrow() {
+            return Ok(Attempt::Acquired {
+                fence: meta.holder.fence.unwrap_or(0),
+            });
+        }
+        // A file deleted and created again under the same name is another lock: lock the one
+        // at the path (a few times at most, against someone who keeps replacing it).
+        let mut replaced = 0;
+        loop {
+            let file = self.file.borrow();
+            let locked = match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+                Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
+            };
+            let here = self
+                .still_at_path(&file)
+                .map_err(|e| self.refused(refused(&self.paths.lock, "check", &e)))?;
+            if !locked && here {
+                return Ok(Attempt::Busy(Busy {
+                    holder: holder_of(&file, Meta::read(&file).holder),
+                    expiry: Expiry::WithHolder,
+                }));
+            }
+            drop(file);
+            if here {
+                break;
+            }
+            // Replaced: busy or not, the file we have is no longer the lock.
+            if locked {
+                self.unlock();
+            }
+            replaced += 1;
+            if replaced > 3 {
+                return Err(BackendError::Transient(format!(
+                    "{} keeps being replaced (deleted and created again) by someone else",
+                    self.paths.lock.display()
+                )));
+            }
+            let file = open_lock_file(&self.paths.lock)
+                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
+            *self.file.borrow_mut() = file;
+        }
+        // Ours now; a --min-hold deadline left by the last holder still keeps it.
+        let last = Meta::read(&self.file.borrow());
+        if let Some(left) = last.not_before.as_ref().and_then(NotBefore::left) {
+            self.unlock();
+            return Ok(Attempt::Busy(Busy {
+                holder: last.holder,
+                expiry: Expiry::In(left),
+            }));
+        }
+        let fence = self
+            .paths
+            .raise_fence()
+            .await
+            .map_err(|e| self.refused(e))?;
+        let meta = Meta {
+            holder: Holder {
+                since_ms: Some(wall_clock_ms()),
+                fence: Some(fence),
+                ..self.holder.clone()
+            },
+            token: Some(self.token.clone()),
+            not_before: None,
+        };
+        let written = meta.write(&self.file.borrow());
+        written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
+        *self.held.borrow_mut() = Some(meta);
+        Ok(Attempt::Acquired { fence })
+    }
+
+    async fn renew(&self, _timings: &Timings, _timeout: Duration) -> Result<bool, BackendError> {
+        Ok(self.held.borrow().is_some())
+    }
+
+    async fn release(
+        &self,
+        keep_for: Option<Duration>,
+        _timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        let Some(mut meta) = self.held.borrow_mut().take() else {
+            return Ok(false);
+        };
+        let written = match keep_for {
+            Some(hold) => {
+                meta.not_before = Some(NotBefore::after(hold));
+                let file = self.file.borrow();
+                meta.write(&file).and_then(|()| self.sync(&file))
+            }
+            None => self.file.borrow().set_len(0),
+        };
+        self.unlock();
+        written.map_err(|e| refused(&self.paths.lock, "write", &e))?;
+        Ok(true)
+    }
+
+    async fn subscribe(&self) -> Result<(FileWakeups<'_>, bool), BackendError> {
+        // A blocked flock cannot miss a release: it waits for a state, not a message.
+        Ok((
+            FileWakeups {
+                lock: self,
+                pending: None,
+            },
+            true,
+        ))
+    }
+}
+
+/// How often a waiter sleeping out a `--min-hold` deadline re-reads the lock file (no process
+/// holds the lock then, so nothing wakes it when `release --force` clears the deadline).
+pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
+
+/// A thread blocked in `flock(LOCK_EX)` on a descriptor of its own: when it returns, the
+/// holder has let go, and the waiter tries again.
+pub struct FileWakeups<'a> {
+    lock: &'a FileLock,
+    pending: Option<oneshot::Receiver<io::Result<()>>>,
+}
+
+impl Wakeups for FileWakeups<'_> {
+    async fn next(&mut self) -> Result<(), BackendError> {
+        let lock = self.lock;
+        if let Some(left) = lock.min_hold_left() {
+            tokio::time::sleep(left.min(MIN_HOLD_RECHECK)).await;
+            return Ok(());
+        }
+        let pending = self
+            .pending
+            .get_or_insert_with(|| block_until_free(lock.paths.lock.clone()));
+        let result = pending.await;
+        self.pending = None;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(BackendError::Transient(format!(
+                "cannot wait for {}: {e}",
+                lock.paths.lock.display()
+            ))),
+            Err(_) => Err(BackendError::Transient(
+                "the thread waiting for the lock could not be started".into(),
+            )),
+        }
+    }
+}
+
+/// Starts a thread that opens the lock file, blocks until it can lock it, and closes it at
+/// once: it never keeps the lock, so a wait that ends another way (a deadline, a signal)
+/// leaves nothing held even while the thread is still blocked.
+fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
+    let (tx, rx) = oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("flock-wait".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            // Signals are the main thread's business.
+            let _ = nix::sys::signal::SigSet::all().thread_block();
+            // Open for writing: NFS locks only such files exclusively.
+            let waited = open_existing(&path, true).and_then(|file| flock(&file, libc::LOCK_EX));
+            let _ = tx.send(waited);
+        });
+    if let Err(e) = spawned {
+        tracing::info!("cannot start a thread to wait for the lock: {e}");
+    }
+    rx
+}
+
+/// `status` of a NAME in a directory, without creating anything, and without touching the
+/// lock whenever `/proc/locks` can tell.
+pub fn inspect(url: &str, name: &LockName) -> Result<Report, BackendError> {
+    let dir = dir_of(url).map_err(BackendError::Refused)?;
+    if !dir.is_dir() {
+        return Err(BackendError::Refused(format!(
+            "{} is not a directory (no lock was ever taken there, or the file:// URL is wrong)",
+            dir.display()
+        )));
+    }
+    let paths = Paths::new(&dir, name);
+    let fence = paths.read_fence()?;
+    let file = match open_existing(&paths.lock, false) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(Report {
+                fence,
+                held: None,
+                value: None,
+            });
+        }
+        Err(e) => return Err(refused(&paths.lock, "read", &e)),
+    };
+    let meta = Meta::read(&file);
+    let held = is_locked(&file).map_err(|e| refused(&paths.lock, "check", &e))?;
+    let (holder, expiry) = if held {
+        (holder_of(&file, meta.holder), Some(Expiry::WithHolder))
+    } else {
+        let left = meta.not_before.as_ref().and_then(NotBefore::left);
+        (meta.holder, left.map(Expiry::In))
+    };
+    Ok(Report {
+        fence,
+        held: expiry.map(|expiry| Busy { holder, expiry }),
+        value: expiry.and(meta.token),
+    })
+}
+
+/// Frees a lock that only a `--min-hold` deadline keeps; a lock that a live process holds
+/// cannot be taken from it. Returns the holder it was taken from, and the last fence.
+pub fn clear_min_hold(
+    url: &str,
+    name: &LockName,
+) -> Result<(Option<Holder>, Option<u64>), BackendError> {
+    let dir = dir_of(url).map_err(BackendError::Refused)?;
+    let paths = Paths::new(&dir, name);
+    let fence = paths.read_fence()?;
+    let file = match open_existing(&paths.lock, true) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, fence)),
+        Err(e) => return Err(refused(&paths.lock, "open", &e)),
+    };
+    flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| refused(&paths.lock, "lock", &e))?;
+    let meta = Meta::read(&file);
+    let holder = meta
+        .not_before
+        .as_ref()
+        .and_then(NotBefore::left)
+        .map(|_| meta.holder.clone());
+    if holder.is_some() {
+        file.set_len(0)
+            .map_err(|e| refused(&paths.lock, "write", &e))?;
+    }
+    Ok((holder, fence))
+}
+
+/// `doctor`: NAME's files in DIR can be used by this user: the lock file opens for writing
+/// (not a link), the fence counter reads as one.
+pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
+    let paths = Paths::new(dir, name);
+    let lock = match fs::symlink_metadata(&paths.lock) {
+        Err(_) => return Ok(format!("no files for lock {name} yet")),
+        Ok(_) => {
+            open_lock_file(&paths.lock).map_err(|e| refused(&paths.lock, "open", &e).to_string())?
+        }
+    };
+    drop(lock);
+    let fence = paths.read_fence().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "{} opens for writing; last fence of lock {name}: {}",
+        paths.lock.display(),
+        fence.map_or_else(|| "none issued yet".into(), |f| f.to_string())
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_second_lock_waits_for_the_first_and_fences_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let name = LockName::new("db.migrate-v2").unwrap();
+        let t = Timings::new(Duration::from_secs(30), None, None).unwrap();
+        let a = FileLock::open(&url, name.clone(), "a").unwrap();
+        let b = FileLock::open(&url, name.clone(), "b").unwrap();
+        assert_eq!(
+            a.try_acquire(&t, false).await,
+            Ok(Attempt::Acquired { fence: 1 })
+        );
+        let Ok(Attempt::Busy(busy)) = b.try_acquire(&t, true).await else {
+            panic!("b got it too")
+        };
+        assert_eq!(busy.holder.command.as_deref(), Some("a"));
+        assert_eq!(busy.expiry, Expiry::WithHolder);
+        let report = inspect(&url, &name).unwrap();
+        assert_eq!(report.fence, Some(1));
+        assert_eq!(report.held.unwrap().holder.pid, Some(std::process::id()));
+
+        let (mut wakeups, covered) = b.subscribe().await.unwrap();
+        assert!(covered);
+        assert_eq!(a.release(None, Duration::ZERO).await, Ok(true));
+        wakeups.next().await.unwrap();
+        assert_eq!(
+            b.try_acquire(&t, false).await,
+            Ok(Attempt::Acquired { fence: 2 })
+        );
+        assert_eq!(
+            b.release(Some(Duration::from_secs(60)), Duration::ZERO)
+                .await,
+            Ok(true)
+        );
+
+        // --min-hold: free of any process, but not before its deadline.
+        let Ok(Attempt::Busy(busy)) = a.try_acquire(&t, false).await else {
+            panic!("the min-hold deadline was ignored")
+        };
+        assert!(matches!(busy.expiry, Expiry::In(d) if d > Duration::from_secs(59)));
+        assert!(inspect(&url, &name).unwrap().held.is_some());
+        let (holder, fence) = clear_min_hold(&url, &name).unwrap();
+        assert_eq!(holder.unwrap().command.as_deref(), Some("b"));
+        assert_eq!(fence, Some(2));
+        assert_eq!(
+            a.try_acquire(&t, false).await,
+            Ok(Attempt::Acquired { fence: 3 })
+        );
+        assert_eq!(
+            fs::read_to_string(dir.path().join("db.migrate-v2.fence")).unwrap(),
+            "3\n"
+        );
+    }
+}

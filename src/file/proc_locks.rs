@@ -1,0 +1,185 @@
+//! What `/proc/locks` tells of a `file://` lock without touching it: whether a process holds
+//! it, which one, and how many wait.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+
+use super::files::{Paths, dir_of, flock};
+use crate::backend::{Holder, hostname};
+use crate::name::LockName;
+
+/// How many processes are blocked waiting for the lock, from `/proc/locks` (waiters in this
+/// PID namespace only); `None` when that cannot be told.
+pub fn waiters(url: &str, name: &LockName) -> Option<u64> {
+    let dir = dir_of(url).ok()?;
+    let meta = fs::symlink_metadata(Paths::new(&dir, name).lock).ok()?;
+    let locks = ProcLocks::read()?;
+    let (on_file, _) = locks.on(&meta);
+    Some(on_file.iter().filter(|l| l.blocked).count() as u64)
+}
+
+/// Whether some process holds the lock on `file`. `/proc/locks` answers without touching the
+/// lock, when it can: an exclusive flock listed on the file's device and inode is a holder,
+/// and no flock listed at all is a free lock, as long as this process sees every process's
+/// locks (the initial PID namespace). Otherwise (a container, a filesystem whose device
+/// numbers differ from the ones `/proc/locks` prints, a shared lock) a shared lock is tried
+/// for an instant: a `-n` run at that very instant would find the lock busy.
+pub fn is_locked(file: &File) -> io::Result<bool> {
+    let meta = file.metadata()?;
+    if let Some(locks) = ProcLocks::read() {
+        let (on_file, exact) = locks.on(&meta);
+        let granted: Vec<&LockLine> = on_file.iter().filter(|l| !l.blocked).collect();
+        if exact && granted.iter().any(|l| l.write) {
+            return Ok(true);
+        }
+        if on_file.is_empty() && sees_every_process() {
+            return Ok(false);
+        }
+    }
+    match flock(file, libc::LOCK_SH | libc::LOCK_NB) {
+        Ok(()) => {
+            let _ = flock(file, libc::LOCK_UN);
+            Ok(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// The holder the lock file names, checked against the process `/proc/locks` says holds the
+/// lock: a `locked-run` that was SIGKILLed leaves its metadata behind, and the lock may now be
+/// held by another program (`flock(1)`); then that process is named, not the dead one.
+pub fn holder_of(file: &File, named: Holder) -> Holder {
+    let Ok(meta) = file.metadata() else {
+        return named;
+    };
+    let Some(locks) = ProcLocks::read() else {
+        return named;
+    };
+    let (on_file, _) = locks.on(&meta);
+    let Some(pid) = on_file
+        .iter()
+        .find(|l| !l.blocked && l.write && l.pid > 0)
+        .map(|l| l.pid as u32)
+    else {
+        return named;
+    };
+    if named.pid == Some(pid) {
+        return named;
+    }
+    Holder {
+        host: Some(hostname()),
+        pid: Some(pid),
+        command: fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|c| c.trim().to_owned()),
+        since_ms: None,
+        fence: None,
+    }
+}
+
+/// Whether this process is in the initial PID namespace, where `/proc/locks` lists the locks
+/// of every process (elsewhere only those of the processes this namespace sees).
+fn sees_every_process() -> bool {
+    // PROC_PID_INIT_INO: the initial PID namespace's inode number, fixed by the kernel.
+    fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() == "pid:[4026531836]")
+}
+
+/// One line of `/proc/locks` about a flock: "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF",
+/// a blocked waiter "1: -> FLOCK  ADVISORY  WRITE 4243 08:01:1234 0 EOF" (the device numbers
+/// in hex, the inode in decimal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LockLine {
+    blocked: bool,
+    write: bool,
+    pid: i64,
+    dev: (u64, u64),
+    inode: u64,
+}
+
+struct ProcLocks(Vec<LockLine>);
+
+impl ProcLocks {
+    fn read() -> Option<ProcLocks> {
+        fs::read_to_string("/proc/locks")
+            .ok()
+            .map(|text| ProcLocks::parse(&text))
+    }
+
+    fn parse(text: &str) -> ProcLocks {
+        let lines = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields: Vec<&str> = line.split_whitespace().collect();
+                let blocked = fields.get(1) == Some(&"->");
+                if blocked {
+                    fields.remove(1);
+                }
+                if fields.get(1) != Some(&"FLOCK") {
+                    return None;
+                }
+                let mut id = fields.get(5)?.split(':');
+                Some(LockLine {
+                    blocked,
+                    write: fields.get(3) == Some(&"WRITE"),
+                    pid: fields.get(4)?.parse().ok()?,
+                    dev: (
+                        u64::from_str_radix(id.next()?, 16).ok()?,
+                        u64::from_str_radix(id.next()?, 16).ok()?,
+                    ),
+                    inode: id.next()?.parse().ok()?,
+                })
+            })
+            .collect();
+        ProcLocks(lines)
+    }
+
+    /// The flocks on the file `meta` describes, and whether they were matched on its device
+    /// as well as its inode. Some filesystems (btrfs, overlayfs) report a device number in
+    /// `stat` other than the one `/proc/locks` prints: then the inode alone is matched, which
+    /// another filesystem's file may share, so the match is not exact.
+    fn on(&self, meta: &fs::Metadata) -> (Vec<LockLine>, bool) {
+        let dev = (
+            libc::major(meta.dev()) as u64,
+            libc::minor(meta.dev()) as u64,
+        );
+        let same_inode = self.0.iter().filter(|l| l.inode == meta.ino());
+        let exact: Vec<LockLine> = same_inode
+            .clone()
+            .filter(|l| l.dev == dev)
+            .cloned()
+            .collect();
+        if !exact.is_empty() {
+            return (exact, true);
+        }
+        (same_inode.cloned().collect(), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_locks_lines_are_read_and_matched_on_device_and_inode() {
+        let locks = ProcLocks::parse(
+            "1: POSIX  ADVISORY  WRITE 77 08:01:99 0 EOF\n\
+             2: FLOCK  ADVISORY  WRITE 4242 fd:0a:1234 0 EOF\n\
+             2: -> FLOCK  ADVISORY  WRITE 4243 fd:0a:1234 0 EOF\n\
+             3: FLOCK  ADVISORY  READ 11 fd:0b:1234 0 EOF\n",
+        );
+        assert_eq!(locks.0.len(), 3, "POSIX locks are not ours");
+        assert_eq!(
+            locks.0[1],
+            LockLine {
+                blocked: true,
+                write: true,
+                pid: 4243,
+                dev: (0xfd, 0x0a),
+                inode: 1234
+            }
+        );
+        assert!(!locks.0[2].write);
+    }
+}

@@ -1,0 +1,24 @@
+//! The Redis backends and what they stand on, by concern:
+//!
+//! - [`url`]: Redis URLs: parsing, checking every part, printing them without a password.
+//! - [`node`]: one server reached through a URL: its connection, requests, script calls,
+//!   and what its refusals mean.
+//! - [`sentinel`]: asking the sentinels where the primary is.
+//! - [`cluster`]: the node that owns the lock's slot, and redirections.
+//! - [`pubsub`]: release messages: subscribing, and waiting for one.
+//! - [`resp`]: the protocol client (RESP2/RESP3), one connection at a time.
+//! - [`tls`]: TLS for `rediss://` (rustls).
+//! - [`scripts`]: the Lua scripts of the protocol.
+//! - [`lock`]: the single-server backend ([`lock::ServerLock`]).
+//! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
+
+pub mod cluster;
+pub mod lock;
+pub mod node;
+pub mod pubsub;
+pub mod redlock;
+pub mod resp;
+pub mod scripts;
+pub mod sentinel;
+pub mod tls;
+pub mod url;

@@ -1,0 +1,536 @@
+//! One Redis server reached through a URL: a lazily opened connection that is dropped after any
+//! failure (or an abandoned request) so the next attempt starts fresh, the set-up every new
+//! connection starts with, requests (following a Cluster's redirections), script calls with
+//! EVALSHA and an EVAL fallback, and what the server's refusals mean.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::cluster::{Cluster, redirection};
+use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
+use super::scripts::Script;
+use super::url::Topology;
+use crate::backend::BackendError;
+use crate::lease::show;
+
+/// A Redis server reached through one URL.
+pub struct Node {
+    pub(super) address: String,
+    user: Option<String>,
+    password: Option<String>,
+    db: i64,
+    pub(super) connect_timeout: Duration,
+    pub(super) topology: Topology,
+    /// Cleared when the server turns out not to speak RESP3 (Redis 5): subscriptions then
+    /// need a connection of their own.
+    pub(super) resp3: AtomicBool,
+    /// The idle connection. A request owns it while it runs, so an abandoned request drops it
+    /// and the next one connects afresh; waiting for a release message only borrows it.
+    pub(super) conn: tokio::sync::Mutex<Option<Connection>>,
+    /// Why the server last refused a subscription sent with a request (an ACL user without
+    /// the channel): `subscribe` reports it, and the waiter falls back to polling.
+    pub(super) listen_refused: std::sync::Mutex<Option<String>>,
+}
+
+/// Shows the address only, never the password.
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Opens (without connecting) the server `url` names; a password missing from the URL is
+    /// `default_password` (`--password-file`, `REDISCLI_AUTH`). Errors are usage errors, never
+    /// showing the password.
+    pub fn open(
+        url: &str,
+        connect_timeout: Duration,
+        default_password: Option<&str>,
+    ) -> Result<Node, String> {
+        Node::open_with(url, connect_timeout, default_password, None)
+    }
+
+    /// [`Node::open`], with the TLS set-up for `rediss://` URLs (built once for all of them;
+    /// without one, the system's CAs).
+    pub fn open_with(
+        url: &str,
+        connect_timeout: Duration,
+        default_password: Option<&str>,
+        tls: Option<&tokio_rustls::TlsConnector>,
+    ) -> Result<Node, String> {
+        let target = super::url::parse(url, default_password, tls)?;
+        Ok(Node {
+            address: target.address,
+            user: target.user,
+            password: target.password,
+            db: target.db,
+            connect_timeout,
+            topology: target.topology,
+            resp3: AtomicBool::new(true),
+            conn: tokio::sync::Mutex::new(None),
+            listen_refused: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// The commands a new connection starts with: HELLO 3 (with AUTH) or AUTH, and SELECT.
+    pub(super) fn hello(&self, resp3: bool) -> Vec<Vec<Vec<u8>>> {
+        let mut hello = Vec::new();
+        let user = self.user.as_deref().unwrap_or("default");
+        match (&self.password, resp3) {
+            (Some(password), true) => hello.push(vec![
+                b"HELLO".to_vec(),
+                b"3".to_vec(),
+                b"AUTH".to_vec(),
+                user.as_bytes().to_vec(),
+                password.as_bytes().to_vec(),
+            ]),
+            (None, true) => hello.push(vec![b"HELLO".to_vec(), b"3".to_vec()]),
+            (Some(password), false) => {
+                let mut auth = vec![b"AUTH".to_vec()];
+                auth.extend(self.user.as_ref().map(|u| u.as_bytes().to_vec()));
+                auth.push(password.as_bytes().to_vec());
+                hello.push(auth);
+            }
+            (None, false) => {}
+        }
+        if self.db != 0 {
+            hello.push(vec![b"SELECT".to_vec(), self.db.to_string().into_bytes()]);
+        }
+        hello
+    }
+
+    /// `host:port` (or the socket path) this URL names directly, to compare with what servers
+    /// say of their replicas.
+    pub fn endpoint(&self) -> String {
+        self.topology.endpoint()
+    }
+
+    /// Sets the hash slot of the lock's keys from their hash tag (the NAME), for a Cluster.
+    pub fn set_hash_tag(&self, tag: &str) {
+        if let Some(cluster) = self.cluster() {
+            cluster.set_hash_tag(tag);
+        }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster().is_some()
+    }
+
+    pub(super) fn cluster(&self) -> Option<&Cluster> {
+        match &self.topology {
+            Topology::Cluster(cluster) => Some(cluster),
+            _ => None,
+        }
+    }
+
+    /// Whether `other` names the same server and database (Redlock must not count it twice).
+    pub fn same_server(&self, other: &Node) -> bool {
+        self.db == other.db && self.topology.same(&other.topology)
+    }
+
+    /// The URL without its password, for messages.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Sends `commands` in one write and returns their replies, within `timeout`, connecting
+    /// (and authenticating) first if needed. With `listen`, the connection is subscribed to
+    /// `listen`'s channel first, in the same write, so the subscription is confirmed before the
+    /// commands run (RESP3; with RESP2 `listen` is ignored). Error replies are returned as
+    /// replies.
+    pub async fn exchange(
+        &self,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+        listen: Option<&str>,
+    ) -> Result<Vec<Reply>, BackendError> {
+        // On a Cluster, follow redirections: MOVED (the slot has a new owner: go there from now
+        // on) and ASK (the slot is being moved: this one request goes to the importing node).
+        for _ in 0..5 {
+            let replies = self.exchange_once(commands, timeout, listen).await?;
+            let Some(cluster) = self.cluster() else {
+                return Ok(replies);
+            };
+            match redirection(&replies) {
+                Some(("MOVED", target)) => {
+                    tracing::debug!("the lock's slot moved to {target}");
+                    cluster.moved(target);
+                    *self.conn.lock().await = None;
+                }
+                Some((_, target)) => {
+                    tracing::debug!("the lock's slot is being moved to {target}: asking there");
+                    return self.exchange_asking(&target, commands, timeout).await;
+                }
+                None => return Ok(replies),
+            }
+        }
+        Err(BackendError::Transient(format!(
+            "the Redis Cluster at {} kept redirecting the lock's slot",
+            self.address
+        )))
+    }
+
+    /// One request to the node that is importing the slot (ASK), on a connection of its own.
+    async fn exchange_asking(
+        &self,
+        target: &Addr,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+    ) -> Result<Vec<Reply>, BackendError> {
+        let attempt = async {
+            let mut conn = within(
+                timeout.min(self.connect_timeout),
+                Connection::connect(target, None),
+            )
+            .await?;
+            // As on any new connection: nothing runs before the password is taken.
+            let hello = self.hello(self.resp3.load(Ordering::Relaxed));
+            let hello_args = as_batch(&hello);
+            let set_up: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
+            if let Some(refused) = refusal(&conn.pipeline(&set_up).await?) {
+                return Ok(Err(refused));
+            }
+            let asking: [&[u8]; 1] = [b"ASKING"];
+            let mut batch: Vec<&[&[u8]]> = vec![&asking];
+            batch.extend_from_slice(commands);
+            let mut replies = conn.pipeline(&batch).await?;
+            Ok::<_, io::Error>(Ok(replies.split_off(1)))
+        };
+        match within(timeout, attempt).await {
+            Ok(Ok(replies)) => Ok(replies),
+            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Err(e) => Err(self.unreachable(&e, timeout)),
+        }
+    }
+
+    async fn exchange_once(
+        &self,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+        listen: Option<&str>,
+    ) -> Result<Vec<Reply>, BackendError> {
+        let mut slot = self.conn.lock().await;
+        let taken = slot.take();
+        match within(timeout, self.exchange_on(taken, commands, timeout, listen)).await {
+            Ok(Ok((conn, replies))) => {
+                *slot = Some(conn);
+                Ok(replies)
+            }
+            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Err(e) => {
+                // The cluster node may be gone for good (its replica promoted): ask the seeds
+                // again at the next connection.
+                if let Some(cluster) = self.cluster() {
+                    cluster.forget_route();
+                }
+                Err(self.unreachable(&e, timeout))
+            }
+        }
+    }
+
+    async fn exchange_on(
+        &self,
+        conn: Option<Connection>,
+        commands: &[&[&[u8]]],
+        timeout: Duration,
+        listen: Option<&str>,
+    ) -> io::Result<Result<(Connection, Vec<Reply>), String>> {
+        let (mut conn, fresh) = match conn {
+            Some(conn) => (conn, false),
+            None => (self.connect(timeout).await?, true),
+        };
+        let resp3 = self.resp3.load(Ordering::Relaxed);
+        let hello = if fresh { self.hello(resp3) } else { Vec::new() };
+        let hello_args = as_batch(&hello);
+        let mut batch: Vec<&[&[u8]]> = hello_args.iter().map(Vec::as_slice).collect();
+        if fresh && (self.password.is_some() || self.db != 0) {
+            // A password or a database can be refused while the commands after them still
+            // run: as the default user (where it needs no password), or in database 0. A
+            // lock taken there would stay held, and `release --force` would delete another
+            // database's lock: such a set-up is confirmed first, in a round trip of its own.
+            if let Some(e) = refusal(&conn.pipeline(&batch).await?) {
+                if resp3 && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
+                    self.resp3.store(false, Ordering::Relaxed);
+                    return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
+                }
+                return Ok(Err(e));
+            }
+            return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen)).await;
+        }
+        // Replies to set-up commands come first; a RESP3 SUBSCRIBE is answered by a push,
+        // which the connection takes, not by a reply.
+        let set_up = batch.len();
+        let subscribe: [&[u8]; 2];
+        let subscribing = listen.is_some_and(|_| resp3 && !conn.subscribed());
+        if let Some(channel) = listen.filter(|_| subscribing) {
+            subscribe = [self.subscribe_command(), channel.as_bytes()];
+            batch.push(&subscribe);
+        }
+        batch.extend_from_slice(commands);
+        let mut replies = conn.pipeline(&batch).await?;
+        if subscribing && replies.len() > set_up + commands.len() {
+            // The SUBSCRIBE was refused: its answer is an error reply where a push was due.
+            // The commands after it ran all the same, and their replies follow.
+            // (Or, without RESP3, a confirmation in RESP2's form: the caller starts again.)
+            if let Reply::Error(refusal) = replies.remove(set_up) {
+                tracing::debug!(
+                    "Redis at {} refused the subscription: {refusal}",
+                    self.address
+                );
+                *self
+                    .listen_refused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(refusal);
+            }
+        }
+        let tail = replies.split_off(set_up.min(replies.len()));
+        if let Some(e) = refusal(&replies) {
+            if resp3 && fresh && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
+                // Redis 5 has no HELLO: speak RESP2 from now on. The commands ran all the
+                // same, as RESP2 runs them: their replies stand, unless one failed (a
+                // SUBSCRIBE turned the connection to subscribed mode, a script was unknown),
+                // and then they are sent again on a new connection. Running them twice would
+                // say "was free" of a lock `release --force` had just released.
+                self.resp3.store(false, Ordering::Relaxed);
+                if !subscribing && refusal(&tail).is_none() {
+                    return Ok(Ok((conn, tail)));
+                }
+                return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
+            }
+            return Ok(Err(e));
+        }
+        Ok(Ok((conn, tail)))
+    }
+
+    pub(super) async fn connect(&self, timeout: Duration) -> io::Result<Connection> {
+        let timeout = timeout.min(self.connect_timeout);
+        match &self.topology {
+            Topology::Direct { addr, tls } => {
+                within(timeout, Connection::connect(addr, tls.as_ref())).await
+            }
+            Topology::Sentinel(sentinel) => {
+                let primary = sentinel.primary(timeout).await?;
+                within(timeout, Connection::connect(&primary, None)).await
+            }
+            Topology::Cluster(cluster) => {
+                let owner = cluster.owner(&self.hello(false), timeout).await?;
+                within(timeout, Connection::connect(&owner, None)).await
+            }
+        }
+    }
+
+    /// Drops the idle connection: the next request connects afresh (and, through sentinels,
+    /// to whichever server is the primary by then).
+    pub(super) async fn forget(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed);
+    /// EVAL also caches it, so that costs one extra round trip once. `listen`: see
+    /// [`Node::exchange`].
+    pub async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+        listen: Option<&str>,
+    ) -> Result<Reply, BackendError> {
+        let (reply, _) = self
+            .eval_then(script, keys, args, timeout, listen, &[])
+            .await?;
+        Ok(reply)
+    }
+
+    /// [`Node::eval`], with `then` sent right after the script in the same write (`WAIT`,
+    /// whose count covers the script's writes): the script's reply, and the replies to `then`.
+    pub async fn eval_then(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+        listen: Option<&str>,
+        then: &[&[&[u8]]],
+    ) -> Result<(Reply, Vec<Reply>), BackendError> {
+        let numkeys = keys.len().to_string();
+        let mut command: Vec<&[u8]> = vec![b"EVALSHA", script.sha1.as_bytes(), numkeys.as_bytes()];
+        command.extend(keys.iter().map(|k| k.as_bytes()));
+        command.extend(args.iter().map(|a| a.as_bytes()));
+        let mut replies = {
+            let mut batch: Vec<&[&[u8]]> = vec![&command];
+            batch.extend_from_slice(then);
+            self.exchange(&batch, timeout, listen).await?
+        };
+        if matches!(replies.first(), Some(Reply::Error(e)) if e.starts_with("NOSCRIPT")) {
+            command[0] = b"EVAL";
+            command[1] = script.source.as_bytes();
+            let mut batch: Vec<&[&[u8]]> = vec![&command];
+            batch.extend_from_slice(then);
+            replies = self.exchange(&batch, timeout, listen).await?;
+        }
+        let reply = if replies.is_empty() {
+            Reply::Array(None)
+        } else {
+            replies.remove(0)
+        };
+        match reply {
+            Reply::Error(e) => {
+                // After a refusal, start afresh: a server that says READONLY may have been
+                // demoted, and the sentinels know the new primary.
+                self.forget().await;
+                Err(self.refused(&e))
+            }
+            reply => Ok((reply, replies)),
+        }
+    }
+
+    pub(super) fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
+        let address = &self.address;
+        // A TLS handshake that failed (certificates, protocol), rather than no connection.
+        let handshake = !matches!(
+            error.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::NotFound
+        );
+        let tls = matches!(self.topology, Topology::Direct { tls: Some(_), .. });
+        let tls_hint = if tls && handshake {
+            "; check the server's certificate against --tls-ca-cert (or the system's CAs), and \
+             --tls-cert/--tls-key if the server wants a client certificate"
+        } else {
+            ""
+        };
+        BackendError::Transient(match error.kind() {
+            io::ErrorKind::TimedOut => {
+                format!("Redis at {address} did not answer within {}", show(timeout))
+            }
+            _ => format!("cannot reach Redis at {address}: {error}{tls_hint}"),
+        })
+    }
+
+    /// Turns an error reply into a message that names the server (never its password) and
+    /// says whether retrying can help.
+    pub fn refused(&self, error: &str) -> BackendError {
+        let error = script_error(error);
+        let address = &self.address;
+        let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
+        // A server that is starting, busy with a script, or failing over may answer properly
+        // in a moment: worth retrying (while waiting; at first contact it is 69 all the same).
+        let failing_over = matches!(self.topology, Topology::Sentinel(_)) && code == "READONLY";
+        if failing_over
+            || matches!(
+                code,
+                "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
+            )
+        {
+            return BackendError::Transient(format!("Redis at {address} is not ready: {error}"));
+        }
+        // An unauthenticated client may not even send a long command: Redis answers with a
+        // protocol error instead of NOAUTH.
+        let kind = if detail.contains("unauthenticated") {
+            "NOAUTH"
+        } else {
+            code
+        };
+        let hint = match kind {
+            "READONLY" => "; point --url at the primary, not a replica",
+            "NOPERM" => {
+                "; the Redis user needs EVAL, EVALSHA, PUBLISH and SUBSCRIBE on the lock's keys (see the README's ACL section)"
+            }
+            "NOAUTH" | "WRONGPASS" => {
+                "; the server requires a password: give it in the URL through LOCKED_RUN_URL, or in REDISCLI_AUTH"
+            }
+            "OOM" => {
+                "; the server is out of memory (maxmemory reached): free memory or raise maxmemory"
+            }
+            "WRONGTYPE" => {
+                "; another program uses this key for something else: pick another NAME or remove the key"
+            }
+            _ => "",
+        };
+        BackendError::Refused(format!("Redis at {address} refused: {error}{hint}"))
+    }
+}
+
+/// The error a script's command raised, as Redis 7 and Valkey report it (`READONLY You can't
+/// write...`). Redis 6 wraps it: `ERR Error running script (call to f_SHA): @user_script:6:
+/// @user_script: 6: -READONLY You can't write...`; its code would otherwise read as `ERR`.
+fn script_error(error: &str) -> &str {
+    let Some(rest) = error.strip_prefix("ERR Error running script") else {
+        return error;
+    };
+    let mut inner = rest.split_once("): ").map_or(rest, |(_, inner)| inner);
+    // "@user_script:6: " and "@user_script: 6: ", as often as they come.
+    while let Some(after) = inner.strip_prefix("@user_script") {
+        let line = after.trim_start_matches([':', ' ']);
+        inner = line.trim_start_matches(|c: char| c.is_ascii_digit());
+        inner = inner.strip_prefix(": ").unwrap_or(inner);
+    }
+    let inner = inner.trim_start_matches('-');
+    if inner.is_empty() { error } else { inner }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(url: &str) -> Node {
+        Node::open(url, Duration::from_secs(1), None).unwrap()
+    }
+
+    #[test]
+    fn a_new_connection_authenticates_and_selects_first() {
+        let n = open("redis://127.0.0.1:6380/2");
+        assert_eq!(
+            n.hello(true),
+            [
+                vec![b"HELLO".to_vec(), b"3".to_vec()],
+                vec![b"SELECT".to_vec(), b"2".to_vec()]
+            ]
+        );
+        let n = open("redis://cron:p%40ss@[::1]");
+        assert_eq!(
+            n.hello(false),
+            [vec![b"AUTH".to_vec(), b"cron".to_vec(), b"p@ss".to_vec()]]
+        );
+        assert_eq!(
+            n.hello(true)[0],
+            [&b"HELLO"[..], b"3", b"AUTH", b"cron", b"p@ss"]
+        );
+        let n = open("redis+unix:///run/redis.sock?db=3&pass=secret");
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"secret".to_vec()]);
+        assert_eq!(n.hello(false)[1], [b"SELECT".to_vec(), b"3".to_vec()]);
+        assert_eq!(
+            n.hello(true)[0],
+            [&b"HELLO"[..], b"3", b"AUTH", b"default", b"secret"]
+        );
+        let n = Node::open("redis://h", Duration::from_secs(1), Some("fromfile")).unwrap();
+        assert_eq!(n.hello(false)[0], [b"AUTH".to_vec(), b"fromfile".to_vec()]);
+    }
+
+    #[test]
+    fn redis_6_script_errors_are_unwrapped() {
+        assert_eq!(
+            script_error(
+                "ERR Error running script (call to f_b011): @user_script:6: @user_script: 6: \
+                 -READONLY You can't write against a read only replica."
+            ),
+            "READONLY You can't write against a read only replica."
+        );
+        assert_eq!(
+            script_error(
+                "ERR Error running script (call to f_b0): @user_script:18: WRONGTYPE Operation"
+            ),
+            "WRONGTYPE Operation"
+        );
+        assert_eq!(script_error("NOPERM this user"), "NOPERM this user");
+    }
+}

@@ -1,0 +1,560 @@
+//! Redis URLs: what each scheme names (one server, the sentinels of a primary, the seeds of a
+//! Cluster), every part checked before anything connects, and the URL as it may be printed:
+//! without its password.
+//!
+//! - `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS);
+//! - `redis+unix:///path[?db=N&user=U&pass=P]`;
+//! - `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]`: the primary
+//!   is asked of the sentinels (port 26379 by default) at every new connection, so after a
+//!   failover the next attempt reaches the new primary;
+//! - `redis+cluster://[user[:password]@]host[:port][,host[:port]...]`: seed nodes of a Redis
+//!   Cluster, asked which node owns the lock's hash slot.
+
+use std::path::PathBuf;
+
+use percent_encoding::percent_decode_str;
+
+use super::cluster::Cluster;
+use super::resp::Addr;
+use super::sentinel::Sentinel;
+use super::tls::TlsOptions;
+
+/// What a URL names: where the server is found, as whom, in which database.
+pub struct Target {
+    /// The URL without its password, for messages.
+    pub address: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub db: i64,
+    pub topology: Topology,
+}
+
+/// How the server of a URL is found.
+pub enum Topology {
+    /// One server: TCP (with TLS for `rediss://`) or a Unix socket.
+    Direct {
+        addr: Addr,
+        tls: Option<tokio_rustls::TlsConnector>,
+    },
+    /// The primary the sentinels name, asked at every new connection.
+    Sentinel(Sentinel),
+    /// The Cluster node that owns the lock's slot.
+    Cluster(Cluster),
+}
+
+impl Topology {
+    /// `host:port` (or the socket path) this URL names directly (for a sentinel or cluster URL,
+    /// its first host), to compare with what servers say of their replicas.
+    pub fn endpoint(&self) -> String {
+        match self {
+            Topology::Direct { addr, .. } => addr.to_string(),
+            Topology::Sentinel(s) => s.first_host(),
+            Topology::Cluster(c) => c.first_seed(),
+        }
+    }
+
+    /// Whether both name the same server (Redlock must not count one twice).
+    pub fn same(&self, other: &Topology) -> bool {
+        match (self, other) {
+            (Topology::Direct { addr: a, .. }, Topology::Direct { addr: b, .. }) => a == b,
+            (Topology::Sentinel(a), Topology::Sentinel(b)) => a == b,
+            (Topology::Cluster(a), Topology::Cluster(b)) => a.seeds() == b.seeds(),
+            _ => false,
+        }
+    }
+}
+
+/// Parses and checks `url`. A password missing from the URL is `default_password`
+/// (`--password-file`, `REDISCLI_AUTH`); `tls` is the TLS set-up for `rediss://` (built once
+/// for all URLs; without one, the system's CAs). Errors never show the password.
+pub fn parse(
+    url: &str,
+    default_password: Option<&str>,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Result<Target, String> {
+    if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
+        return parse_multi(url, default_password);
+    }
+    let parsed = ::url::Url::parse(url).map_err(|e| match e {
+        ::url::ParseError::InvalidPort => port_out_of_range(url),
+        ::url::ParseError::EmptyHost => format!("{} has no host", shown(url)),
+        _ => bad_url(url),
+    })?;
+    let address = redact(&parsed);
+    let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let query = |names: &[&str]| {
+        parsed
+            .query_pairs()
+            .find(|(k, _)| names.contains(&k.as_ref()))
+            .map(|(_, v)| v.into_owned())
+    };
+    let secure = parsed.scheme() == "rediss";
+    let (addr, mut user, mut password, db) = match parsed.scheme() {
+        "redis" | "rediss" => {
+            let host = match parsed.host() {
+                Some(::url::Host::Domain(d)) if !d.is_empty() => d.to_owned(),
+                Some(::url::Host::Ipv4(ip)) => ip.to_string(),
+                Some(::url::Host::Ipv6(ip)) => ip.to_string(),
+                _ => return Err(format!("the Redis URL {address} has no host")),
+            };
+            if parsed.port() == Some(0) {
+                return Err(port_out_of_range(url));
+            }
+            known_parameters(&parsed, &address, &[])?;
+            let db = parsed.path().trim_matches('/');
+            let db = if db.is_empty() {
+                None
+            } else {
+                Some(db.to_owned())
+            };
+            let user = Some(decode(parsed.username())).filter(|u| !u.is_empty());
+            let tcp = Addr::Tcp {
+                host,
+                port: parsed.port().unwrap_or(6379),
+            };
+            (tcp, user, parsed.password().map(decode), db)
+        }
+        "redis+unix" => {
+            if parsed.path().is_empty() || parsed.path() == "/" {
+                return Err(format!("the Redis URL {address} has no socket path"));
+            }
+            known_parameters(&parsed, &address, &["db", "user", "pass", "password"])?;
+            let path = PathBuf::from(decode(parsed.path()));
+            (
+                Addr::Unix(path),
+                query(&["user"]),
+                query(&["pass", "password"]),
+                query(&["db"]),
+            )
+        }
+        _ => return Err(bad_url(url)),
+    };
+    let db = match db {
+        None => 0,
+        Some(db) => database(&db).ok_or_else(|| {
+            format!(
+                "the Redis URL {address} names database {db:?}: a database is a number, 0 or more"
+            )
+        })?,
+    };
+    if password.is_none() {
+        password = default_password.map(str::to_owned);
+    }
+    if password.is_none() {
+        user = None; // AUTH needs a password; a bare user name means the default user
+    }
+    let tls = match (secure, tls) {
+        (false, _) => None,
+        (true, Some(tls)) => Some(tls.clone()),
+        (true, None) => Some(super::tls::connector(&TlsOptions::default())?),
+    };
+    Ok(Target {
+        address,
+        user,
+        password,
+        db,
+        topology: Topology::Direct { addr, tls },
+    })
+}
+
+/// A URL that names several hosts: sentinels, or the seeds of a Cluster.
+fn parse_multi(url: &str, default_password: Option<&str>) -> Result<Target, String> {
+    let is_cluster = url.starts_with("redis+cluster://");
+    let usage = || {
+        if is_cluster {
+            format!(
+                "{} is not a cluster URL: use redis+cluster://[user[:password]@]host[:port][,host[:port]...]",
+                redact_multi(url)
+            )
+        } else {
+            format!(
+                "{} is not a sentinel URL: use redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
+                redact_multi(url)
+            )
+        }
+    };
+    let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+    let (auth, hosts_part, path) = split_multi(rest);
+    if path.unwrap_or(hosts_part).contains(['?', '#']) {
+        return Err(format!(
+            "{}: sentinel and cluster URLs take no ?parameters",
+            redact_multi(url)
+        ));
+    }
+    let path = if is_cluster {
+        if path.is_some_and(|p| !p.is_empty()) {
+            return Err(format!(
+                "{}: a Redis Cluster has only database 0",
+                redact_multi(url)
+            ));
+        }
+        "cluster"
+    } else {
+        path.ok_or_else(usage)?
+    };
+    let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let (mut user, mut password) = match auth.map(|a| a.split_once(':').unwrap_or((a, ""))) {
+        Some((u, p)) => (
+            Some(decode(u)).filter(|u| !u.is_empty()),
+            Some(decode(p)).filter(|p| !p.is_empty()),
+        ),
+        None => (None, None),
+    };
+    let mut hosts = Vec::new();
+    for host in hosts_part.split(',') {
+        if host.is_empty() {
+            return Err(format!("{}: an empty host in the list", redact_multi(url)));
+        }
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port))
+                if !name.ends_with(':') && (!name.starts_with('[') || name.ends_with(']')) =>
+            {
+                let number = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+                match port.parse::<u16>() {
+                    Ok(port) if port > 0 => (name, port),
+                    _ if number => {
+                        return Err(format!(
+                            "{}: port {port} is out of range: use 1 to 65535",
+                            redact_multi(url)
+                        ));
+                    }
+                    _ => return Err(usage()),
+                }
+            }
+            _ => (host, if is_cluster { 6379 } else { 26379 }),
+        };
+        if name.is_empty() || name == "[]" {
+            return Err(format!("{}: an empty host in the list", redact_multi(url)));
+        }
+        hosts.push((
+            name.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port,
+        ));
+    }
+    let mut segments = path.split('/');
+    let master = segments
+        .next()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(usage)?
+        .to_owned();
+    let db = match segments.next() {
+        None | Some("") => 0,
+        Some(db) => database(db).ok_or_else(|| {
+            format!(
+                "{} names database {db:?}: a database is a number, 0 or more",
+                redact_multi(url)
+            )
+        })?,
+    };
+    if segments.next().is_some() {
+        return Err(usage());
+    }
+    if hosts.is_empty() {
+        return Err(usage());
+    }
+    if password.is_none() {
+        password = default_password.map(str::to_owned);
+    }
+    if password.is_none() {
+        user = None;
+    }
+    let topology = if is_cluster {
+        Topology::Cluster(Cluster::new(hosts))
+    } else {
+        Topology::Sentinel(Sentinel::new(hosts, master))
+    };
+    Ok(Target {
+        address: redact_multi(url),
+        user,
+        password,
+        db,
+        topology,
+    })
+}
+
+/// A database number as a URL gives it: decimal digits, no sign.
+fn database(text: &str) -> Option<i64> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse::<u32>().ok().map(i64::from))
+        .flatten()
+}
+
+/// Refuses query parameters other than `known`: a misspelt `?db=` must not silently mean
+/// database 0.
+fn known_parameters(parsed: &::url::Url, address: &str, known: &[&str]) -> Result<(), String> {
+    match parsed
+        .query_pairs()
+        .find(|(k, _)| !known.contains(&k.as_ref()))
+    {
+        None => Ok(()),
+        Some((k, _)) if known.is_empty() => Err(format!(
+            "the Redis URL {address} has a parameter ?{k}=, and redis:// takes none \
+             (the database goes in the path: redis://host:port/DB)"
+        )),
+        Some((k, _)) => Err(format!(
+            "the Redis URL {address} has an unknown parameter ?{k}= (known: {})",
+            known.join(", ")
+        )),
+    }
+}
+
+fn port_out_of_range(url: &str) -> String {
+    format!("{} has a port out of range: use 1 to 65535", shown(url))
+}
+
+/// A URL that may not parse, as it may be printed: without a password.
+fn shown(url: &str) -> String {
+    match ::url::Url::parse(url) {
+        Ok(parsed) => redact(&parsed),
+        Err(_) if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),
+        Err(_) => format!("{url:?}"),
+    }
+}
+
+fn bad_url(url: &str) -> String {
+    if url.starts_with("file://") {
+        return "file:// names the host-local backend (a directory of this host), not a Redis server"
+            .into();
+    }
+    format!(
+        "{} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
+         rediss:// (TLS) or redis+unix:///path/to/socket",
+        shown(url)
+    )
+}
+
+/// A sentinel or cluster URL (several hosts) without its password.
+fn redact_multi(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, hosts, path) = split_multi(rest);
+    let hosts = match auth {
+        Some(auth) => match auth.split_once(':') {
+            Some((user, _)) if !user.is_empty() => format!("{user}@{hosts}"),
+            None if !auth.is_empty() => format!("{auth}@{hosts}"),
+            _ => hosts.to_owned(),
+        },
+        None => hosts.to_owned(),
+    };
+    format!("{scheme}://{hosts}/{}", path.unwrap_or_default())
+}
+
+/// Splits what follows `scheme://` in a sentinel or cluster URL into the user part, the hosts
+/// and the path. The user part ends at the last `@`: a password may hold a `/` (a URL should
+/// percent-encode it, but secrets get pasted as they are), and it must never be taken for the
+/// start of the path, and printed. The hosts end at the first `/` after it.
+fn split_multi(rest: &str) -> (Option<&str>, &str, Option<&str>) {
+    let (auth, after) = match rest.rsplit_once('@') {
+        Some((auth, after)) => (Some(auth), after),
+        None => (None, rest),
+    };
+    match after.split_once('/') {
+        Some((hosts, path)) => (auth, hosts, Some(path)),
+        None => (auth, after, None),
+    }
+}
+
+/// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
+pub fn url_has_password(url: &str) -> bool {
+    if let Some(rest) = url
+        .strip_prefix("redis+sentinel://")
+        .or_else(|| url.strip_prefix("redis+cluster://"))
+    {
+        let (auth, _, _) = split_multi(rest);
+        return auth.is_some_and(|auth| auth.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
+    }
+    ::url::Url::parse(url).is_ok_and(|u| {
+        u.password().is_some() || u.query_pairs().any(|(k, _)| k == "pass" || k == "password")
+    })
+}
+
+/// The URL with any password removed, so it can be printed.
+pub fn redact(url: &::url::Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(None);
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != "pass" && k != "password")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if pairs.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(url: &str) -> Result<Target, String> {
+        parse(url, None, None)
+    }
+
+    fn direct(target: &Target) -> &Addr {
+        match &target.topology {
+            Topology::Direct { addr, .. } => addr,
+            _ => panic!("not one server"),
+        }
+    }
+
+    /// Whether the URL itself carries a password (for the warning about `ps`).
+    #[test]
+    fn passwords_in_urls_are_noticed() {
+        assert!(url_has_password("redis://:pw@h"));
+        assert!(url_has_password("redis+unix:///s?pass=pw"));
+        assert!(!url_has_password("redis://user@h"));
+        assert!(!url_has_password("not a url"));
+    }
+
+    #[test]
+    fn a_default_password_fills_in_only_where_the_url_has_none() {
+        let t = parse("redis://h", Some("fromfile"), None).unwrap();
+        assert_eq!(t.password.as_deref(), Some("fromfile"));
+        let t = parse("redis://:inurl@h", Some("fromfile"), None).unwrap();
+        assert_eq!(t.password.as_deref(), Some("inurl"));
+        let t = parse("redis://cron@h", None, None).unwrap();
+        assert_eq!(
+            t.user, None,
+            "a user without a password is the default user"
+        );
+    }
+
+    #[test]
+    fn tcp_urls() {
+        let t = open("redis://127.0.0.1:6380/2").unwrap();
+        assert_eq!(
+            direct(&t),
+            &Addr::Tcp {
+                host: "127.0.0.1".into(),
+                port: 6380
+            }
+        );
+        assert_eq!(t.db, 2);
+        let t = open("redis://cron:p%40ss@[::1]").unwrap();
+        assert_eq!(
+            direct(&t),
+            &Addr::Tcp {
+                host: "::1".into(),
+                port: 6379
+            }
+        );
+        assert_eq!(
+            (t.user.as_deref(), t.password.as_deref()),
+            (Some("cron"), Some("p@ss"))
+        );
+        assert_eq!(t.address, "redis://cron@[::1]");
+        assert!(open("redis://").err().unwrap().contains("no host"));
+        assert!(
+            open("redis://h/x")
+                .err()
+                .unwrap()
+                .contains("a database is a number")
+        );
+    }
+
+    #[test]
+    fn unix_urls() {
+        let t = open("redis+unix:///run/redis.sock?db=3&pass=secret").unwrap();
+        assert_eq!(direct(&t), &Addr::Unix("/run/redis.sock".into()));
+        assert_eq!((t.password.as_deref(), t.db), (Some("secret"), 3));
+        assert_eq!(t.address, "redis+unix:///run/redis.sock?db=3");
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let t = open("redis+sentinel://:pw@s1:26380,s2,[::1]:26381/mymaster/2").unwrap();
+        let Topology::Sentinel(s) = &t.topology else {
+            panic!("not sentinels")
+        };
+        assert_eq!(s.master, "mymaster");
+        assert_eq!(
+            s.hosts,
+            [
+                ("s1".to_owned(), 26380),
+                ("s2".to_owned(), 26379),
+                ("::1".to_owned(), 26381)
+            ]
+        );
+        assert_eq!((t.db, t.password.as_deref()), (2, Some("pw")));
+        assert_eq!(
+            t.address,
+            "redis+sentinel://s1:26380,s2,[::1]:26381/mymaster/2"
+        );
+        assert!(url_has_password("redis+sentinel://:pw@s1/m"));
+        assert!(!url_has_password("redis+sentinel://s1/m"));
+        assert!(!url_has_password("redis+sentinel://user@s1/m"));
+        assert!(open("redis+sentinel://s1").is_err());
+        assert!(open("redis+sentinel://s1/").is_err());
+    }
+
+    /// A password with a `/` in it (not percent-encoded) is a password, not a path: it is
+    /// used, noticed, and never printed, in sentinel and cluster URLs alike.
+    #[test]
+    fn a_slash_in_a_password_stays_in_the_password() {
+        let t = open("redis+sentinel://u:pa/ss@s1:26380/mymaster").unwrap();
+        assert_eq!(
+            (t.user.as_deref(), t.password.as_deref()),
+            (Some("u"), Some("pa/ss"))
+        );
+        assert_eq!(t.address, "redis+sentinel://u@s1:26380/mymaster");
+        let t = open("redis+cluster://:pa/ss@n1:7000").unwrap();
+        assert_eq!(t.password.as_deref(), Some("pa/ss"));
+        for url in [
+            "redis+sentinel://:pa/ss@127.0.0.1:1/m",
+            "redis+cluster://:pa/ss@127.0.0.1:1",
+        ] {
+            assert!(url_has_password(url), "{url}");
+            assert!(!redact_multi(url).contains("ss"), "{}", redact_multi(url));
+        }
+        let bad = open("redis+sentinel://:pa/ss@127.0.0.1:1").err().unwrap();
+        assert!(!bad.contains("ss@"), "{bad}");
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let t = open("redis+cluster://:pw@n1:7000,n2:7001,n3").unwrap();
+        let Topology::Cluster(c) = &t.topology else {
+            panic!("not a cluster")
+        };
+        assert_eq!(
+            c.seeds(),
+            [
+                ("n1".to_owned(), 7000),
+                ("n2".to_owned(), 7001),
+                ("n3".to_owned(), 6379)
+            ]
+        );
+        assert_eq!(t.address, "redis+cluster://n1:7000,n2:7001,n3/");
+        assert!(url_has_password("redis+cluster://:pw@n1"));
+        assert!(
+            open("redis+cluster://n1:7000/1")
+                .err()
+                .unwrap()
+                .contains("only database 0")
+        );
+    }
+
+    #[test]
+    fn other_schemes_are_refused_without_showing_passwords() {
+        assert!(
+            open("http://h")
+                .err()
+                .unwrap()
+                .contains("not a supported Redis URL")
+        );
+        assert!(!open("ftp://u:hunter2@h").err().unwrap().contains("hunter2"));
+        assert!(open("rediss://h").is_ok(), "TLS with the system roots");
+        assert!(open("file:///tmp").err().unwrap().contains("host-local"));
+        assert!(open("not a url").is_err());
+    }
+}
