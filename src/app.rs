@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::exit::{Codes, Exit, Failure};
 use crate::lease::show;
+use crate::name::LockName;
 use crate::open::{Opened, open_backend, runtime};
-use crate::{child, cli, doctor, file, log, release, run, status};
+use crate::{child, cli, doctor, log, release, run, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {
@@ -29,10 +30,8 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.conn,
                 &args.name,
                 "release",
-                async |backend| match backend {
-                    Opened::One(lock) => release::release(&lock, force).await,
-                    Opened::Many(redlock) => release::release_redlock(&redlock, force).await,
-                    Opened::File(url, name) => release::release_file(&url, &name, force),
+                async |opened, name| {
+                    crate::with_backend!(opened, |b| release::release(&b, name, force).await)
                 },
             )
         }
@@ -43,10 +42,8 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.conn,
                 &args.name,
                 "status",
-                async |backend| match backend {
-                    Opened::One(lock) => status::status(&lock, json).await,
-                    Opened::Many(redlock) => status::status_redlock(&redlock, json).await,
-                    Opened::File(url, name) => status::status_file(&url, &name, json),
+                async |opened, name| {
+                    crate::with_backend!(opened, |b| status::status(&b, name, json).await)
                 },
             )
         }
@@ -67,11 +64,15 @@ fn inspecting(
     conn: &ConnArgs,
     name: &str,
     what: &str,
-    act: impl AsyncFnOnce(Opened) -> Result<Exit, Failure>,
+    act: impl AsyncFnOnce(Opened, &LockName) -> Result<Exit, Failure>,
 ) -> Outcome {
     log::init(log);
-    let result = open_backend(conn, name, what, conn.connect_timeout)
-        .and_then(|backend| runtime()?.block_on(act(backend)));
+    let result = LockName::new(name)
+        .map_err(Failure::usage)
+        .and_then(|name| {
+            let opened = open_backend(conn, name.as_str(), what, conn.connect_timeout)?;
+            runtime()?.block_on(act(opened, &name))
+        });
     Outcome {
         result,
         codes: Codes::default(),
@@ -121,9 +122,9 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
                 runtime()?.block_on(run::run(&lock, &cfg, &path))
             }
             Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg, &path)),
-            Opened::File(url, name) => {
-                let lock = file::FileLock::open(&url, name, &program)?;
-                runtime()?.block_on(run::run(&lock, &cfg, &path))
+            Opened::File(lock) => {
+                lock.prepare()?;
+                runtime()?.block_on(run::run(&*lock, &cfg, &path))
             }
         }
     });

@@ -92,6 +92,34 @@ impl fmt::Display for Busy {
     }
 }
 
+/// What `status` shows of a lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The last fence token issued (the current holder's while held), if any.
+    pub fence: Option<u64>,
+    /// `None` when free.
+    pub held: Option<Busy>,
+    /// The lock's value (the owner's token) while held; compared across Redlock's servers.
+    pub value: Option<String>,
+    /// How many wait for it, when that can be told.
+    pub waiters: Option<u64>,
+    /// Redlock: the quorum, and each server's own report, or why it did not answer.
+    pub quorum: Option<usize>,
+    pub servers: Vec<(String, Result<Report, BackendError>)>,
+}
+
+/// What `release --force` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Freed {
+    /// Released: whom it was taken from (`None`: it was free), and the last fence issued.
+    Released {
+        holder: Option<Holder>,
+        fence: Option<u64>,
+    },
+    /// Not released, and why: a host-local lock cannot be taken from a live process.
+    Kept(String),
+}
+
 /// The answer to one acquisition attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
@@ -160,6 +188,14 @@ pub trait Backend {
         keep_for: Option<Duration>,
         timeout: Duration,
     ) -> impl Future<Output = Result<bool, BackendError>>;
+
+    /// The lock's state, for `status` (and `release`, which shows the holder it refuses to
+    /// take the lock from without `--force`). Changes nothing.
+    fn inspect(&self) -> impl Future<Output = Result<Report, BackendError>>;
+
+    /// `release --force`: frees the lock whoever holds it, never its fence counter, and wakes
+    /// the waiters.
+    fn force_release(&self) -> impl Future<Output = Result<Freed, BackendError>>;
 
     /// Release notifications, confirmed by the server when this returns, and whether that
     /// subscription already preceded the last attempt (else the caller must try again before

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cli::ConnArgs;
 use crate::exit::Failure;
-use crate::file;
+use crate::file::{self, FileLock};
 use crate::name::LockName;
 use crate::redis::lock::ServerLock;
 use crate::redis::node::Node;
@@ -13,11 +13,11 @@ use crate::redis::redlock::Redlock;
 use crate::redis::tls;
 
 /// The backend the URLs name: one server, Redlock over several, or a directory of this host
-/// (its URL and the NAME: a run opens the lock file, `status` only looks).
+/// (where nothing is created yet: a run prepares it, `status` only looks).
 pub enum Opened {
     One(Box<ServerLock>),
     Many(Redlock),
-    File(String, LockName),
+    File(Box<FileLock>),
 }
 
 pub fn open_backend(
@@ -28,7 +28,7 @@ pub fn open_backend(
 ) -> Result<Opened, Failure> {
     let name = LockName::new(name).map_err(Failure::usage)?;
     let nodes = match open_servers(conn)? {
-        Servers::Dir(url) => return Ok(Opened::File(url, name)),
+        Servers::Dir(url) => return Ok(Opened::File(Box::new(FileLock::at(&url, name, command)?))),
         Servers::Redis(nodes) => nodes,
     };
     if nodes.len() == 1 {
@@ -119,4 +119,24 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::unavailable(format!("cannot start the runtime: {e}")))
+}
+
+/// Evaluates `$body` with `$backend` bound to whichever backend `$opened` holds: each kind is
+/// its own type, and the code that uses them (`run`, `status`, `release`) is generic.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_backend {
+    ($opened:expr, |$backend:ident| $body:expr) => {
+        match $opened {
+            $crate::open::Opened::One(boxed) => {
+                let $backend = *boxed;
+                $body
+            }
+            $crate::open::Opened::Many($backend) => $body,
+            $crate::open::Opened::File(boxed) => {
+                let $backend = *boxed;
+                $body
+            }
+        }
+    };
 }

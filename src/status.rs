@@ -3,143 +3,69 @@
 
 use serde_json::{Value, json};
 
-use std::time::Duration;
-
-use crate::backend::{Busy, Expiry, Holder};
+use crate::backend::{Backend, Expiry, Holder, Report};
 use crate::exit::{Exit, Failure};
-use crate::file;
 use crate::lease::show;
 use crate::name::LockName;
-use crate::redis::lock::{Report, ServerLock};
-use crate::redis::redlock::Redlock;
 
-/// Prints the lock's state on stdout and returns the status to exit with.
-pub async fn status(lock: &ServerLock, as_json: bool) -> Result<Exit, Failure> {
-    let report = lock
+/// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
+pub async fn status<B: Backend>(
+    backend: &B,
+    name: &LockName,
+    as_json: bool,
+) -> Result<Exit, Failure> {
+    let report = backend
         .inspect()
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
-    // How many wait: a permission the ACL may deny (PUBSUB), so a missing count is no error.
-    let waiters = lock.waiters().await.ok();
-    Ok(print(lock.name().as_str(), &report, waiters, as_json))
-}
-
-/// `status` of a host-local lock: the lock file and the fence counter in the directory; the
-/// waiters blocked on the lock, as `/proc/locks` lists them.
-pub fn status_file(url: &str, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
-    let report = file::inspect(url, name).map_err(|e| Failure::unavailable(e.to_string()))?;
-    let waiters = file::waiters(url, name);
-    Ok(print(name.as_str(), &report, waiters, as_json))
-}
-
-/// Prints one lock's report (and how many wait for it, if known); exit 0 held, 1 free.
-fn print(name: &str, report: &Report, waiters: Option<u64>, as_json: bool) -> Exit {
+    let name = name.as_str();
     if as_json {
-        let mut object = to_json(name, report);
-        object["waiters"] = json!(waiters);
-        println!("{object}");
-    } else {
-        println!("{}{}", to_text(name, report), waiting(waiters));
-    }
-    if report.held.is_some() {
-        Exit::Held
-    } else {
-        Exit::Free
-    }
-}
-
-/// `status` over Redlock's servers: held when a quorum holds one owner's value; each server's
-/// own state below. 69 when fewer than a quorum answer.
-pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Failure> {
-    let reports = redlock.inspect().await;
-    let quorum = redlock.quorum();
-    let n = reports.len();
-    let answered: Vec<&Report> = reports
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    if answered.len() < quorum {
-        let first = reports.iter().find_map(|(_, r)| r.as_ref().err());
-        return Err(Failure::unavailable(format!(
-            "only {} of {n} Redis servers answered, a quorum is {quorum}{}",
-            answered.len(),
-            first.map_or_else(String::new, |e| format!(": {e}"))
-        )));
-    }
-    // The owner whose value a quorum of servers holds, if any.
-    let owner = answered
-        .iter()
-        .filter_map(|r| r.value.as_deref())
-        .find(|v| {
-            answered
-                .iter()
-                .filter(|r| r.value.as_deref() == Some(*v))
-                .count()
-                >= quorum
-        });
-    let holding: Vec<&Report> = answered
-        .iter()
-        .copied()
-        .filter(|r| owner.is_some() && r.value.as_deref() == owner)
-        .collect();
-    // The lock lasts while a quorum holds it: until the quorum-th longest of their leases ends.
-    let mut expiries: Vec<Expiry> = holding
-        .iter()
-        .filter_map(|r| r.held.as_ref().map(|b| b.expiry))
-        .collect();
-    expiries.sort_by_key(|e| std::cmp::Reverse(e.left()));
-    let summary = Report {
-        fence: answered.iter().filter_map(|r| r.fence).max(),
-        held: owner.map(|_| Busy {
-            holder: holding
-                .iter()
-                .filter_map(|r| r.held.as_ref().map(|b| b.holder.clone()))
-                .find(Holder::is_known)
-                .unwrap_or_default(),
-            expiry: expiries
-                .get(quorum - 1)
-                .copied()
-                .unwrap_or(Expiry::In(Duration::ZERO)),
-        }),
-        value: owner.map(str::to_owned),
-    };
-    let name = redlock.name();
-    let waiters = redlock.waiters().await;
-    if as_json {
-        let mut object = to_json(name, &summary);
-        object["waiters"] = json!(waiters);
-        object["quorum"] = json!(quorum);
-        object["servers"] = Value::Array(
-            reports
-                .iter()
-                .map(|(url, report)| match report {
-                    Ok(r) => {
-                        let mut o = json!({"url": url});
-                        let fields = to_json(name, r);
-                        for (k, v) in fields
-                            .as_object()
-                            .into_iter()
-                            .flatten()
-                            .filter(|(k, _)| *k != "name")
-                        {
-                            o[k] = v.clone();
+        let mut object = to_json(name, &report);
+        object["waiters"] = json!(report.waiters);
+        if let Some(quorum) = report.quorum {
+            object["quorum"] = json!(quorum);
+            object["servers"] = Value::Array(
+                report
+                    .servers
+                    .iter()
+                    .map(|(url, server)| match server {
+                        Ok(r) => {
+                            let mut o = json!({"url": url});
+                            let fields = to_json(name, r);
+                            for (k, v) in fields
+                                .as_object()
+                                .into_iter()
+                                .flatten()
+                                .filter(|(k, _)| *k != "name")
+                            {
+                                o[k] = v.clone();
+                            }
+                            o
                         }
-                        o
-                    }
-                    Err(e) => json!({"url": url, "error": e.to_string()}),
-                })
-                .collect(),
-        );
+                        Err(e) => json!({"url": url, "error": e.to_string()}),
+                    })
+                    .collect(),
+            );
+        }
         println!("{object}");
-    } else {
+    } else if let Some(quorum) = report.quorum {
+        let holding = report
+            .servers
+            .iter()
+            .filter(|(_, r)| {
+                report.value.is_some()
+                    && r.as_ref()
+                        .is_ok_and(|r| r.value.as_ref() == report.value.as_ref())
+            })
+            .count();
         println!(
-            "{}{}; {} of {n} servers hold it, a quorum is {quorum}",
-            to_text(name, &summary),
-            waiting(waiters),
-            holding.len()
+            "{}{}; {holding} of {} servers hold it, a quorum is {quorum}",
+            to_text(name, &report),
+            waiting(report.waiters),
+            report.servers.len()
         );
-        for (url, report) in &reports {
-            match report {
+        for (url, server) in &report.servers {
+            match server {
                 Ok(r) => println!(
                     "  {url}: {}",
                     to_text(name, r)
@@ -149,8 +75,10 @@ pub async fn status_redlock(redlock: &Redlock, as_json: bool) -> Result<Exit, Fa
                 Err(e) => println!("  {url}: no answer: {e}"),
             }
         }
+    } else {
+        println!("{}{}", to_text(name, &report), waiting(report.waiters));
     }
-    Ok(if summary.held.is_some() {
+    Ok(if report.held.is_some() {
         Exit::Held
     } else {
         Exit::Free
@@ -217,14 +145,16 @@ pub fn to_text(name: &str, report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::backend::Busy;
 
     #[test]
     fn free_and_held_in_json() {
         let free = Report {
             fence: Some(3),
-            held: None,
-            value: None,
+            ..Report::default()
         };
         assert_eq!(
             to_json("job", &free),
@@ -243,6 +173,7 @@ mod tests {
                 expiry: Expiry::In(Duration::from_millis(1200)),
             }),
             value: Some("t".into()),
+            ..Report::default()
         };
         let j = to_json("job", &held);
         assert_eq!(j["held"], json!(true));

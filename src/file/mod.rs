@@ -27,10 +27,11 @@
 
 mod fence;
 mod files;
+mod inspect;
 mod meta;
 mod proc_locks;
 
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 use std::fs::{self, DirBuilder, File};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -42,16 +43,16 @@ use tokio::sync::oneshot;
 use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups, hostname, wall_clock_ms,
 };
+use crate::backend::{Freed, Report};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
-use crate::redis::lock::Report;
 
 use files::{Paths, flock, open_existing, open_lock_file, refused};
 pub use files::{dir_of, is_file_url};
+pub use inspect::{check_files, only_its_process_frees};
 use meta::{Meta, NotBefore};
-pub use proc_locks::waiters;
-use proc_locks::{holder_of, is_locked};
+use proc_locks::holder_of;
 
 /// A lock on one NAME in one directory of this host.
 pub struct FileLock {
@@ -61,8 +62,9 @@ pub struct FileLock {
     token: String,
     holder: Holder,
     /// The lock file: the flock belongs to this open file description. Replaced when the file
-    /// at the path turns out to be another one.
-    file: RefCell<File>,
+    /// at the path turns out to be another one; `None` until the first attempt of a lock
+    /// made by [`FileLock::at`].
+    file: RefCell<Option<File>>,
     /// What was written into the lock file when it was taken; `None` when not held.
     held: RefCell<Option<Meta>>,
 }
@@ -72,11 +74,25 @@ impl FileLock {
     /// in the directory `url` names. A missing parent is a usage error (2); a directory or
     /// file that cannot be written is 69.
     pub fn open(url: &str, name: LockName, command: &str) -> Result<FileLock, Failure> {
+        let lock = FileLock::at(url, name, command)?;
+        lock.prepare()?;
+        Ok(lock)
+    }
+
+    /// Creates the directory if its parent exists (else a usage error, 2), and opens the lock
+    /// file, creating it (a directory or file that cannot be written is 69).
+    pub fn prepare(&self) -> Result<(), Failure> {
+        prepare_dir(&self.paths.dir)?;
+        self.file()
+            .map(drop)
+            .map_err(|e| Failure::unavailable(e.to_string()))
+    }
+
+    /// The lock of `name` in the directory `url` names, with nothing opened or created yet:
+    /// what `status` and `release` look at.
+    pub fn at(url: &str, name: LockName, command: &str) -> Result<FileLock, Failure> {
         let dir = dir_of(url).map_err(Failure::usage)?;
-        prepare_dir(&dir)?;
         let paths = Paths::new(&dir, &name);
-        let file = open_lock_file(&paths.lock)
-            .map_err(|e| Failure::unavailable(refused(&paths.lock, "open", &e).to_string()))?;
         Ok(FileLock {
             key: paths.lock.display().to_string(),
             name,
@@ -89,7 +105,7 @@ impl FileLock {
                 since_ms: None,
                 fence: None,
             },
-            file: RefCell::new(file),
+            file: RefCell::new(None),
             held: RefCell::new(None),
         })
     }
@@ -98,9 +114,23 @@ impl FileLock {
         &self.name
     }
 
+    /// The lock file, opened (created) if it is not yet.
+    fn file(&self) -> Result<Ref<'_, File>, BackendError> {
+        if self.file.borrow().is_none() {
+            let file = open_lock_file(&self.paths.lock)
+                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
+            *self.file.borrow_mut() = Some(file);
+        }
+        Ref::filter_map(self.file.borrow(), Option::as_ref).map_err(|_| {
+            BackendError::Refused(format!("{} is not open", self.paths.lock.display()))
+        })
+    }
+
     fn unlock(&self) {
         // Closing the descriptor at exit would unlock too; an error here changes nothing.
-        let _ = flock(&self.file.borrow(), libc::LOCK_UN);
+        if let Some(file) = &*self.file.borrow() {
+            let _ = flock(file, libc::LOCK_UN);
+        }
     }
 
     /// Whether `file` is still the file at the lock's path (not deleted, not replaced).
@@ -115,7 +145,10 @@ impl FileLock {
 
     /// How long a `--min-hold` deadline left in the lock file still keeps the lock.
     fn min_hold_left(&self) -> Option<Duration> {
-        Meta::read(&self.file.borrow())
+        self.file
+            .borrow()
+            .as_ref()
+            .map(Meta::read)?
             .not_before
             .as_ref()
             .and_then(NotBefore::left)
@@ -192,7 +225,7 @@ impl Backend for FileLock {
         // at the path (a few times at most, against someone who keeps replacing it).
         let mut replaced = 0;
         loop {
-            let file = self.file.borrow();
+            let file = self.file()?;
             let locked = match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
                 Ok(()) => true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
@@ -224,10 +257,10 @@ impl Backend for FileLock {
             }
             let file = open_lock_file(&self.paths.lock)
                 .map_err(|e| refused(&self.paths.lock, "open", &e))?;
-            *self.file.borrow_mut() = file;
+            *self.file.borrow_mut() = Some(file);
         }
         // Ours now; a --min-hold deadline left by the last holder still keeps it.
-        let last = Meta::read(&self.file.borrow());
+        let last = Meta::read(&*self.file()?);
         if let Some(left) = last.not_before.as_ref().and_then(NotBefore::left) {
             self.unlock();
             return Ok(Attempt::Busy(Busy {
@@ -249,7 +282,7 @@ impl Backend for FileLock {
             token: Some(self.token.clone()),
             not_before: None,
         };
-        let written = meta.write(&self.file.borrow());
+        let written = meta.write(&*self.file()?);
         written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
         *self.held.borrow_mut() = Some(meta);
         Ok(Attempt::Acquired { fence })
@@ -267,17 +300,26 @@ impl Backend for FileLock {
         let Some(mut meta) = self.held.borrow_mut().take() else {
             return Ok(false);
         };
+        let file = self.file()?;
         let written = match keep_for {
             Some(hold) => {
                 meta.not_before = Some(NotBefore::after(hold));
-                let file = self.file.borrow();
                 meta.write(&file).and_then(|()| self.sync(&file))
             }
-            None => self.file.borrow().set_len(0),
+            None => file.set_len(0),
         };
+        drop(file);
         self.unlock();
         written.map_err(|e| refused(&self.paths.lock, "write", &e))?;
         Ok(true)
+    }
+
+    async fn inspect(&self) -> Result<Report, BackendError> {
+        inspect::report(&self.paths)
+    }
+
+    async fn force_release(&self) -> Result<Freed, BackendError> {
+        inspect::force_release(&self.paths, &self.name)
     }
 
     async fn subscribe(&self) -> Result<(FileWakeups<'_>, bool), BackendError> {
@@ -349,91 +391,6 @@ fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
     rx
 }
 
-/// `status` of a NAME in a directory, without creating anything, and without touching the
-/// lock whenever `/proc/locks` can tell.
-pub fn inspect(url: &str, name: &LockName) -> Result<Report, BackendError> {
-    let dir = dir_of(url).map_err(BackendError::Refused)?;
-    if !dir.is_dir() {
-        return Err(BackendError::Refused(format!(
-            "{} is not a directory (no lock was ever taken there, or the file:// URL is wrong)",
-            dir.display()
-        )));
-    }
-    let paths = Paths::new(&dir, name);
-    let fence = paths.read_fence()?;
-    let file = match open_existing(&paths.lock, false) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(Report {
-                fence,
-                held: None,
-                value: None,
-            });
-        }
-        Err(e) => return Err(refused(&paths.lock, "read", &e)),
-    };
-    let meta = Meta::read(&file);
-    let held = is_locked(&file).map_err(|e| refused(&paths.lock, "check", &e))?;
-    let (holder, expiry) = if held {
-        (holder_of(&file, meta.holder), Some(Expiry::WithHolder))
-    } else {
-        let left = meta.not_before.as_ref().and_then(NotBefore::left);
-        (meta.holder, left.map(Expiry::In))
-    };
-    Ok(Report {
-        fence,
-        held: expiry.map(|expiry| Busy { holder, expiry }),
-        value: expiry.and(meta.token),
-    })
-}
-
-/// Frees a lock that only a `--min-hold` deadline keeps; a lock that a live process holds
-/// cannot be taken from it. Returns the holder it was taken from, and the last fence.
-pub fn clear_min_hold(
-    url: &str,
-    name: &LockName,
-) -> Result<(Option<Holder>, Option<u64>), BackendError> {
-    let dir = dir_of(url).map_err(BackendError::Refused)?;
-    let paths = Paths::new(&dir, name);
-    let fence = paths.read_fence()?;
-    let file = match open_existing(&paths.lock, true) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, fence)),
-        Err(e) => return Err(refused(&paths.lock, "open", &e)),
-    };
-    flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| refused(&paths.lock, "lock", &e))?;
-    let meta = Meta::read(&file);
-    let holder = meta
-        .not_before
-        .as_ref()
-        .and_then(NotBefore::left)
-        .map(|_| meta.holder.clone());
-    if holder.is_some() {
-        file.set_len(0)
-            .map_err(|e| refused(&paths.lock, "write", &e))?;
-    }
-    Ok((holder, fence))
-}
-
-/// `doctor`: NAME's files in DIR can be used by this user: the lock file opens for writing
-/// (not a link), the fence counter reads as one.
-pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
-    let paths = Paths::new(dir, name);
-    let lock = match fs::symlink_metadata(&paths.lock) {
-        Err(_) => return Ok(format!("no files for lock {name} yet")),
-        Ok(_) => {
-            open_lock_file(&paths.lock).map_err(|e| refused(&paths.lock, "open", &e).to_string())?
-        }
-    };
-    drop(lock);
-    let fence = paths.read_fence().map_err(|e| e.to_string())?;
-    Ok(format!(
-        "{} opens for writing; last fence of lock {name}: {}",
-        paths.lock.display(),
-        fence.map_or_else(|| "none issued yet".into(), |f| f.to_string())
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,7 +412,7 @@ mod tests {
         };
         assert_eq!(busy.holder.command.as_deref(), Some("a"));
         assert_eq!(busy.expiry, Expiry::WithHolder);
-        let report = inspect(&url, &name).unwrap();
+        let report = a.inspect().await.unwrap();
         assert_eq!(report.fence, Some(1));
         assert_eq!(report.held.unwrap().holder.pid, Some(std::process::id()));
 
@@ -478,8 +435,11 @@ mod tests {
             panic!("the min-hold deadline was ignored")
         };
         assert!(matches!(busy.expiry, Expiry::In(d) if d > Duration::from_secs(59)));
-        assert!(inspect(&url, &name).unwrap().held.is_some());
-        let (holder, fence) = clear_min_hold(&url, &name).unwrap();
+        let looker = FileLock::at(&url, name.clone(), "status").unwrap();
+        assert!(looker.inspect().await.unwrap().held.is_some());
+        let Ok(Freed::Released { holder, fence }) = looker.force_release().await else {
+            panic!("a lock kept by --min-hold only is released by force")
+        };
         assert_eq!(holder.unwrap().command.as_deref(), Some("b"));
         assert_eq!(fence, Some(2));
         assert_eq!(

@@ -5,15 +5,13 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 
-use super::files::{Paths, dir_of, flock};
+use super::files::{Paths, flock};
 use crate::backend::{Holder, hostname};
-use crate::name::LockName;
 
 /// How many processes are blocked waiting for the lock, from `/proc/locks` (waiters in this
 /// PID namespace only); `None` when that cannot be told.
-pub fn waiters(url: &str, name: &LockName) -> Option<u64> {
-    let dir = dir_of(url).ok()?;
-    let meta = fs::symlink_metadata(Paths::new(&dir, name).lock).ok()?;
+pub fn waiters(paths: &Paths) -> Option<u64> {
+    let meta = fs::symlink_metadata(&paths.lock).ok()?;
     let locks = ProcLocks::read()?;
     let (on_file, _) = locks.on(&meta);
     Some(on_file.iter().filter(|l| l.blocked).count() as u64)

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, wall_clock_ms};
+use crate::backend::{
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, wall_clock_ms,
+};
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::node::Node;
@@ -14,12 +16,12 @@ use crate::redis::scripts;
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {
-    node: Node,
-    name: LockName,
-    lock_key: String,
-    fence_key: String,
-    holder_key: String,
-    channel: String,
+    pub(super) node: Node,
+    pub(super) name: LockName,
+    pub(super) lock_key: String,
+    pub(super) fence_key: String,
+    pub(super) holder_key: String,
+    pub(super) channel: String,
     token: String,
     host: String,
     pid: String,
@@ -37,17 +39,6 @@ pub enum Here {
     Absent,
     /// Held by another owner.
     Other,
-}
-
-/// What `status` reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// The last fence token issued (the current holder's while held), if any.
-    pub fence: Option<u64>,
-    /// `None` when free.
-    pub held: Option<Busy>,
-    /// The lock's value (the owner's token) while held; compared across Redlock's servers.
-    pub value: Option<String>,
 }
 
 impl ServerLock {
@@ -323,7 +314,7 @@ impl ServerLock {
 
     /// How a release is announced: on a Cluster only a sharded channel lives in the lock's slot
     /// (the scripts fall back to PUBLISH on a server without SPUBLISH, Redis 6).
-    fn publish_command(&self) -> &'static str {
+    pub(super) fn publish_command(&self) -> &'static str {
         if self.node.sharded_pubsub() {
             "SPUBLISH"
         } else {
@@ -352,58 +343,6 @@ impl ServerLock {
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
-    /// `release --force`: deletes the lock whoever holds it (never the fence counter) and wakes
-    /// the waiters. `Some(holder)` when something was released, `None` when it was free; the
-    /// second value is the last fence issued.
-    pub async fn force_release(&self) -> Result<(Option<Holder>, Option<u64>), BackendError> {
-        let publish = self.publish_command();
-        let reply = self
-            .node
-            .eval(
-                &scripts::FORCE_RELEASE,
-                &[&self.lock_key, &self.holder_key, &self.fence_key],
-                &[&self.channel, publish],
-                self.node.connect_timeout(),
-                None,
-            )
-            .await?;
-        let items = reply.items();
-        let fence = items
-            .get(1)
-            .and_then(Reply::as_text)
-            .and_then(|f| f.parse().ok());
-        match items.first().and_then(Reply::as_int) {
-            Some(0) => Ok((None, fence)),
-            Some(1) => Ok((Some(holder_at(items)), fence)),
-            _ => Err(self.unexpected(&reply)),
-        }
-    }
-
-    /// How many clients wait for this lock (subscribed to its release channel).
-    pub async fn waiters(&self) -> Result<u64, BackendError> {
-        let numsub: &[u8] = if self.node.sharded_pubsub() {
-            b"SHARDNUMSUB"
-        } else {
-            b"NUMSUB"
-        };
-        let replies = self
-            .node
-            .exchange(
-                &[&[b"PUBSUB", numsub, self.channel.as_bytes()]],
-                self.node.connect_timeout(),
-                None,
-            )
-            .await?;
-        match replies.first() {
-            Some(Reply::Error(e)) if self.node.fall_back_from_sharded(e) => {
-                Box::pin(self.waiters()).await
-            }
-            Some(Reply::Error(e)) => Err(self.node.refused(e)),
-            Some(reply) => Ok(reply.items().get(1).and_then(Reply::as_int).unwrap_or(0) as u64),
-            None => Ok(0),
-        }
-    }
-
     /// The same lock with `token` as its owner's token (Redlock: one token on every server).
     pub(crate) fn with_token(mut self, token: &str) -> ServerLock {
         self.token = token.to_owned();
@@ -418,67 +357,7 @@ impl ServerLock {
         &self.channel
     }
 
-    /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree).
-    pub async fn inspect(&self) -> Result<Report, BackendError> {
-        let (lock, holder, fence) = (
-            self.lock_key.as_bytes(),
-            self.holder_key.as_bytes(),
-            self.fence_key.as_bytes(),
-        );
-        let commands: [&[&[u8]]; 6] = [
-            &[b"MULTI"],
-            &[b"GET", lock],
-            &[b"PTTL", lock],
-            &[b"HGETALL", holder],
-            &[b"GET", fence],
-            &[b"EXEC"],
-        ];
-        let replies = self
-            .node
-            .exchange(&commands, self.node.connect_timeout(), None)
-            .await?;
-        if let Some(e) = crate::redis::resp::refusal(&replies) {
-            return Err(self.node.refused(&e));
-        }
-        let exec = replies.last().cloned().unwrap_or(Reply::Array(None));
-        let [value, pttl, meta, fence] = exec.items() else {
-            return Err(self.unexpected(&exec));
-        };
-        let fence = fence.as_text().and_then(|f| f.parse().ok());
-        let Some(value) = value.as_text() else {
-            return Ok(Report {
-                fence,
-                held: None,
-                value: None,
-            });
-        };
-        let fields: std::collections::HashMap<String, String> = meta
-            .items()
-            .chunks(2)
-            .filter_map(|pair| Some((pair.first()?.as_text()?, pair.get(1)?.as_text()?)))
-            .collect();
-        let holder = if fields.get("token") == Some(&value) {
-            Holder {
-                host: fields.get("host").cloned(),
-                pid: fields.get("pid").and_then(|p| p.parse().ok()),
-                command: fields.get("command").cloned(),
-                since_ms: fields.get("since").and_then(|s| s.parse().ok()),
-                fence: fields.get("fence").and_then(|f| f.parse().ok()),
-            }
-        } else {
-            Holder::default()
-        };
-        Ok(Report {
-            fence,
-            held: Some(Busy {
-                holder,
-                expiry: expiry(pttl.as_int().unwrap_or(-1)),
-            }),
-            value: Some(value),
-        })
-    }
-
-    fn unexpected(&self, reply: &Reply) -> BackendError {
+    pub(super) fn unexpected(&self, reply: &Reply) -> BackendError {
         BackendError::Refused(format!(
             "Redis at {} gave an unexpected answer to the lock script: {reply:?}",
             self.node.address()
@@ -524,9 +403,20 @@ impl Backend for ServerLock {
     async fn subscribe(&self) -> Result<(Subscription<'_>, bool), BackendError> {
         self.node.subscribe(&self.channel).await
     }
+
+    async fn inspect(&self) -> Result<Report, BackendError> {
+        let mut report = self.inspect_here().await?;
+        // A permission the ACL may deny (PUBSUB), so a missing count is no error.
+        report.waiters = self.waiters().await.ok();
+        Ok(report)
+    }
+
+    async fn force_release(&self) -> Result<Freed, BackendError> {
+        self.force_release_here().await
+    }
 }
 
-fn expiry(pttl: i64) -> Expiry {
+pub(super) fn expiry(pttl: i64) -> Expiry {
     if pttl < 0 {
         Expiry::Never
     } else {
@@ -550,7 +440,7 @@ fn parse_attempt(reply: &Reply) -> Option<Attempt> {
 
 /// The holder the scripts describe in items 2 to 6 of their reply: host, pid, command, since,
 /// fence (each nil when the holder is not a `locked-run`).
-fn holder_at(items: &[Reply]) -> Holder {
+pub(super) fn holder_at(items: &[Reply]) -> Holder {
     let text = |i: usize| items.get(i).and_then(Reply::as_text);
     Holder {
         host: text(2),

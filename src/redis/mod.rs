@@ -10,9 +10,11 @@
 //! - [`tls`]: TLS for `rediss://` (rustls).
 //! - [`scripts`]: the Lua scripts of the protocol.
 //! - [`lock`]: the single-server backend ([`lock::ServerLock`]).
+//! - [`inspect`]: what `status` and `release` read of (and do to) a lock on one server.
 //! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
 
 pub mod cluster;
+pub mod inspect;
 pub mod lock;
 pub mod node;
 pub mod pubsub;

@@ -21,9 +21,11 @@ use futures_util::StreamExt;
 use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
-use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups};
+use crate::backend::{
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, Wakeups,
+};
 use crate::lease::Timings;
-use crate::redis::lock::{Here, Report, ServerLock};
+use crate::redis::lock::{Here, ServerLock};
 use crate::redis::pubsub::Subscription;
 
 /// A lock on N servers, all with one token.
@@ -56,42 +58,6 @@ impl Redlock {
 
     fn servers(&self) -> usize {
         self.locks.len()
-    }
-
-    /// `release`: with `force`, released on every server; without, only each one's holder.
-    pub async fn force_release_everywhere(
-        &self,
-        force: bool,
-    ) -> Vec<Result<(Option<Holder>, Option<u64>), BackendError>> {
-        join_all(self.locks.iter().map(|l| async move {
-            if force {
-                l.force_release().await
-            } else {
-                l.inspect()
-                    .await
-                    .map(|r| (r.held.map(|b| b.holder), r.fence))
-            }
-        }))
-        .await
-    }
-
-    /// How many clients wait for the lock (the most any server counts), when known.
-    pub async fn waiters(&self) -> Option<u64> {
-        join_all(self.locks.iter().map(ServerLock::waiters))
-            .await
-            .into_iter()
-            .filter_map(Result::ok)
-            .max()
-    }
-
-    /// Each server's state, for `status`.
-    pub async fn inspect(&self) -> Vec<(String, Result<Report, BackendError>)> {
-        let reports = join_all(self.locks.iter().map(ServerLock::inspect)).await;
-        self.locks
-            .iter()
-            .map(|l| l.address().to_owned())
-            .zip(reports)
-            .collect()
     }
 }
 
@@ -305,6 +271,62 @@ impl Backend for Redlock {
         }
     }
 
+    /// Held when a quorum holds one owner's token; each server's own state in `servers`.
+    /// An error when fewer than a quorum answered.
+    async fn inspect(&self) -> Result<Report, BackendError> {
+        let reports = join_all(self.locks.iter().map(|l| l.inspect())).await;
+        let (n, quorum) = (self.servers(), self.quorum());
+        let answered: Vec<&Report> = reports.iter().filter_map(|r| r.as_ref().ok()).collect();
+        if answered.len() < quorum {
+            let first = reports.iter().find_map(|r| r.as_ref().err());
+            return Err(BackendError::Transient(format!(
+                "only {} of {n} Redis servers answered, a quorum is {quorum}{}",
+                answered.len(),
+                first.map_or_else(String::new, |e| format!(": {e}"))
+            )));
+        }
+        let mut summary = summarize(&answered, quorum);
+        summary.quorum = Some(quorum);
+        summary.servers = self
+            .locks
+            .iter()
+            .map(|l| l.address().to_owned())
+            .zip(reports)
+            .collect();
+        Ok(summary)
+    }
+
+    /// Released on every server that answers; it was held if any server held it.
+    async fn force_release(&self) -> Result<Freed, BackendError> {
+        let answers = join_all(self.locks.iter().map(|l| l.force_release_here())).await;
+        let mut holders = Vec::new();
+        let mut fence = None;
+        let (mut answered, mut first_error) = (false, None);
+        for answer in answers {
+            match answer {
+                Ok(Freed::Released { holder, fence: f }) => {
+                    answered = true;
+                    holders.extend(holder);
+                    fence = fence.max(f);
+                }
+                Ok(Freed::Kept(why)) => return Ok(Freed::Kept(why)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let (false, Some(e)) = (answered, first_error) {
+            return Err(e);
+        }
+        // The holder as the first server that knows it tells; else as any server tells.
+        let holder = holders
+            .iter()
+            .find(|h| h.is_known())
+            .or(holders.first())
+            .cloned();
+        Ok(Freed::Released { holder, fence })
+    }
+
     async fn subscribe(&self) -> Result<(AnyOf<Subscription<'_>>, bool), BackendError> {
         let answers = join_all(self.locks.iter().map(|l| l.node().subscribe(l.channel()))).await;
         let mut subscriptions = Vec::new();
@@ -399,6 +421,48 @@ async fn gather<T, F: Future<Output = T>>(
         }
     }
     outputs
+}
+
+/// The lock as a quorum of `answered` sees it: held when a quorum holds one owner's value,
+/// until the quorum-th longest of their leases ends; the last fence any of them issued; the
+/// most waiters any of them counts.
+fn summarize(answered: &[&Report], quorum: usize) -> Report {
+    let owner = answered
+        .iter()
+        .filter_map(|r| r.value.as_deref())
+        .find(|v| {
+            answered
+                .iter()
+                .filter(|r| r.value.as_deref() == Some(*v))
+                .count()
+                >= quorum
+        });
+    let holding: Vec<&&Report> = answered
+        .iter()
+        .filter(|r| owner.is_some() && r.value.as_deref() == owner)
+        .collect();
+    let mut expiries: Vec<Expiry> = holding
+        .iter()
+        .filter_map(|r| r.held.as_ref().map(|b| b.expiry))
+        .collect();
+    expiries.sort_by_key(|e| std::cmp::Reverse(e.left()));
+    Report {
+        fence: answered.iter().filter_map(|r| r.fence).max(),
+        held: owner.map(|_| Busy {
+            holder: holding
+                .iter()
+                .filter_map(|r| r.held.as_ref().map(|b| b.holder.clone()))
+                .find(Holder::is_known)
+                .unwrap_or_default(),
+            expiry: expiries
+                .get(quorum - 1)
+                .copied()
+                .unwrap_or(Expiry::In(Duration::ZERO)),
+        }),
+        value: owner.map(str::to_owned),
+        waiters: answered.iter().filter_map(|r| r.waiters).max(),
+        ..Report::default()
+    }
 }
 
 /// Whether two servers report the same holder: one process on one host (its `since` and fence

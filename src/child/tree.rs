@@ -1,0 +1,92 @@
+//! The job's process tree, from `/proc`: every descendant of `locked-run` still in its
+//! session (a process that called `setsid` is let go), and their groups and states.
+
+use nix::unistd::Pid;
+
+/// A process of the job, from /proc.
+#[derive(Clone, Copy, Debug)]
+pub struct Process {
+    pub pid: Pid,
+    pub pgid: Pid,
+    pub zombie: bool,
+}
+
+/// Our descendants in our own session: the job, and what it left behind. A process that
+/// called `setsid` (a daemon meant to outlive the job) is not followed, nor are its children.
+pub fn job_processes() -> Vec<Process> {
+    let me = nix::unistd::getpid();
+    let session = nix::unistd::getsid(None).ok();
+    let mut job = Vec::new();
+    let watcher = crate::watcher::running();
+    let mut frontier: Vec<Pid> = children(me)
+        .into_iter()
+        .filter(|&pid| Some(pid) != watcher)
+        .collect();
+    while let Some(pid) = frontier.pop() {
+        let Some((process, _, sid)) = stat(pid) else {
+            continue;
+        };
+        if sid != session {
+            continue;
+        }
+        job.push(process);
+        if !process.zombie {
+            frontier.extend(children(pid));
+        }
+    }
+    job
+}
+
+/// The children of `pid`, from `/proc/PID/task/*/children` (one file per thread: orphans are
+/// re-parented to whichever of our threads).
+fn children(pid: Pid) -> Vec<Pid> {
+    let mut found = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return found;
+    };
+    for task in tasks.flatten() {
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(list) => found.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .map(Pid::from_raw),
+            ),
+            // A kernel without CONFIG_PROC_CHILDREN: find them by their parent instead.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return children_by_scan(pid),
+            Err(_) => {}
+        }
+    }
+    found
+}
+
+fn children_by_scan(parent: Pid) -> Vec<Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .map(Pid::from_raw)
+        .filter(|&pid| stat(pid).is_some_and(|(_, p, _)| p == parent))
+        .collect()
+}
+
+/// A process's parent, group, session and zombie state.
+fn stat(pid: Pid) -> Option<(Process, Pid, Option<Pid>)> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: parse after the last ')'.
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = String::from_utf8_lossy(&stat[close + 1..]);
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let mut number = || fields.next()?.parse::<i32>().ok().map(Pid::from_raw);
+    let (parent, pgid, session) = (number()?, number()?, number()?);
+    Some((
+        Process {
+            pid,
+            pgid,
+            zombie: state == "Z",
+        },
+        parent,
+        Some(session),
+    ))
+}
