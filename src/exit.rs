@@ -1,6 +1,7 @@
 //! Exit statuses: every way `locked-run` can end, mapped to a number in one place.
 //!
-//! The table is part of the contract (DESIGN.md, "Exit status"); scripts branch on these numbers.
+//! The table is part of the contract (the README's "Exit status"): scripts branch on these
+//! numbers, so a number never changes meaning.
 
 use std::fmt;
 

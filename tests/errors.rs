@@ -290,8 +290,8 @@ fn without_resp3_a_forced_release_runs_once() {
 }
 
 /// Every part of a URL is checked before anything connects: a bad one is status 2 with one
-/// line, and the server it names never sees a connection. See: issue 14 (`/-1` connected, and
-/// failed with 69).
+/// line, and the server it names never sees a connection. (A regression test: `/-1` connected,
+/// and failed with 69.)
 #[test]
 fn bad_url_parts_are_usage_errors_before_any_connection() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -99,7 +99,7 @@ async fn a_retry_recognises_its_own_grant() {
 
 /// One owner of the lease length: the lock's own timings, checked as `--ttl` is. A lease
 /// shorter than the lease clock can keep (here 50 ms; at least 100 ms) is refused rather than
-/// used. See: issue 13 (the library once let the TTL and the run's timings disagree).
+/// used. (A regression test: the library once let its TTL and the run's timings disagree.)
 #[test]
 fn a_lease_too_short_to_keep_is_refused() {
     let err = Lock::new("redis://127.0.0.1:1", "job", Duration::from_millis(50))

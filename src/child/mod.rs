@@ -178,7 +178,7 @@ impl Target {
         }
     }
 
-    /// Passes on a signal sent to `locked-run`: to the child's process group, as DESIGN.md says,
+    /// Passes on a signal sent to `locked-run`: to the child's process group (where the job is),
     /// and not to descendants that put themselves in other groups (a `set -m` job would die
     /// of a USR1 meant for the child). With no group of its own (interactive), the child's
     /// tree, as for a kill.
