@@ -268,8 +268,15 @@ impl Connection {
                 self.buf.drain(..self.start);
                 self.start = 0;
             }
+            // `parse` fails for a reply that cannot end within MAX_REPLY_BYTES, so reading no
+            // further bounds what one reply can make this buffer hold, whatever it announces.
             let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).await?;
+            let room = MAX_REPLY_BYTES.saturating_sub(self.buf.len());
+            if room == 0 {
+                return Err(reply_too_long());
+            }
+            let want = room.min(chunk.len());
+            let n = self.stream.read(&mut chunk[..want]).await?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -302,86 +309,165 @@ fn unexpected(reply: &Reply) -> io::Error {
     protocol_error(&format!("unexpected {reply:?}"))
 }
 
-/// Parses one reply from the front of `buf`: `None` if more bytes are needed.
+// Limits on what one reply may announce. The parser trusts nothing it reads: without them a
+// server (or whoever sits between it and us) announcing a 2 GB bulk string made the connection
+// buffer 2 GB, and `*1\r\n` some hundreds of times over overflowed the stack. This client only
+// ever reads small replies (scripts' results, INFO, CLUSTER SLOTS of a large cluster, HGETALL of
+// a holder hash), far below each limit; the server's own proto-max-bulk-len (512 MiB) is no
+// guide, as it bounds what a server accepts, not what a lock client needs to read.
+
+/// The bytes one reply may take, attributes included: also the most a connection buffers.
+const MAX_REPLY_BYTES: usize = 16 << 20;
+/// The values one reply may hold, counting every element of every aggregate in it (a map's
+/// entries count twice, as they fold into a flat array): the parsed tree's arrays then take
+/// at most some 64 MiB (32 bytes an element, twice that while a `Vec` grows by doubling).
+const MAX_VALUES: usize = 1_000_000;
+/// How deep aggregates may nest. Each level takes stack (frames of `reply` and `many`, a few
+/// KiB in a debug build); real replies nest a handful deep (CLUSTER SHARDS, the deepest, four).
+const MAX_DEPTH: usize = 64;
+/// The elements an aggregate gets room for before they arrive: a count is only a claim, and
+/// what it claims beyond this is paid for by the bytes that follow.
+const PREALLOCATED: usize = 1024;
+
+/// Parses one reply from the front of `buf`: `None` if more bytes are needed. A reply that
+/// breaks one of the limits above is an `InvalidData` error as soon as its header says so.
 fn parse(buf: &[u8]) -> io::Result<Option<(Reply, usize)>> {
-    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
-    };
-    if end == 0 {
-        return Err(protocol_error("empty line"));
+    // Nothing past the limit can belong to the reply: not looking there bounds the scans for
+    // line ends, and a reply still incomplete within it never will be complete.
+    let within = &buf[..buf.len().min(MAX_REPLY_BYTES)];
+    let mut values = MAX_VALUES;
+    match reply(within, 0, 0, &mut values)? {
+        None if buf.len() >= MAX_REPLY_BYTES => Err(reply_too_long()),
+        parsed => Ok(parsed),
     }
-    let line = &buf[1..end];
-    let text = || String::from_utf8_lossy(line).into_owned();
-    let number = || -> io::Result<i64> {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| protocol_error("not a number"))
-    };
-    let after = end + 2;
-    // A length-prefixed blob: `None` if incomplete.
-    let blob = |len: i64| -> Option<(Vec<u8>, usize)> {
-        let len = len as usize;
-        (buf.len() >= after + len + 2).then(|| (buf[after..after + len].to_vec(), after + len + 2))
-    };
-    // `count` replies in a row: `None` if incomplete.
-    let many = |count: usize| -> io::Result<Option<(Vec<Reply>, usize)>> {
-        let mut items = Vec::with_capacity(count.min(1024));
-        let mut used = after;
-        for _ in 0..count {
-            match parse(&buf[used..])? {
-                Some((item, n)) => {
-                    items.push(item);
-                    used += n;
+}
+
+/// The reply at `buf[at..]`, with where it ends; `depth` aggregates enclose it, and `values`
+/// is what is left of the reply's allowance.
+fn reply(
+    buf: &[u8],
+    mut at: usize,
+    depth: usize,
+    values: &mut usize,
+) -> io::Result<Option<(Reply, usize)>> {
+    // Attributes describe the reply that follows and are skipped. A loop rather than a
+    // recursion, so that a chain of them cannot exhaust the stack either.
+    loop {
+        let rest = &buf[at..];
+        let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
+        if end == 0 {
+            return Err(protocol_error("empty line"));
+        }
+        let line = &rest[1..end];
+        let text = || String::from_utf8_lossy(line).into_owned();
+        let number = || -> io::Result<i64> {
+            std::str::from_utf8(line)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| protocol_error("not a number"))
+        };
+        let after = at + end + 2;
+        let parsed = match rest[0] {
+            b'+' => (Reply::Status(text()), after),
+            b'-' => (Reply::Error(text()), after),
+            b':' => (Reply::Int(number()?), after),
+            b'_' => (Reply::Bulk(None), after),
+            b'#' => (Reply::Int((line == b"t") as i64), after),
+            b',' | b'(' => (Reply::Bulk(Some(line.to_vec())), after),
+            kind @ (b'$' | b'!' | b'=') => {
+                let len = number()?;
+                if len < 0 {
+                    return Ok(Some((Reply::Bulk(None), after)));
                 }
-                None => return Ok(None),
+                let end = usize::try_from(len)
+                    .ok()
+                    .and_then(|len| after.checked_add(len)?.checked_add(2))
+                    .filter(|&end| end <= MAX_REPLY_BYTES)
+                    .ok_or_else(reply_too_long)?;
+                if buf.len() < end {
+                    return Ok(None);
+                }
+                // Anything else there means the stream has lost its framing.
+                if &buf[end - 2..end] != b"\r\n" {
+                    return Err(protocol_error("a bulk string not followed by CRLF"));
+                }
+                let data = &buf[after..end - 2];
+                match kind {
+                    b'!' => (
+                        Reply::Error(String::from_utf8_lossy(data).into_owned()),
+                        end,
+                    ),
+                    // Verbatim strings start with a format, "txt:".
+                    b'=' => (Reply::Bulk(Some(data[4.min(data.len())..].to_vec())), end),
+                    _ => (Reply::Bulk(Some(data.to_vec())), end),
+                }
             }
-        }
-        Ok(Some((items, used)))
-    };
-    Ok(match buf[0] {
-        b'+' => Some((Reply::Status(text()), after)),
-        b'-' => Some((Reply::Error(text()), after)),
-        b':' => Some((Reply::Int(number()?), after)),
-        b'_' => Some((Reply::Bulk(None), after)),
-        b'#' => Some((Reply::Int((line == b"t") as i64), after)),
-        b',' | b'(' => Some((Reply::Bulk(Some(line.to_vec())), after)),
-        b'$' | b'!' | b'=' => {
-            let len = number()?;
-            if len < 0 {
-                return Ok(Some((Reply::Bulk(None), after)));
+            kind @ (b'*' | b'~' | b'>' | b'%' | b'|') => {
+                let count = number()?;
+                if count < 0 {
+                    return Ok(Some((Reply::Array(None), after)));
+                }
+                if depth >= MAX_DEPTH {
+                    return Err(protocol_error(&format!(
+                        "aggregates nested more than {MAX_DEPTH} deep"
+                    )));
+                }
+                let per_entry = if matches!(kind, b'%' | b'|') { 2 } else { 1 };
+                let count = usize::try_from(count)
+                    .ok()
+                    .and_then(|count| count.checked_mul(per_entry))
+                    .filter(|&count| count <= *values)
+                    .ok_or_else(|| {
+                        protocol_error(&format!(
+                            "an aggregate of {count} entries, over the {MAX_VALUES} values \
+                             a reply may hold"
+                        ))
+                    })?;
+                *values -= count;
+                let Some((items, end)) = many(buf, after, count, depth + 1, values)? else {
+                    return Ok(None);
+                };
+                match kind {
+                    b'|' => {
+                        at = end;
+                        continue;
+                    }
+                    b'>' => (Reply::Push(items), end),
+                    _ => (Reply::Array(Some(items)), end),
+                }
             }
-            let Some((mut data, used)) = blob(len) else {
-                return Ok(None);
-            };
-            match buf[0] {
-                b'!' => Some((
-                    Reply::Error(String::from_utf8_lossy(&data).into_owned()),
-                    used,
-                )),
-                // Verbatim strings start with a format, "txt:".
-                b'=' => Some((Reply::Bulk(Some(data.split_off(4.min(data.len())))), used)),
-                _ => Some((Reply::Bulk(Some(data)), used)),
-            }
-        }
-        b'*' | b'~' | b'>' | b'%' | b'|' => {
-            let count = number()?;
-            if count < 0 {
-                return Ok(Some((Reply::Array(None), after)));
-            }
-            let pairs = matches!(buf[0], b'%' | b'|');
-            let Some((items, used)) = many(count as usize * if pairs { 2 } else { 1 })? else {
-                return Ok(None);
-            };
-            match buf[0] {
-                b'>' => Some((Reply::Push(items), used)),
-                // Attributes describe the reply that follows; skip them.
-                b'|' => parse(&buf[used..])?.map(|(reply, n)| (reply, used + n)),
-                _ => Some((Reply::Array(Some(items)), used)),
-            }
-        }
-        other => return Err(protocol_error(&format!("unknown type byte {other:#x}"))),
-    })
+            other => return Err(protocol_error(&format!("unknown type byte {other:#x}"))),
+        };
+        return Ok(Some(parsed));
+    }
+}
+
+/// `count` replies in a row from `buf[at..]`: `None` if incomplete.
+fn many(
+    buf: &[u8],
+    mut at: usize,
+    count: usize,
+    depth: usize,
+    values: &mut usize,
+) -> io::Result<Option<(Vec<Reply>, usize)>> {
+    let mut items = Vec::with_capacity(count.min(PREALLOCATED));
+    for _ in 0..count {
+        let Some((item, end)) = reply(buf, at, depth, values)? else {
+            return Ok(None);
+        };
+        items.push(item);
+        at = end;
+    }
+    Ok(Some((items, at)))
+}
+
+fn reply_too_long() -> io::Error {
+    protocol_error(&format!(
+        "a reply longer than the {} MiB this client reads",
+        MAX_REPLY_BYTES >> 20
+    ))
 }
 
 /// `tokio::time::timeout` with the error a caller of this module expects.
@@ -415,65 +501,4 @@ pub(crate) fn refusal(replies: &[Reply]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn all(bytes: &[u8]) -> Vec<Reply> {
-        let mut at = 0;
-        let mut got = Vec::new();
-        while at < bytes.len() {
-            let (reply, used) = parse(&bytes[at..]).unwrap().unwrap();
-            got.push(reply);
-            at += used;
-        }
-        got
-    }
-
-    #[test]
-    fn encodes_bulk_string_arrays() {
-        let mut out = Vec::new();
-        encode(&mut out, &[b"GET", b"lock:{x}"]);
-        assert_eq!(out, b"*2\r\n$3\r\nGET\r\n$8\r\nlock:{x}\r\n");
-    }
-
-    #[test]
-    fn parses_resp2_and_waits_for_more() {
-        let got = all(b"+OK\r\n-ERR no\r\n:42\r\n$3\r\nabc\r\n$-1\r\n*2\r\n:1\r\n$-1\r\n*-1\r\n");
-        assert_eq!(
-            got,
-            [
-                Reply::Status("OK".into()),
-                Reply::Error("ERR no".into()),
-                Reply::Int(42),
-                Reply::Bulk(Some(b"abc".to_vec())),
-                Reply::Bulk(None),
-                Reply::Array(Some(vec![Reply::Int(1), Reply::Bulk(None)])),
-                Reply::Array(None),
-            ]
-        );
-        // Every strict prefix of a reply asks for more bytes.
-        let one = b"*2\r\n$5\r\nhello\r\n:7\r\n";
-        for cut in 0..one.len() {
-            assert_eq!(parse(&one[..cut]).unwrap(), None, "cut at {cut}");
-        }
-        assert!(parse(b"?x\r\n").is_err());
-    }
-
-    #[test]
-    fn folds_resp3_types() {
-        let got = all(b"_\r\n#t\r\n,1.5\r\n%1\r\n$1\r\nk\r\n:2\r\n~1\r\n:3\r\n!5\r\nERR x\r\n=7\r\ntxt:abc\r\n|1\r\n+a\r\n+b\r\n:9\r\n>3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n");
-        assert_eq!(got[0], Reply::Bulk(None));
-        assert_eq!(got[1], Reply::Int(1));
-        assert_eq!(got[2], Reply::Bulk(Some(b"1.5".to_vec())));
-        assert_eq!(
-            got[3],
-            Reply::Array(Some(vec![Reply::Bulk(Some(b"k".to_vec())), Reply::Int(2)]))
-        );
-        assert_eq!(got[4], Reply::Array(Some(vec![Reply::Int(3)])));
-        assert_eq!(got[5], Reply::Error("ERR x".into()));
-        assert_eq!(got[6], Reply::Bulk(Some(b"abc".to_vec())));
-        assert_eq!(got[7], Reply::Int(9), "the attribute is skipped");
-        assert_eq!(got[8].pubsub_kind().as_deref(), Some("message"));
-        assert!(matches!(got[8], Reply::Push(_)));
-    }
-}
+mod tests;
