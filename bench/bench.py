@@ -5,6 +5,8 @@ Measures (see bench/README.md): the wrapper's own overhead, the handoff latency 
 holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
 Redis commands), and a contention loop. Starts its own redis-server and etcd on loopback and
 stops them. `--smoke` runs one short iteration of each, for CI: figures, no verdicts on time.
+Then the redis crate against the own client (examples/client_cost.rs, built here): one
+uncontended run on each, side by side; `--clients` runs that comparison alone.
 """
 
 import argparse
@@ -216,6 +218,110 @@ def contention(tools, loops, runs, rounds):
     return {name: statistics.median(t) for name, t in totals.items()}
 
 
+CLIENTS = [
+    ("own", "own client (src/redis: RESP3, `HELLO 3` in the acquire's write)"),
+    ("redis-crate", "redis crate 1.x, `MultiplexedConnection`, RESP2, no `CLIENT SETINFO`"),
+    ("redis-crate-resp3", "redis crate 1.x, `MultiplexedConnection`, RESP3 (`HELLO 3` first)"),
+]
+
+
+def build_client_cost():
+    """examples/client_cost.rs: one binary, one uncontended run per process on either client."""
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "client_cost"], cwd=ROOT, check=True)
+    return ROOT / "target/release/examples/client_cost"
+
+
+def client_cost(tools, client_binary, rounds, runs, warmup, samples):
+    """One uncontended run (connect, acquire, `true`, release) on the own client and on the redis
+    crate, in fresh processes, with `locked-run NAME -- true` and `true` alongside. Wall time
+    twice: by hyperfine, the commands taking turns in `rounds` rounds of `runs` each as in
+    `overhead`; and run by run, `samples` times, the commands taking turns in a rotating order
+    so that each client's run can be paired with the own client's run next to it (a machine
+    whose speed drifts then moves both alike). Those runs also give the CPU time (user + system)
+    and the page faults (both from wait4, which counts `true`'s too, alike for all) and the
+    clients' peak RSS (VmHWM, which client_cost prints when asked: wait4's ru_maxrss would count
+    this Python process's memory, which a spawned process starts from)."""
+    url = f"redis://127.0.0.1:{tools.servers.redis_port}"
+    commands = [(mode, [str(client_binary), mode, url, "bench-clients"]) for mode, _ in CLIENTS]
+    commands.append(("locked-run", tools.locked_run("bench-clients", "true")))
+    commands.append(("true", [shutil.which("true")]))
+    for name, cmd in commands:  # each must work (a failed acquire exits non-zero) before it is timed
+        subprocess.run(cmd, check=True)
+    out = tools.scratch / "clients.json"
+    times = {name: [] for name, _ in commands}
+    for _ in range(rounds):
+        subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
+                        "--export-json", str(out), *(" ".join(cmd) for _, cmd in commands)],
+                       check=True, stdout=subprocess.DEVNULL)
+        for (name, _), result in zip(commands, json.loads(out.read_text())["results"]):
+            times[name].extend(result["times"])
+    wall = {name: [] for name, _ in commands}
+    cpu = {name: [] for name, _ in commands}
+    faults = {name: [] for name, _ in commands}
+    rss = {name: [] for name, _ in commands}
+    env = dict(os.environ, CLIENT_COST_VMHWM="1")
+    report = tools.scratch / "vmhwm"
+    for i in range(samples):
+        for name, cmd in commands[i % len(commands):] + commands[:i % len(commands)]:
+            with open(report, "w") as err:
+                started = time.perf_counter()
+                pid = os.posix_spawn(cmd[0], cmd, env, file_actions=[(os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
+                _, status, usage = os.wait4(pid, 0)
+                wall[name].append(time.perf_counter() - started)
+            if os.waitstatus_to_exitcode(status) != 0:
+                sys.exit(f"bench: {' '.join(cmd)} failed")
+            cpu[name].append(usage.ru_utime + usage.ru_stime)
+            faults[name].append(usage.ru_minflt)
+            hwm = [l for l in report.read_text().splitlines() if l.startswith("VmHWM:")]
+            if hwm:
+                rss[name].append(int(hwm[0].split()[1]))  # kB
+    results = {}
+    for name, _ in commands:
+        paired = sorted(a - b for a, b in zip(wall[name], wall["own"]))
+        # A 95% confidence interval of the median, from the order statistics of the pairs.
+        half = int(0.98 * len(paired) ** 0.5)
+        mid = len(paired) // 2
+        results[name] = {"wall": statistics.median(times[name]), "paired": statistics.median(paired),
+                         "ci": (paired[max(mid - half, 0)], paired[min(mid + half, len(paired) - 1)]),
+                         "cpu": statistics.median(cpu[name]), "faults": statistics.median(faults[name]),
+                         "rss": max(rss[name]) if rss[name] else None}
+    return results
+
+
+def client_cost_table(say, k, smoke):
+    """The comparison's table. A run's overhead is what bench.py calls overhead above: the median
+    wall time of `locked-run NAME -- true`, here measured in the same rounds; the difference's
+    share of the part beyond `true`'s time is shown too. The verdict goes by the paired
+    difference, which a drifting machine disturbs least."""
+    lr, tr = k["locked-run"]["wall"], k["true"]["wall"]
+    own = k["own"]
+    say("| one uncontended run: connect, acquire, `true`, release | wall median | difference of the medians "
+        "| paired difference, median [95% CI] | as % of a run's overhead (of the part beyond `true`) "
+        "| CPU median | page faults | peak RSS |")
+    say("|---|---|---|---|---|---|---|---|")
+    verdicts = []
+    for mode, label in CLIENTS:
+        m = k[mode]
+        if mode == "own":
+            say(f"| {label} | {ms(m['wall'])} | - | - | - | {ms(m['cpu'])} | {m['faults']:.0f} "
+                f"| {m['rss'] / 1024:.2f} MiB |")
+            continue
+        diff, paired, (low, high) = m["wall"] - own["wall"], m["paired"], m["ci"]
+        share = paired / lr
+        say(f"| {label} | {ms(m['wall'])} | {diff * 1000:+.2f} ms "
+            f"| {paired * 1000:+.2f} ms [{low * 1000:+.2f}, {high * 1000:+.2f}] "
+            f"| {share * 100:+.1f}% ({paired / (lr - tr) * 100:+.1f}%) "
+            f"| {ms(m['cpu'])} ({(m['cpu'] - own['cpu']) * 1000:+.2f} ms) "
+            f"| {m['faults']:.0f} ({m['faults'] - own['faults']:+.0f}) "
+            f"| {m['rss'] / 1024:.2f} MiB ({m['rss'] - own['rss']:+d} KiB) |")
+        verdicts.append(f"{mode} {share * 100:+.1f}%: {'adopt' if share <= 0.05 else 'keep the own client'}")
+    for name, label in (("locked-run", "`locked-run NAME -- true` (a run's overhead)"), ("true", "`true`")):
+        say(f"| {label} | {ms(k[name]['wall'])} | - | - | - | {ms(k[name]['cpu'])} | {k[name]['faults']:.0f} | - |")
+    say()
+    rule = "adopt the crate where its paired difference is no more than 5% of a run's overhead"
+    say(f"Rule: {rule}. " + ("(smoke run: no verdict)" if smoke else "; ".join(verdicts) + "."))
+
+
 def machine():
     cpu = "unknown CPU"
     try:
@@ -241,11 +347,14 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="one short iteration of each (CI)")
     parser.add_argument("--binary", default=str(ROOT / "target/release/locked-run"))
     parser.add_argument("--results", help="also write the table to this markdown file")
+    parser.add_argument("--clients", action="store_true",
+                        help="only the redis crate against the own client (with --smoke: a short one)")
     args = parser.parse_args()
 
     for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is not installed (bench/run installs it)")
+    client_binary = build_client_cost()
     scratch = Path(tempfile.mkdtemp(prefix="locked-run-bench-"))
     servers = Servers(scratch)
     tools = Tools(Path(args.binary), servers, scratch)
@@ -255,8 +364,18 @@ def main():
         print(line, flush=True)
         lines.append(line)
 
+    smoke = args.smoke
     try:
-        smoke = args.smoke
+        k = client_cost(tools, client_binary, rounds=1 if smoke else 20, runs=3 if smoke else 15,
+                        warmup=1 if smoke else 3, samples=5 if smoke else 400)
+        if args.clients:
+            say(f"Machine: {machine()}")
+            say(f"Date: {time.strftime('%Y-%m-%d %H:%M')}{' (smoke run, not a measurement)' if smoke else ''}")
+            say()
+            client_cost_table(say, k, smoke)
+            if args.results:
+                Path(args.results).write_text("\n".join(lines) + "\n")
+            return
         o = overhead(tools, rounds=1 if smoke else 10, runs=3 if smoke else 50, warmup=1 if smoke else 5)
         h = handoff(tools, runs=1 if smoke else 20)
         r = peak_rss(tools)
@@ -298,6 +417,10 @@ def main():
         f"| <= 1.3x flock | {verdict(lc <= 1.3 * fc)} |")
     cf = c["file"]
     say(f"| contention, host-local `file://` | {cf:.2f} s ({cf / fc:.2f}x flock) | - | - | (measured) | - |")
+    say()
+    say("The redis crate against the own client:")
+    say()
+    client_cost_table(say, k, smoke)
     if args.results:
         Path(args.results).write_text("\n".join(lines) + "\n")
 
