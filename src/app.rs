@@ -24,14 +24,20 @@ pub fn execute(cli: Cli) -> Outcome {
     match cli.into_command() {
         Command::Run { args, explicit } => run_command(args, explicit),
         Command::Release(args) => {
-            let force = args.force;
+            let (force, token) = (args.force, args.token.clone());
             inspecting(
                 &args.log,
                 &args.conn,
                 &args.name,
                 "release",
                 async |opened, name| {
-                    crate::with_backend!(opened, |b| release::release(&b, name, force).await)
+                    crate::with_backend!(opened, |b| release::release(
+                        &b,
+                        name,
+                        force,
+                        token.as_deref()
+                    )
+                    .await)
                 },
             )
         }
@@ -99,6 +105,12 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
             .into_owned();
         let node_timeout = args.node_timeout(t.ttl);
         let opened = open_backend(&args.conn, cfg.name.as_str(), &program, node_timeout)?;
+        if cfg.holders > 1 && matches!(opened, Opened::Many(_)) {
+            return Err(Failure::usage(
+                "--holders is for one Redis server (plain, Sentinel, Cluster) or file://: \
+                 Redlock over several servers holds one lock at a time",
+            ));
+        }
         if args.wait_replicas.is_some() {
             match opened {
                 Opened::One(_) => {}
@@ -115,16 +127,18 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
         let path = child::resolve(&cfg.command[0])?;
         match opened {
             Opened::One(lock) => {
+                let lock = lock.with_holders(cfg.holders);
                 let lock = match args.wait_replicas.filter(|&n| n > 0) {
                     Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
-                    None => *lock,
+                    None => lock,
                 };
                 runtime()?.block_on(run::run(&lock, &cfg, &path))
             }
             Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg, &path)),
             Opened::File(lock) => {
+                let lock = lock.with_holders(cfg.holders);
                 lock.prepare()?;
-                runtime()?.block_on(run::run(&*lock, &cfg, &path))
+                runtime()?.block_on(run::run(&lock, &cfg, &path))
             }
         }
     });

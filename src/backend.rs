@@ -106,14 +106,25 @@ pub struct Report {
     /// Redlock: the quorum, and each server's own report, or why it did not answer.
     pub quorum: Option<usize>,
     pub servers: Vec<(String, Result<Report, BackendError>)>,
+    /// Every holder (one, or up to `limit` with `--holders`), the soonest to end first.
+    pub holders: Vec<Slot>,
+    /// The N of the current holders (`--holders N`; 1 for one holder), when held.
+    pub limit: Option<u32>,
+}
+
+/// One holder of a lock, and its token (an operator frees one holder of several by it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub token: Option<String>,
+    pub busy: Busy,
 }
 
 /// What `release --force` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Freed {
-    /// Released: whom it was taken from (`None`: it was free), and the last fence issued.
+    /// Released: whom it was taken from (none: it was free), and the last fence issued.
     Released {
-        holder: Option<Holder>,
+        holders: Vec<Holder>,
         fence: Option<u64>,
     },
     /// Not released, and why: a host-local lock cannot be taken from a live process.
@@ -123,8 +134,15 @@ pub enum Freed {
 /// The answer to one acquisition attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
-    Acquired { fence: u64 },
+    Acquired {
+        fence: u64,
+    },
     Busy(Busy),
+    /// Held by runs with another `--holders` N (1: one holder, or the plain protocol):
+    /// every run of one NAME must use the same N.
+    Mismatch {
+        holders: u32,
+    },
 }
 
 /// A backend operation that did not get an answer it could use.
@@ -193,9 +211,12 @@ pub trait Backend {
     /// take the lock from without `--force`). Changes nothing.
     fn inspect(&self) -> impl Future<Output = Result<Report, BackendError>>;
 
-    /// `release --force`: frees the lock whoever holds it, never its fence counter, and wakes
-    /// the waiters.
-    fn force_release(&self) -> impl Future<Output = Result<Freed, BackendError>>;
+    /// `release --force`: frees the lock whoever holds it (of several holders, the one whose
+    /// token is `token`, or every one), never its fence counter, and wakes the waiters.
+    fn force_release(
+        &self,
+        token: Option<&str>,
+    ) -> impl Future<Output = Result<Freed, BackendError>>;
 
     /// Release notifications, confirmed by the server when this returns, and whether that
     /// subscription already preceded the last attempt (else the caller must try again before

@@ -16,6 +16,10 @@ use crate::name::{LockName, RESERVED};
 use crate::run::RunConfig;
 use crate::wait::Patience;
 
+/// The most holders `--holders` allows (each is a lease of its own, and a `file://` waiter
+/// watches every slot).
+pub const MAX_HOLDERS: u32 = 1000;
+
 /// The default server when neither `--url` nor `LOCKED_RUN_URL` gives one.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -165,6 +169,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub min_hold: Option<Duration>,
 
+    /// Let up to N runs hold the lock at once (a semaphore); every run of NAME must use the same N
+    #[arg(
+        long,
+        value_name = "N",
+        env = "LOCKED_RUN_HOLDERS",
+        default_value_t = 1
+    )]
+    pub holders: u32,
+
+    /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_run: Option<Duration>,
+
     #[command(flatten)]
     pub log: LogArgs,
 
@@ -208,6 +225,11 @@ pub struct ReleaseArgs {
     /// Really delete the lock (never its fence counter); without it, only show who holds it
     #[arg(long)]
     pub force: bool,
+
+    /// With --force, of several holders (--holders), free only the one whose LOCKED_RUN_TOKEN
+    /// this is (status shows each holder's token)
+    #[arg(long, value_name = "TOKEN", requires = "force")]
+    pub token: Option<String>,
 
     #[command(flatten)]
     pub log: LogArgs,
@@ -290,6 +312,15 @@ impl RunArgs {
         if self.node_timeout.is_some_and(|d| d.is_zero()) {
             return Err(Failure::usage("--node-timeout must be longer than 0s"));
         }
+        if self.holders == 0 || self.holders > MAX_HOLDERS {
+            return Err(Failure::usage(format!(
+                "--holders {} is out of range: 1 (one holder, the default) to {MAX_HOLDERS}",
+                self.holders
+            )));
+        }
+        if self.max_run.is_some_and(|d| d.is_zero()) {
+            return Err(Failure::usage("--max-run must be longer than 0s"));
+        }
         if self.conn.connect_timeout.is_zero() {
             return Err(Failure::usage("--connect-timeout must be longer than 0s"));
         }
@@ -312,6 +343,8 @@ impl RunArgs {
             patience,
             kill_signal: self.kill_signal,
             min_hold: self.min_hold.filter(|d| !d.is_zero()),
+            holders: self.holders,
+            max_run: self.max_run,
             release_timeout: self.conn.connect_timeout.min(timings.ttl),
         })
     }

@@ -19,6 +19,8 @@ pub enum Exit {
     Conflict,
     /// The lease was lost while the child ran and `locked-run` stopped the child (76).
     Lost,
+    /// `--max-run` ran out and `locked-run` stopped the child (124, as `timeout(1)`).
+    TimedOut,
     /// The backend could not be reached, or answered wrongly, before the child started (69).
     Unavailable,
     /// Usage or configuration error (2).
@@ -57,6 +59,7 @@ pub const UNAVAILABLE: u8 = 69;
 pub const USAGE: u8 = 2;
 pub const NOT_EXECUTABLE: u8 = 126;
 pub const NOT_FOUND: u8 = 127;
+pub const TIMED_OUT: u8 = 124;
 
 impl Exit {
     /// The process exit status for this outcome.
@@ -70,6 +73,7 @@ impl Exit {
             Exit::Usage => USAGE,
             Exit::NotExecutable => NOT_EXECUTABLE,
             Exit::NotFound => NOT_FOUND,
+            Exit::TimedOut => TIMED_OUT,
             Exit::Held => 0,
             Exit::Free => 1,
             Exit::Checked { failed } => u8::from(failed),
@@ -141,6 +145,7 @@ mod tests {
         assert_eq!(Exit::Usage.code(d), 2);
         assert_eq!(Exit::NotExecutable.code(d), 126);
         assert_eq!(Exit::NotFound.code(d), 127);
+        assert_eq!(Exit::TimedOut.code(d), 124);
         assert_eq!(Exit::Held.code(d), 0);
         assert_eq!(Exit::Free.code(d), 1);
     }

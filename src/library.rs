@@ -69,7 +69,7 @@ impl Lock {
     pub async fn acquire(&self) -> Result<Option<u64>, BackendError> {
         Ok(match self.attempt().await? {
             Attempt::Acquired { fence } => Some(fence),
-            Attempt::Busy(_) => None,
+            Attempt::Busy(_) | Attempt::Mismatch { .. } => None,
         })
     }
 

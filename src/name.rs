@@ -63,6 +63,16 @@ impl LockName {
         format!("holder:{{{}}}", self.0)
     }
 
+    /// The holders of a semaphore (`--holders N`): a sorted set of tokens, by lease end.
+    pub fn holders_key(&self) -> String {
+        format!("holders:{{{}}}", self.0)
+    }
+
+    /// The semaphore's N and each holder's metadata.
+    pub fn holders_meta_key(&self) -> String {
+        format!("holders-meta:{{{}}}", self.0)
+    }
+
     /// The channel a release is published on, in the same hash slot as the keys.
     pub fn channel(&self) -> String {
         format!("released:{{{}}}", self.0)

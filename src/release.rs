@@ -7,17 +7,19 @@ use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
 
-/// Shows the holder and refuses (2) without `force`; with it, frees the lock.
+/// Shows the holder and refuses (2) without `force`; with it, frees the lock. `token`: of
+/// several holders (`--holders`), free only the one whose `LOCKED_RUN_TOKEN` it is.
 pub async fn release<B: Backend>(
     backend: &B,
     name: &LockName,
     force: bool,
+    token: Option<&str>,
 ) -> Result<Exit, Failure> {
     let unavailable = |e: crate::backend::BackendError| Failure::unavailable(e.to_string());
     if !force {
         let report = backend.inspect().await.map_err(unavailable)?;
         let Some(busy) = report.held else {
-            return Ok(said(name, None, report.fence));
+            return Ok(said(name, &[], report.fence));
         };
         let why = match (backend.has_lease(), busy.expiry) {
             // A flock belongs to its holder until it exits: --force cannot help.
@@ -35,20 +37,29 @@ pub async fn release<B: Backend>(
         };
         return Err(Failure::usage(why));
     }
-    match backend.force_release().await.map_err(unavailable)? {
-        Freed::Released { holder, fence } => Ok(said(name, holder, fence)),
+    match backend.force_release(token).await.map_err(unavailable)? {
+        Freed::Released { holders, fence } => Ok(said(name, &holders, fence)),
         Freed::Kept(why) => Err(Failure::usage(why)),
     }
 }
 
-fn said(name: &LockName, holder: Option<Holder>, fence: Option<u64>) -> Exit {
+fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {
     let fence = fence.map_or_else(|| "none issued yet".into(), |f| f.to_string());
-    match holder {
-        Some(holder) => {
+    match holders {
+        [holder] => {
             println!("released lock {name}, held by {holder}; last fence {fence}");
             Exit::Child(0)
         }
-        None => {
+        [_, ..] => {
+            let by: Vec<String> = holders.iter().map(Holder::to_string).collect();
+            println!(
+                "released lock {name}, held by {} holders: {}; last fence {fence}",
+                holders.len(),
+                by.join("; ")
+            );
+            Exit::Child(0)
+        }
+        [] => {
             println!("lock {name} was free (last fence {fence}); nothing to release");
             Exit::Free
         }

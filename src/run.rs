@@ -31,6 +31,10 @@ pub struct RunConfig {
     pub patience: Patience,
     pub kill_signal: Signal,
     pub min_hold: Option<Duration>,
+    /// `--holders N`: up to N runs hold NAME at once.
+    pub holders: u32,
+    /// `--max-run`: the command is stopped once it has run this long.
+    pub max_run: Option<Duration>,
     /// How long the final release may take.
     pub release_timeout: Duration,
 }
@@ -51,6 +55,7 @@ pub async fn run<B: Backend>(
         &cfg.name,
         cfg.patience,
         cfg.timings,
+        cfg.holders,
         &mut signals,
     )
     .await?;
@@ -72,6 +77,7 @@ pub async fn run<B: Backend>(
         ("LOCKED_RUN_KEY", backend.key().to_owned()),
         ("LOCKED_RUN_TOKEN", backend.token().to_owned()),
         ("LOCKED_RUN_TTL_MS", cfg.timings.ttl.as_millis().to_string()),
+        ("LOCKED_RUN_HOLDERS", cfg.holders.to_string()),
     ];
     // In a terminal the job shares our group, which is the terminal's to handle.
     let watcher = match interactive {
@@ -108,7 +114,9 @@ pub async fn run<B: Backend>(
         signal: cfg.kill_signal,
         reason: Cell::new(None),
         first_signal: Cell::new(None),
+        ran_out: Cell::new(false),
     };
+    let started = clock.now();
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let renewer = Renewer(backend, cfg.timings);
     notify::send(&format!(
@@ -123,11 +131,25 @@ pub async fn run<B: Backend>(
                 std::future::pending::<()>().await
             }
         });
+        // --max-run: the kill signal once the command has run that long, SIGKILL K later.
+        let mut limit = pin!(async {
+            let Some(max_run) = cfg.max_run else {
+                return std::future::pending().await;
+            };
+            clock.sleep_until(started + max_run).await;
+            stopper.time_limit();
+            clock
+                .sleep_until(started + max_run + cfg.timings.kill_after)
+                .await;
+            stopper.time_limit_kill();
+            std::future::pending::<()>().await
+        });
         let status = loop {
             tokio::select! {
                 biased;
                 // Before the signals: a storm of them must not delay a lease deadline.
                 () = &mut keeper => {}
+                () = &mut limit => {}
                 event = signals.next_event() => match event {
                     Event::Signal(incoming) => forward(target, incoming, interactive),
                     Event::ChildChanged => match child.reap() {
@@ -182,6 +204,18 @@ pub async fn run<B: Backend>(
     let status =
         status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;
     let ended = ended(&status);
+    // Whichever stop began first says how the run ended.
+    if stopper.ran_out.get() {
+        let max_run = cfg.max_run.map(show).unwrap_or_default();
+        return Err(Failure::new(
+            Exit::TimedOut,
+            format!(
+                "the command ran longer than --max-run {max_run}; stopped it with {} (it {ended}); \
+                 lock {} is released",
+                cfg.kill_signal, cfg.name
+            ),
+        ));
+    }
     if let Some(why) = stopper.reason.get() {
         let lease = lease.borrow();
         let cause = match why {
@@ -335,6 +369,8 @@ struct ChildStopper {
     reason: Cell<Option<Why>>,
     /// The signal that began the stop, for the message that explains it.
     first_signal: Cell<Option<Signal>>,
+    /// `--max-run` ran out before any lease loss began a stop.
+    ran_out: Cell<bool>,
 }
 
 impl ChildStopper {
@@ -352,6 +388,33 @@ impl ChildStopper {
             signal = %signal,
             "stopping the command ({why:?}): sending {signal}"
         );
+    }
+}
+
+impl ChildStopper {
+    /// `--max-run` ran out: the kill signal, unless a stop for a lost lease is under way
+    /// (its own deadlines stand, and it says how the run ended).
+    fn time_limit(&self) {
+        if self.reason.get().is_some() {
+            return;
+        }
+        self.ran_out.set(true);
+        tracing::info!(
+            event = "max_run",
+            signal = %self.signal,
+            "the command has run for --max-run: sending {}",
+            self.signal
+        );
+        notify::send("STATUS=--max-run ran out; stopping the command");
+        self.target.terminate(self.signal);
+    }
+
+    /// `--kill-after` past `--max-run`: SIGKILL.
+    fn time_limit_kill(&self) {
+        if self.ran_out.get() {
+            tracing::info!("the command outlived --max-run by --kill-after: sending SIGKILL");
+            self.target.signal(Signal::SIGKILL);
+        }
     }
 }
 

@@ -98,21 +98,36 @@ fn waiting(waiters: Option<u64>) -> String {
 pub fn to_json(name: &str, report: &Report) -> Value {
     let (ttl_ms, holder) = match &report.held {
         None => (Value::Null, Value::Null),
-        Some(busy) => {
-            let ttl = match busy.expiry {
-                Expiry::In(d) => json!(d.as_millis() as u64),
-                Expiry::Never | Expiry::WithHolder => json!(-1),
-            };
-            (ttl, holder_json(&busy.holder))
-        }
+        Some(busy) => (ttl_json(busy.expiry), holder_json(&busy.holder)),
     };
+    let holders: Vec<Value> = report
+        .holders
+        .iter()
+        .map(|slot| {
+            let mut o = holder_json(&slot.busy.holder);
+            o["fence"] = json!(slot.busy.holder.fence);
+            o["ttl_ms"] = ttl_json(slot.busy.expiry);
+            o["token"] = json!(slot.token);
+            o
+        })
+        .collect();
     json!({
         "name": name,
         "held": report.held.is_some(),
         "fence": report.fence,
         "ttl_ms": ttl_ms,
         "holder": holder,
+        "holders": holders,
+        "limit": report.limit,
     })
+}
+
+/// Time left in ms: -1 for a lock that ends only with its holder (or a delete).
+fn ttl_json(expiry: Expiry) -> Value {
+    match expiry {
+        Expiry::In(d) => json!(d.as_millis() as u64),
+        Expiry::Never | Expiry::WithHolder => json!(-1),
+    }
 }
 
 fn holder_json(h: &Holder) -> Value {
@@ -128,17 +143,38 @@ pub fn to_text(name: &str, report: &Report) -> String {
     let fence = report
         .fence
         .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
-    match &report.held {
-        None => format!("{name}: free (last fence {fence})"),
-        Some(busy) => {
-            let left = match busy.expiry {
-                Expiry::In(d) => format!("{} left", show(d)),
-                Expiry::Never => "no expiry: only a delete frees it".to_owned(),
-                Expiry::WithHolder => "until its holder exits".to_owned(),
-            };
+    let left = |expiry: Expiry| match expiry {
+        Expiry::In(d) => format!("{} left", show(d)),
+        Expiry::Never => "no expiry: only a delete frees it".to_owned(),
+        Expiry::WithHolder => "until its holder exits".to_owned(),
+    };
+    match (&report.held, report.limit) {
+        (None, _) => format!("{name}: free (last fence {fence})"),
+        (Some(_), Some(limit)) if limit > 1 => {
+            let each: Vec<String> = report
+                .holders
+                .iter()
+                .map(|slot| {
+                    let mut holder = slot.busy.holder.clone();
+                    let own = holder.fence.take();
+                    let own = own.map_or_else(String::new, |f| format!(", fence {f}"));
+                    let token = slot.token.as_deref().unwrap_or("?");
+                    format!("{holder}{own}, {} (token {token})", left(slot.busy.expiry))
+                })
+                .collect();
+            format!(
+                "{name}: held by {} of {limit} holders (last fence {fence}): {}",
+                report.holders.len(),
+                each.join("; ")
+            )
+        }
+        (Some(busy), _) => {
             let mut holder = busy.holder.clone();
             holder.fence = None;
-            format!("{name}: held by {holder}; fence {fence}; {left}")
+            format!(
+                "{name}: held by {holder}; fence {fence}; {}",
+                left(busy.expiry)
+            )
         }
     }
 }
@@ -158,7 +194,8 @@ mod tests {
         };
         assert_eq!(
             to_json("job", &free),
-            json!({"name": "job", "held": false, "fence": 3, "ttl_ms": null, "holder": null})
+            json!({"name": "job", "held": false, "fence": 3, "ttl_ms": null, "holder": null,
+                   "holders": [], "limit": null})
         );
         let held = Report {
             fence: Some(4),

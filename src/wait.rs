@@ -49,6 +49,7 @@ pub async fn acquire<B: Backend, C: Clock>(
     name: &LockName,
     patience: Patience,
     timings: Timings,
+    holders: u32,
     signals: &mut Signals,
 ) -> Result<Acquired, Failure> {
     let start = clock.now();
@@ -104,6 +105,15 @@ pub async fn acquire<B: Backend, C: Clock>(
                 )))
             }
             Ok(Attempt::Busy(busy)) => Ok(busy),
+            Ok(Attempt::Mismatch { holders: theirs }) => {
+                let message = format!(
+                    "lock {name} is held by runs with --holders {theirs}, and this run asks for \
+                     --holders {holders}: every run of one NAME must use the same --holders (a \
+                     run without it, or a program using the plain SET NX protocol, counts as 1); \
+                     nothing was run"
+                );
+                return Err(waiter.give_back(Failure::usage(message)).await);
+            }
             Err(error) => Err(error),
         };
         let nap = match answer {

@@ -26,7 +26,7 @@ fn free_held_and_free_again() {
     assert_eq!(out.code(), Some(1), "free: {out:?}");
     assert_eq!(
         parse(&out),
-        serde_json::json!({"name": "job", "held": false, "fence": null, "ttl_ms": null, "holder": null, "waiters": 0})
+        serde_json::json!({"name": "job", "held": false, "fence": null, "ttl_ms": null, "holder": null, "holders": [], "limit": null, "waiters": 0})
     );
 
     let dir = scratch();

@@ -34,16 +34,21 @@ impl Paths {
         }
     }
 
-    /// Raises the fence counter by one, durably: a temporary file, fsync, rename over the
-    /// counter, fsync of the directory. Called under the lock, and also under a flock on the
-    /// directory itself: should two processes ever both hold NAME (its lock file deleted
-    /// while held), they still never get the same token.
-    pub async fn raise_fence(&self) -> Result<u64, BackendError> {
+    /// A brief exclusive flock on DIR itself, held until the returned file is dropped: what
+    /// the fence is raised under, and what a semaphore's runs decide their slots under.
+    pub async fn lock_dir(&self) -> Result<File, BackendError> {
         let dir = File::open(&self.dir).map_err(|e| refused(&self.dir, "open", &e))?;
         lock_briefly(&dir)
             .await
             .map_err(|e| refused(&self.dir, "lock", &e))?;
-        // Closing `dir` unlocks it, however this returns.
+        Ok(dir)
+    }
+
+    /// Raises the fence counter by one, durably: a temporary file, fsync, rename over the
+    /// counter, fsync of the directory. Called under the lock, and under the flock on the directory
+    /// itself ([`Paths::lock_dir`]): should two processes ever both hold NAME (its lock file deleted
+    /// while held), they still never get the same token.
+    pub fn raise_fence_locked(&self, dir: &File) -> Result<u64, BackendError> {
         let next = self
             .read_fence()?
             .unwrap_or(0)

@@ -54,6 +54,14 @@ impl Paths {
             fence_tmp: dir.join(format!(".{stem}.fence.tmp")),
         }
     }
+
+    /// Slot `i` of a semaphore (`--holders N`): `STEM.lock.i`, created in order from 0, so
+    /// the slots that ever existed are the ones up to the first missing.
+    pub fn slot(&self, i: u32) -> PathBuf {
+        let mut name = self.lock.clone().into_os_string();
+        name.push(format!(".{i}"));
+        PathBuf::from(name)
+    }
 }
 
 /// Opens (creating it) the lock file, refusing links and anything but a regular file.

@@ -1,19 +1,57 @@
-//! What the operators' commands read of a `file://` lock, without creating anything and
-//! without touching the lock whenever `/proc/locks` can tell; `release --force` of a lock kept
-//! only by `--min-hold`; and `doctor`'s check of a NAME's files.
+//! What the operators' commands read of a `file://` lock (its one lock file, or a semaphore's
+//! slot files), without creating anything and without touching the lock whenever
+//! `/proc/locks` can tell; `release --force` of what only `--min-hold` keeps; and `doctor`'s
+//! check of a NAME's files.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::files::{Paths, flock, open_existing, open_lock_file, refused};
 use super::meta::{Meta, NotBefore};
 use super::proc_locks::{holder_of, is_locked, waiters};
-use crate::backend::{BackendError, Busy, Expiry, Freed, Report};
+use super::slots::existing_slots;
+use crate::backend::{BackendError, Busy, Expiry, Freed, Report, Slot};
 use crate::name::LockName;
 
-/// `status` of a NAME in a directory, without creating anything, and without touching the
-/// lock whenever `/proc/locks` can tell.
+/// One file of a lock as it stands: what it says, and who keeps it (a process, or only a
+/// `--min-hold` deadline), if anyone.
+struct Kept {
+    path: PathBuf,
+    file: File,
+    meta: Meta,
+    expiry: Option<Expiry>,
+}
+
+/// The lock file and the slot files there are, each as it stands.
+fn files(paths: &Paths) -> Result<Vec<Kept>, BackendError> {
+    let mut kept = Vec::new();
+    for path in std::iter::once(paths.lock.clone()).chain(existing_slots(paths)) {
+        let file = match open_existing(&path, false) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(refused(&path, "read", &e)),
+        };
+        let meta = Meta::read(&file);
+        let expiry = if is_locked(&file).map_err(|e| refused(&path, "check", &e))? {
+            Some(Expiry::WithHolder)
+        } else {
+            meta.not_before
+                .as_ref()
+                .and_then(NotBefore::left)
+                .map(Expiry::In)
+        };
+        kept.push(Kept {
+            path,
+            file,
+            meta,
+            expiry,
+        });
+    }
+    Ok(kept)
+}
+
+/// `status`: every holder of the lock, the soonest to end first.
 pub fn report(paths: &Paths) -> Result<Report, BackendError> {
     let dir = &paths.dir;
     if !dir.is_dir() {
@@ -23,65 +61,79 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
         )));
     }
     let fence = paths.read_fence()?;
-    let waiters = waiters(paths);
-    let file = match open_existing(&paths.lock, false) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(Report {
-                fence,
-                waiters,
-                ..Report::default()
-            });
-        }
-        Err(e) => return Err(refused(&paths.lock, "read", &e)),
-    };
-    let meta = Meta::read(&file);
-    let held = is_locked(&file).map_err(|e| refused(&paths.lock, "check", &e))?;
-    let (holder, expiry) = if held {
-        (holder_of(&file, meta.holder), Some(Expiry::WithHolder))
-    } else {
-        let left = meta.not_before.as_ref().and_then(NotBefore::left);
-        (meta.holder, left.map(Expiry::In))
-    };
+    let files = files(paths)?;
+    let watched: Vec<&Path> = files.iter().map(|k| k.path.as_path()).collect();
+    let waiters = waiters(&watched);
+    let one = files
+        .first()
+        .is_some_and(|k| k.path == paths.lock && k.expiry.is_some());
+    let mut holders: Vec<Slot> = Vec::new();
+    let mut limit = None;
+    for kept in files {
+        let Some(expiry) = kept.expiry else { continue };
+        let holder = match expiry {
+            Expiry::WithHolder => holder_of(&kept.file, kept.meta.holder),
+            _ => kept.meta.holder,
+        };
+        limit = limit.or(kept.meta.limit);
+        holders.push(Slot {
+            token: kept.meta.token,
+            busy: Busy { holder, expiry },
+        });
+    }
+    holders.sort_by_key(|s| s.busy.expiry.left());
+    let held = holders.first().map(|s| s.busy.clone());
     Ok(Report {
         fence,
-        held: expiry.map(|expiry| Busy { holder, expiry }),
-        value: expiry.and(meta.token),
+        value: holders.first().and_then(|s| s.token.clone()),
+        limit: held
+            .is_some()
+            .then(|| if one { 1 } else { limit.unwrap_or(0) }),
+        held,
+        holders,
         waiters,
         ..Report::default()
     })
 }
 
-/// `release --force`: frees a lock that only a `--min-hold` deadline keeps; a lock that a live
-/// process holds cannot be taken from it (a flock belongs to its holder until it exits).
-pub fn force_release(paths: &Paths, name: &LockName) -> Result<Freed, BackendError> {
-    let report = report(paths)?;
-    if let Some(busy) = report.held.filter(|b| b.expiry == Expiry::WithHolder) {
-        return Ok(Freed::Kept(only_its_process_frees(name, &busy)));
-    }
-    let fence = report.fence;
-    let file = match open_existing(&paths.lock, true) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(Freed::Released {
-                holder: None,
-                fence,
-            });
+/// `release --force`: frees what only a `--min-hold` deadline keeps (the holder whose token is
+/// `token`, or every one); a lock that a live process holds cannot be taken from it (a flock
+/// belongs to its holder until it exits).
+pub fn force_release(
+    paths: &Paths,
+    name: &LockName,
+    token: Option<&str>,
+) -> Result<Freed, BackendError> {
+    let fence = paths.read_fence()?;
+    let mut released = Vec::new();
+    for kept in files(paths)? {
+        if token.is_some_and(|t| kept.meta.token.as_deref() != Some(t)) {
+            continue;
         }
-        Err(e) => return Err(refused(&paths.lock, "open", &e)),
-    };
-    flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| refused(&paths.lock, "lock", &e))?;
-    let meta = Meta::read(&file);
-    let holder = meta
-        .not_before
-        .as_ref()
-        .and_then(NotBefore::left)
-        .map(|_| meta.holder.clone());
-    if holder.is_some() {
-        file.set_len(0)
-            .map_err(|e| refused(&paths.lock, "write", &e))?;
+        match kept.expiry {
+            None => {}
+            Some(Expiry::WithHolder) => {
+                let busy = Busy {
+                    holder: holder_of(&kept.file, kept.meta.holder),
+                    expiry: Expiry::WithHolder,
+                };
+                return Ok(Freed::Kept(only_its_process_frees(name, &busy)));
+            }
+            Some(_) => {
+                let file =
+                    open_existing(&kept.path, true).map_err(|e| refused(&kept.path, "open", &e))?;
+                flock(&file, libc::LOCK_EX | libc::LOCK_NB)
+                    .map_err(|e| refused(&kept.path, "lock", &e))?;
+                file.set_len(0)
+                    .map_err(|e| refused(&kept.path, "write", &e))?;
+                released.push(kept.meta.holder);
+            }
+        }
     }
-    Ok(Freed::Released { holder, fence })
+    Ok(Freed::Released {
+        holders: released,
+        fence,
+    })
 }
 
 /// Why a lock that a live process holds cannot be released from here.

@@ -52,6 +52,8 @@ pub struct Meta {
     pub holder: Holder,
     pub token: Option<String>,
     pub not_before: Option<NotBefore>,
+    /// A semaphore slot's N (`--holders`).
+    pub limit: Option<u32>,
 }
 
 impl Meta {
@@ -71,6 +73,7 @@ impl Meta {
                 "since_ms" => meta.holder.since_ms = value.parse().ok(),
                 "fence" => meta.holder.fence = value.parse().ok(),
                 "token" => meta.token = Some(value.to_owned()),
+                "limit" => meta.limit = value.parse().ok(),
                 "not_before" => {
                     let mut words = value.split(' ');
                     if let (Some(id), Some(Ok(boot_ms)), Some(Ok(wall_ms))) = (
@@ -107,6 +110,7 @@ impl Meta {
         line("since_ms", h.since_ms.map(|t| t.to_string()));
         line("fence", h.fence.map(|f| f.to_string()));
         line("token", self.token.clone());
+        line("limit", self.limit.map(|l| l.to_string()));
         line(
             "not_before",
             self.not_before
@@ -144,6 +148,7 @@ mod tests {
                 boot_ms: 5,
                 wall_ms: 6,
             }),
+            limit: Some(3),
         };
         let parsed = Meta::parse(&meta.to_text());
         assert_eq!(parsed.holder.fence, Some(17));

@@ -30,6 +30,7 @@ mod files;
 mod inspect;
 mod meta;
 mod proc_locks;
+mod slots;
 
 use std::cell::{Ref, RefCell};
 use std::fs::{self, DirBuilder, File};
@@ -67,6 +68,8 @@ pub struct FileLock {
     file: RefCell<Option<File>>,
     /// What was written into the lock file when it was taken; `None` when not held.
     held: RefCell<Option<Meta>>,
+    /// `--holders N`: 1 is one lock file, more a semaphore of N slot files.
+    holders: u32,
 }
 
 impl FileLock {
@@ -107,7 +110,14 @@ impl FileLock {
             },
             file: RefCell::new(None),
             held: RefCell::new(None),
+            holders: 1,
         })
+    }
+
+    /// Up to `holders` runs may hold the lock at once (N slot files; 1 is one lock file).
+    pub fn with_holders(mut self, holders: u32) -> FileLock {
+        self.holders = holders;
+        self
     }
 
     pub fn name(&self) -> &LockName {
@@ -141,17 +151,6 @@ impl FileLock {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
-    }
-
-    /// How long a `--min-hold` deadline left in the lock file still keeps the lock.
-    fn min_hold_left(&self) -> Option<Duration> {
-        self.file
-            .borrow()
-            .as_ref()
-            .map(Meta::read)?
-            .not_before
-            .as_ref()
-            .and_then(NotBefore::left)
     }
 
     /// Makes the lock file's content durable, and its directory entry (this run may have
@@ -221,6 +220,9 @@ impl Backend for FileLock {
                 fence: meta.holder.fence.unwrap_or(0),
             });
         }
+        if self.holders > 1 {
+            return self.acquire_slot().await;
+        }
         // A file deleted and created again under the same name is another lock: lock the one
         // at the path (a few times at most, against someone who keeps replacing it).
         let mut replaced = 0;
@@ -268,10 +270,16 @@ impl Backend for FileLock {
                 expiry: Expiry::In(left),
             }));
         }
+        // Decided under a brief flock on DIR, as a semaphore's runs decide (see `slots`): the
+        // fence is raised and the metadata written before DIR is let go.
+        let dir = self.paths.lock_dir().await.map_err(|e| self.refused(e))?;
+        if let Some(holders) = slots::other_holders(&self.paths, 1) {
+            self.unlock();
+            return Ok(Attempt::Mismatch { holders });
+        }
         let fence = self
             .paths
-            .raise_fence()
-            .await
+            .raise_fence_locked(&dir)
             .map_err(|e| self.refused(e))?;
         let meta = Meta {
             holder: Holder {
@@ -281,9 +289,11 @@ impl Backend for FileLock {
             },
             token: Some(self.token.clone()),
             not_before: None,
+            limit: None,
         };
         let written = meta.write(&*self.file()?);
         written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
+        drop(dir);
         *self.held.borrow_mut() = Some(meta);
         Ok(Attempt::Acquired { fence })
     }
@@ -318,8 +328,8 @@ impl Backend for FileLock {
         inspect::report(&self.paths)
     }
 
-    async fn force_release(&self) -> Result<Freed, BackendError> {
-        inspect::force_release(&self.paths, &self.name)
+    async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
+        inspect::force_release(&self.paths, &self.name, token)
     }
 
     async fn subscribe(&self) -> Result<(FileWakeups<'_>, bool), BackendError> {
@@ -327,7 +337,7 @@ impl Backend for FileLock {
         Ok((
             FileWakeups {
                 lock: self,
-                pending: None,
+                pending: Vec::new(),
             },
             true,
         ))
@@ -338,30 +348,59 @@ impl Backend for FileLock {
 /// holds the lock then, so nothing wakes it when `release --force` clears the deadline).
 pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
 
-/// A thread blocked in `flock(LOCK_EX)` on a descriptor of its own: when it returns, the
-/// holder has let go, and the waiter tries again.
+/// Threads blocked in `flock(LOCK_EX)`, each on a descriptor of its own, on the lock file
+/// (or each slot of a semaphore): when one returns, a holder has let go, and the waiter tries
+/// again. A thread whose file was let go is started again at the next wait; the others keep
+/// waiting. (They stay blocked, holding nothing, until the process exits.)
 pub struct FileWakeups<'a> {
     lock: &'a FileLock,
-    pending: Option<oneshot::Receiver<io::Result<()>>>,
+    pending: Vec<(PathBuf, oneshot::Receiver<io::Result<()>>)>,
 }
 
 impl Wakeups for FileWakeups<'_> {
     async fn next(&mut self) -> Result<(), BackendError> {
         let lock = self.lock;
-        if let Some(left) = lock.min_hold_left() {
-            tokio::time::sleep(left.min(MIN_HOLD_RECHECK)).await;
+        let files: Vec<PathBuf> = match lock.holders {
+            1 => vec![lock.paths.lock.clone()],
+            _ => slots::existing_slots(&lock.paths).collect(),
+        };
+        // A file kept only by --min-hold has no holder to wait for: its deadline is slept
+        // out instead, re-read every MIN_HOLD_RECHECK (a `release --force` clears it).
+        let mut nap: Option<Duration> = None;
+        for path in files {
+            let kept = open_existing(&path, false)
+                .ok()
+                .and_then(|file| slots::min_hold_of(&file));
+            match kept {
+                Some(left) => nap = Some(nap.map_or(left, |n| n.min(left))),
+                None if self.pending.iter().all(|(p, _)| *p != path) => {
+                    let waiting = block_until_free(path.clone());
+                    self.pending.push((path, waiting));
+                }
+                None => {}
+            }
+        }
+        let nap = async {
+            match nap {
+                Some(left) => tokio::time::sleep(left.min(MIN_HOLD_RECHECK)).await,
+                None => std::future::pending().await,
+            }
+        };
+        if self.pending.is_empty() {
+            nap.await;
             return Ok(());
         }
-        let pending = self
-            .pending
-            .get_or_insert_with(|| block_until_free(lock.paths.lock.clone()));
-        let result = pending.await;
-        self.pending = None;
+        let waits = self.pending.iter_mut().map(|(_, rx)| rx);
+        let (result, done) = tokio::select! {
+            () = nap => return Ok(()),
+            (result, done, _) = futures_util::future::select_all(waits) => (result, done),
+        };
+        let (path, _) = self.pending.remove(done);
         match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(BackendError::Transient(format!(
                 "cannot wait for {}: {e}",
-                lock.paths.lock.display()
+                path.display()
             ))),
             Err(_) => Err(BackendError::Transient(
                 "the thread waiting for the lock could not be started".into(),
@@ -437,10 +476,10 @@ mod tests {
         assert!(matches!(busy.expiry, Expiry::In(d) if d > Duration::from_secs(59)));
         let looker = FileLock::at(&url, name.clone(), "status").unwrap();
         assert!(looker.inspect().await.unwrap().held.is_some());
-        let Ok(Freed::Released { holder, fence }) = looker.force_release().await else {
+        let Ok(Freed::Released { holders, fence }) = looker.force_release(None).await else {
             panic!("a lock kept by --min-hold only is released by force")
         };
-        assert_eq!(holder.unwrap().command.as_deref(), Some("b"));
+        assert_eq!(holders[0].command.as_deref(), Some("b"));
         assert_eq!(fence, Some(2));
         assert_eq!(
             a.try_acquire(&t, false).await,

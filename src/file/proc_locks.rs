@@ -1,20 +1,36 @@
 //! What `/proc/locks` tells of a `file://` lock without touching it: whether a process holds
 //! it, which one, and how many wait.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
-use super::files::{Paths, flock};
+use super::files::flock;
 use crate::backend::{Holder, hostname};
 
-/// How many processes are blocked waiting for the lock, from `/proc/locks` (waiters in this
-/// PID namespace only); `None` when that cannot be told.
-pub fn waiters(paths: &Paths) -> Option<u64> {
-    let meta = fs::symlink_metadata(&paths.lock).ok()?;
+/// How many processes are blocked waiting for the lock on any of `files` (its lock file, or
+/// a semaphore's slots), from `/proc/locks` (waiters in this PID namespace only); `None` when
+/// that cannot be told. A process counts once, and not at all while it holds one of them (a
+/// semaphore's waiter waits on every slot, and its threads stay blocked once it holds one).
+pub fn waiters(files: &[&Path]) -> Option<u64> {
     let locks = ProcLocks::read()?;
-    let (on_file, _) = locks.on(&meta);
-    Some(on_file.iter().filter(|l| l.blocked).count() as u64)
+    let (mut blocked, mut holding) = (HashSet::new(), HashSet::new());
+    for path in files {
+        let Ok(meta) = fs::symlink_metadata(path) else {
+            continue;
+        };
+        let (on_file, _) = locks.on(&meta);
+        for line in on_file {
+            if line.blocked {
+                blocked.insert(line.pid);
+            } else {
+                holding.insert(line.pid);
+            }
+        }
+    }
+    Some(blocked.difference(&holding).count() as u64)
 }
 
 /// Whether some process holds the lock on `file`. `/proc/locks` answers without touching the

@@ -1,43 +1,52 @@
 //! What the operators' commands read of a lock on one server, and `release --force`: the
-//! lock's state in one MULTI/EXEC, the waiters subscribed to its channel, and the forced
-//! release script.
+//! lock's state in one MULTI/EXEC (one holder's keys and a semaphore's alike), the waiters
+//! subscribed to its channel, and the forced release script.
 
-use super::lock::{ServerLock, expiry, holder_at};
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::lock::{ServerLock, expiry};
 use super::resp::Reply;
 use super::scripts;
-use crate::backend::{BackendError, Busy, Freed, Holder, Report};
+use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
 
 impl ServerLock {
-    /// `release --force`: deletes the lock whoever holds it (never the fence counter) and wakes
-    /// the waiters; says whom it was taken from (none: it was free), and the last fence.
-    pub async fn force_release_here(&self) -> Result<Freed, BackendError> {
+    /// `release --force`: deletes the holder whose token is `token` (or every holder, one or
+    /// a semaphore's), never the fence counter, and wakes the waiters; says whom it was taken
+    /// from (none: it was free), and the last fence.
+    pub async fn force_release_here(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         let publish = self.publish_command();
         let reply = self
             .node
             .eval(
                 &scripts::FORCE_RELEASE,
-                &[&self.lock_key, &self.holder_key, &self.fence_key],
-                &[&self.channel, publish],
+                &[
+                    &self.lock_key,
+                    &self.holder_key,
+                    &self.fence_key,
+                    &self.holders_key,
+                    &self.holders_meta_key,
+                ],
+                &[&self.channel, publish, token.unwrap_or("")],
                 self.node.connect_timeout(),
                 None,
             )
             .await?;
-        let items = reply.items();
-        let fence = items
-            .get(1)
-            .and_then(Reply::as_text)
-            .and_then(|f| f.parse().ok());
-        match items.first().and_then(Reply::as_int) {
-            Some(0) => Ok(Freed::Released {
-                holder: None,
-                fence,
-            }),
-            Some(1) => Ok(Freed::Released {
-                holder: Some(holder_at(items)),
-                fence,
-            }),
-            _ => Err(self.unexpected(&reply)),
-        }
+        let [fence, released] = reply.items() else {
+            return Err(self.unexpected(&reply));
+        };
+        let holders = released
+            .items()
+            .iter()
+            .map(|r| {
+                let text = |i: usize| r.items().get(i).and_then(Reply::as_text);
+                holder(text(1), text(2), text(3), text(4), text(5))
+            })
+            .collect();
+        Ok(Freed::Released {
+            holders,
+            fence: fence.as_text().and_then(|f| f.parse().ok()),
+        })
     }
 
     /// How many clients wait for this lock (subscribed to its release channel).
@@ -65,19 +74,25 @@ impl ServerLock {
         }
     }
 
-    /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree).
+    /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree): one
+    /// holder's key, or a semaphore's holders, whichever is there.
     pub async fn inspect_here(&self) -> Result<Report, BackendError> {
-        let (lock, holder, fence) = (
+        let (lock, holder_key, fence, holders, meta) = (
             self.lock_key.as_bytes(),
             self.holder_key.as_bytes(),
             self.fence_key.as_bytes(),
+            self.holders_key.as_bytes(),
+            self.holders_meta_key.as_bytes(),
         );
-        let commands: [&[&[u8]]; 6] = [
+        let commands: [&[&[u8]]; 9] = [
             &[b"MULTI"],
             &[b"GET", lock],
             &[b"PTTL", lock],
-            &[b"HGETALL", holder],
+            &[b"HGETALL", holder_key],
             &[b"GET", fence],
+            &[b"TIME"],
+            &[b"ZRANGE", holders, b"0", b"-1", b"WITHSCORES"],
+            &[b"HGETALL", meta],
             &[b"EXEC"],
         ];
         let replies = self
@@ -88,42 +103,117 @@ impl ServerLock {
             return Err(self.node.refused(&e));
         }
         let exec = replies.last().cloned().unwrap_or(Reply::Array(None));
-        let [value, pttl, meta, fence] = exec.items() else {
+        let [value, pttl, holder_hash, fence, time, members, meta] = exec.items() else {
             return Err(self.unexpected(&exec));
         };
         let fence = fence.as_text().and_then(|f| f.parse().ok());
-        let Some(value) = value.as_text() else {
-            return Ok(Report {
-                fence,
-                held: None,
-                value: None,
-                ..Report::default()
-            });
-        };
-        let fields: std::collections::HashMap<String, String> = meta
-            .items()
-            .chunks(2)
-            .filter_map(|pair| Some((pair.first()?.as_text()?, pair.get(1)?.as_text()?)))
-            .collect();
-        let holder = if fields.get("token") == Some(&value) {
-            Holder {
-                host: fields.get("host").cloned(),
-                pid: fields.get("pid").and_then(|p| p.parse().ok()),
-                command: fields.get("command").cloned(),
-                since_ms: fields.get("since").and_then(|s| s.parse().ok()),
-                fence: fields.get("fence").and_then(|f| f.parse().ok()),
-            }
-        } else {
-            Holder::default()
-        };
-        Ok(Report {
-            fence,
-            held: Some(Busy {
+        if let Some(value) = value.as_text() {
+            let fields = hash(holder_hash);
+            let field = |k: &str| fields.get(k).cloned();
+            let holder = if fields.get("token") == Some(&value) {
+                holder(
+                    field("host"),
+                    field("pid"),
+                    field("command"),
+                    field("since"),
+                    field("fence"),
+                )
+            } else {
+                Holder::default()
+            };
+            let busy = Busy {
                 holder,
                 expiry: expiry(pttl.as_int().unwrap_or(-1)),
-            }),
-            value: Some(value),
+            };
+            return Ok(Report {
+                fence,
+                held: Some(busy.clone()),
+                value: Some(value.clone()),
+                holders: vec![Slot {
+                    token: Some(value),
+                    busy,
+                }],
+                limit: Some(1),
+                ..Report::default()
+            });
+        }
+        let now_ms = match time.items() {
+            [secs, micros] => {
+                secs.as_int().unwrap_or(0) * 1000 + micros.as_int().unwrap_or(0) / 1000
+            }
+            _ => return Err(self.unexpected(&exec)),
+        };
+        let meta = hash(meta);
+        // WITHSCORES: flat pairs in RESP2, an array of [member, score] in RESP3.
+        let flat: Vec<&Reply> = members
+            .items()
+            .iter()
+            .flat_map(|m| match m {
+                Reply::Array(Some(pair)) => pair.iter().collect(),
+                other => vec![other],
+            })
+            .collect();
+        let slots: Vec<Slot> = flat
+            .chunks(2)
+            .filter_map(|pair| {
+                let token = pair.first()?.as_text()?;
+                let ends: f64 = pair.get(1)?.as_text()?.parse().ok()?;
+                let left = ends as i64 - now_ms;
+                (left > 0).then(|| Slot {
+                    busy: Busy {
+                        holder: packed(meta.get(&token).map(String::as_str)),
+                        expiry: Expiry::In(Duration::from_millis(left as u64)),
+                    },
+                    token: Some(token),
+                })
+            })
+            .collect();
+        Ok(Report {
+            fence,
+            held: slots.first().map(|s| s.busy.clone()),
+            limit: (!slots.is_empty())
+                .then(|| meta.get("limit").and_then(|l| l.parse().ok()))
+                .flatten(),
+            holders: slots,
             ..Report::default()
         })
     }
+}
+
+/// A hash's reply (a flat list of fields and values) as a map.
+fn hash(reply: &Reply) -> HashMap<String, String> {
+    reply
+        .items()
+        .chunks(2)
+        .filter_map(|pair| Some((pair.first()?.as_text()?, pair.get(1)?.as_text()?)))
+        .collect()
+}
+
+/// A holder from its metadata's fields, each missing when the holder is not a `locked-run`.
+fn holder(
+    host: Option<String>,
+    pid: Option<String>,
+    command: Option<String>,
+    since: Option<String>,
+    fence: Option<String>,
+) -> Holder {
+    Holder {
+        host,
+        pid: pid.and_then(|p| p.parse().ok()),
+        command,
+        since_ms: since.and_then(|s| s.parse().ok()),
+        fence: fence.and_then(|f| f.parse().ok()),
+    }
+}
+
+/// A semaphore holder's metadata: host, pid, command, since and fence, tab-separated.
+fn packed(meta: Option<&str>) -> Holder {
+    let mut fields = meta.unwrap_or_default().split('\t').map(str::to_owned);
+    holder(
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    )
 }

@@ -12,7 +12,7 @@ use crate::name::LockName;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
 use crate::redis::resp::Reply;
-use crate::redis::scripts;
+use crate::redis::{scripts, semaphore};
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {
@@ -21,7 +21,11 @@ pub struct ServerLock {
     pub(super) lock_key: String,
     pub(super) fence_key: String,
     pub(super) holder_key: String,
+    pub(super) holders_key: String,
+    pub(super) holders_meta_key: String,
     pub(super) channel: String,
+    /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
+    holders: u32,
     token: String,
     host: String,
     pid: String,
@@ -45,18 +49,22 @@ impl ServerLock {
     /// A lock on an opened node; `command` is the program name shown to `status`.
     pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
-        let host = crate::backend::hostname();
+        let host = crate::backend::hostname().replace(|c: char| c.is_control(), "?");
         ServerLock {
             lock_key: name.lock_key(),
             fence_key: name.fence_key(),
             holder_key: name.holder_key(),
+            holders_key: name.holders_key(),
+            holders_meta_key: name.holders_meta_key(),
             channel: name.channel(),
+            holders: 1,
             node,
             name,
             token: uuid::Uuid::new_v4().to_string(),
             host,
             pid: std::process::id().to_string(),
-            command: command.to_owned(),
+            // A semaphore's metadata is tab-separated: no control character in a field.
+            command: command.replace(|c: char| c.is_control(), "?"),
             wait_replicas: None,
         }
     }
@@ -65,6 +73,12 @@ impl ServerLock {
     /// answer to a failover that would otherwise promote a replica that never saw the lock.
     pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> ServerLock {
         self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Up to `holders` runs may hold the lock at once (a semaphore; 1 is one holder).
+    pub fn with_holders(mut self, holders: u32) -> ServerLock {
+        self.holders = holders;
         self
     }
 
@@ -107,23 +121,49 @@ impl ServerLock {
     ) -> Result<Attempt, BackendError> {
         let since = wall_clock_ms().to_string();
         let ttl_ms = timings.ttl_ms();
-        let reply = self
-            .node
-            .eval(
-                &scripts::ACQUIRE,
-                &[&self.lock_key, &self.fence_key, &self.holder_key],
-                &[
-                    &self.token,
-                    &ttl_ms,
-                    &self.host,
-                    &self.pid,
-                    &self.command,
-                    &since,
-                ],
-                timeout,
-                listen.then_some(self.channel.as_str()),
-            )
-            .await?;
+        let listen = listen.then_some(self.channel.as_str());
+        let reply = if self.holders == 1 {
+            let keys = [
+                self.lock_key.as_str(),
+                &self.fence_key,
+                &self.holder_key,
+                &self.holders_key,
+                &self.holders_meta_key,
+            ];
+            let args = [
+                self.token.as_str(),
+                &ttl_ms,
+                &self.host,
+                &self.pid,
+                &self.command,
+                &since,
+            ];
+            let script = &scripts::ACQUIRE;
+            self.node
+                .eval(script, &keys, &args, timeout, listen)
+                .await?
+        } else {
+            let keys = [
+                self.lock_key.as_str(),
+                &self.fence_key,
+                &self.holders_key,
+                &self.holders_meta_key,
+            ];
+            let limit = self.holders.to_string();
+            let args = [
+                self.token.as_str(),
+                &ttl_ms,
+                &limit,
+                &self.host,
+                &self.pid,
+                &self.command,
+                &since,
+            ];
+            let script = &semaphore::ACQUIRE;
+            self.node
+                .eval(script, &keys, &args, timeout, listen)
+                .await?
+        };
         let attempt = parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))?;
         if let (Attempt::Acquired { .. }, Some((replicas, wait))) = (&attempt, self.wait_replicas) {
             self.replicas_acknowledge(replicas, wait).await?;
@@ -185,13 +225,16 @@ impl ServerLock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let ttl_ms = timings.ttl_ms();
-        let keys = [self.lock_key.as_str(), self.holder_key.as_str()];
+        let (script, keys) = match self.holders {
+            1 => (&scripts::RENEW, [self.lock_key.as_str(), &self.holder_key]),
+            _ => (
+                &semaphore::RENEW,
+                [self.holders_key.as_str(), &self.holders_meta_key],
+            ),
+        };
         let args = [self.token.as_str(), ttl_ms.as_str()];
         let Some((replicas, wait)) = self.wait_replicas else {
-            let reply = self
-                .node
-                .eval(&scripts::RENEW, &keys, &args, timeout, None)
-                .await?;
+            let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
             return as_flag(&reply).ok_or_else(|| self.unexpected(&reply));
         };
         // Within half the attempt's own time limit: room for the round trip, and a server
@@ -299,16 +342,18 @@ impl ServerLock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
-        let reply = self
-            .node
-            .eval(
+        let (script, keys) = match self.holders {
+            1 => (
                 &scripts::RELEASE,
-                &[&self.lock_key, &self.holder_key],
-                &[&self.token, &keep_ms, &self.channel, publish],
-                timeout,
-                None,
-            )
-            .await?;
+                [self.lock_key.as_str(), &self.holder_key],
+            ),
+            _ => (
+                &semaphore::RELEASE,
+                [self.holders_key.as_str(), &self.holders_meta_key],
+            ),
+        };
+        let args = [self.token.as_str(), &keep_ms, &self.channel, publish];
+        let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
@@ -411,8 +456,8 @@ impl Backend for ServerLock {
         Ok(report)
     }
 
-    async fn force_release(&self) -> Result<Freed, BackendError> {
-        self.force_release_here().await
+    async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
+        self.force_release_here(token).await
     }
 }
 
@@ -434,6 +479,9 @@ fn parse_attempt(reply: &Reply) -> Option<Attempt> {
             holder: holder_at(items),
             expiry: expiry(items.get(1)?.as_int()?),
         })),
+        -1 => Some(Attempt::Mismatch {
+            holders: u32::try_from(items.get(1)?.as_int()?).ok()?,
+        }),
         _ => None,
     }
 }

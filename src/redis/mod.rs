@@ -8,7 +8,7 @@
 //! - [`pubsub`]: release messages: subscribing, and waiting for one.
 //! - [`resp`]: the protocol client (RESP2/RESP3), one connection at a time.
 //! - [`tls`]: TLS for `rediss://` (rustls).
-//! - [`scripts`]: the Lua scripts of the protocol.
+//! - [`scripts`]: the Lua scripts of the protocol; [`semaphore`]: those of `--holders N`.
 //! - [`lock`]: the single-server backend ([`lock::ServerLock`]).
 //! - [`inspect`]: what `status` and `release` read of (and do to) a lock on one server.
 //! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens.
@@ -21,6 +21,7 @@ pub mod pubsub;
 pub mod redlock;
 pub mod resp;
 pub mod scripts;
+pub mod semaphore;
 pub mod sentinel;
 pub mod tls;
 pub mod url;

@@ -22,7 +22,7 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, Wakeups,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, Slot, Wakeups,
 };
 use crate::lease::Timings;
 use crate::redis::lock::{Here, ServerLock};
@@ -89,10 +89,12 @@ impl Backend for Redlock {
         let mut errors: Vec<BackendError> = Vec::new();
         // Servers that granted, or did not answer (and may have granted).
         let mut maybe_ours: Vec<usize> = Vec::new();
+        let mut mismatch = None;
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
                 Ok(Attempt::Acquired { fence }) => granted.push((i, fence)),
                 Ok(Attempt::Busy(b)) => busy.push(b),
+                Ok(Attempt::Mismatch { holders }) => mismatch = Some(holders),
                 Err(e) => {
                     errors.push(e);
                     maybe_ours.push(i);
@@ -136,6 +138,9 @@ impl Backend for Redlock {
                 .map(|&i| self.locks[i].give_back_within(self.node_timeout)),
         )
         .await;
+        if let Some(holders) = mismatch {
+            return Ok(Attempt::Mismatch { holders });
+        }
         if errors.len() > n - quorum {
             let answered = n - errors.len();
             let transient = errors.iter().any(BackendError::is_transient);
@@ -297,16 +302,19 @@ impl Backend for Redlock {
     }
 
     /// Released on every server that answers; it was held if any server held it.
-    async fn force_release(&self) -> Result<Freed, BackendError> {
-        let answers = join_all(self.locks.iter().map(|l| l.force_release_here())).await;
+    async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
+        let answers = join_all(self.locks.iter().map(|l| l.force_release_here(token))).await;
         let mut holders = Vec::new();
         let mut fence = None;
         let (mut answered, mut first_error) = (false, None);
         for answer in answers {
             match answer {
-                Ok(Freed::Released { holder, fence: f }) => {
+                Ok(Freed::Released {
+                    holders: theirs,
+                    fence: f,
+                }) => {
                     answered = true;
-                    holders.extend(holder);
+                    holders.extend(theirs);
                     fence = fence.max(f);
                 }
                 Ok(Freed::Kept(why)) => return Ok(Freed::Kept(why)),
@@ -324,7 +332,10 @@ impl Backend for Redlock {
             .find(|h| h.is_known())
             .or(holders.first())
             .cloned();
-        Ok(Freed::Released { holder, fence })
+        Ok(Freed::Released {
+            holders: holder.into_iter().collect(),
+            fence,
+        })
     }
 
     async fn subscribe(&self) -> Result<(AnyOf<Subscription<'_>>, bool), BackendError> {
@@ -446,19 +457,28 @@ fn summarize(answered: &[&Report], quorum: usize) -> Report {
         .filter_map(|r| r.held.as_ref().map(|b| b.expiry))
         .collect();
     expiries.sort_by_key(|e| std::cmp::Reverse(e.left()));
+    let held = owner.map(|_| Busy {
+        holder: holding
+            .iter()
+            .filter_map(|r| r.held.as_ref().map(|b| b.holder.clone()))
+            .find(Holder::is_known)
+            .unwrap_or_default(),
+        expiry: expiries
+            .get(quorum - 1)
+            .copied()
+            .unwrap_or(Expiry::In(Duration::ZERO)),
+    });
     Report {
         fence: answered.iter().filter_map(|r| r.fence).max(),
-        held: owner.map(|_| Busy {
-            holder: holding
-                .iter()
-                .filter_map(|r| r.held.as_ref().map(|b| b.holder.clone()))
-                .find(Holder::is_known)
-                .unwrap_or_default(),
-            expiry: expiries
-                .get(quorum - 1)
-                .copied()
-                .unwrap_or(Expiry::In(Duration::ZERO)),
-        }),
+        holders: held
+            .iter()
+            .map(|busy| Slot {
+                token: owner.map(str::to_owned),
+                busy: busy.clone(),
+            })
+            .collect(),
+        limit: held.as_ref().map(|_| 1),
+        held,
         value: owner.map(str::to_owned),
         waiters: answered.iter().filter_map(|r| r.waiters).max(),
         ..Report::default()

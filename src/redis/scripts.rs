@@ -4,7 +4,9 @@
 //! Keys (one Cluster hash slot, thanks to the `{NAME}` tag):
 //! - `lock:{NAME}`   the owner's token, with the lease as its expiry (the seed's layout);
 //! - `fence:{NAME}`  the fencing counter, never deleted;
-//! - `holder:{NAME}` a hash: token, host, pid, command, since (ms), fence; same expiry as the lock.
+//! - `holder:{NAME}` a hash: token, host, pid, command, since (ms), fence; same expiry as the lock;
+//! - `holders:{NAME}`, `holders-meta:{NAME}`: the holders of a semaphore (`--holders N`, see
+//!   [`super::semaphore`]).
 //!
 //! Releases are published on `released:{NAME}` (a sharded channel on a Cluster).
 
@@ -16,13 +18,22 @@ pub struct Script {
     pub sha1: &'static str,
 }
 
-/// KEYS: lock, fence, holder. ARGV: token, ttl ms, host, pid, command, since ms.
+/// KEYS: lock, fence, holder, holders, holders-meta. ARGV: token, ttl ms, host, pid, command,
+/// since ms.
 ///
 /// Returns `{1, fence}` when acquired (or when the lock already holds our token: an earlier
 /// attempt whose reply was lost), else `{0, pttl, host, pid, command, since, fence}` describing
-/// the holder (metadata fields are nil when the holder is not a `locked-run`).
+/// the holder (metadata fields are nil when the holder is not a `locked-run`), or `{-1, N}`
+/// while runs with `--holders N` hold it (see `semaphore`).
 pub const ACQUIRE: Script = Script {
     source: r#"
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf') > 0 then
+    return {-1, tonumber(redis.call('HGET', KEYS[5], 'limit')) or 0}
+  end
+end
 local fence_type = redis.call('TYPE', KEYS[2])['ok']
 if fence_type ~= 'none' and fence_type ~= 'string' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
@@ -51,7 +62,7 @@ if meta[1] ~= value then
 end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6]}
 "#,
-    sha1: "b011e48f9e0675dd57344cbd66c90199f8157727",
+    sha1: "a3f77f89b67688c723d857abd6cf317c990e3fc7",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -159,37 +170,63 @@ return 1
     sha1: "65ba9bd590982ebe216521ad885e20d104c0d8b9",
 };
 
-/// KEYS: lock, holder, fence. ARGV: channel, publish command. `release --force`: deletes the
-/// lock (whoever holds it; never the fence counter) and wakes waiters. Returns `{0, fence}` when
-/// the lock was free, else `{1, fence, host, pid, command, since, holder's fence}`.
+/// KEYS: lock, holder, fence, holders, holders-meta. ARGV: channel, publish command, token
+/// (empty: every holder). `release --force`, for one holder and for a semaphore alike: deletes
+/// the holder whose token it is given (or every one), never the fence counter, and wakes the
+/// waiters. Returns `{last fence, {{token, host, pid, command, since, fence}, ...}}` of what it
+/// released (fields false where the holder is not a `locked-run`).
 pub const FORCE_RELEASE: Script = Script {
     source: r#"
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if not ok then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a lock')
 end
-if not value then
-  return {0, redis.call('GET', KEYS[3])}
+local released = {}
+if value and (ARGV[3] == '' or ARGV[3] == value) then
+  local meta = redis.call('HMGET', KEYS[2], 'token', 'host', 'pid', 'command', 'since', 'fence')
+  if meta[1] ~= value then
+    meta = {false, false, false, false, false, false}
+  end
+  redis.call('DEL', KEYS[1], KEYS[2])
+  table.insert(released, {value, meta[2], meta[3], meta[4], meta[5], meta[6]})
 end
-local meta = redis.call('HMGET', KEYS[2], 'token', 'host', 'pid', 'command', 'since', 'fence')
-if meta[1] ~= value then
-  meta = {false, false, false, false, false, false}
+local members
+if ARGV[3] == '' then
+  members = redis.call('ZRANGE', KEYS[4], 0, -1)
+elseif redis.call('ZSCORE', KEYS[4], ARGV[3]) then
+  members = {ARGV[3]}
+else
+  members = {}
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-if not pcall(redis.call, ARGV[2], ARGV[1], 'released') and ARGV[2] == 'SPUBLISH' then
-  pcall(redis.call, 'PUBLISH', ARGV[1], 'released')
+for _, member in ipairs(members) do
+  local meta = redis.call('HGET', KEYS[5], member) or ''
+  local h, p, c, s, f = string.match(meta, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)$')
+  redis.call('ZREM', KEYS[4], member)
+  redis.call('HDEL', KEYS[5], member)
+  table.insert(released, {member, h or false, p or false, c or false, s or false, f or false})
 end
-return {1, redis.call('GET', KEYS[3]), meta[2], meta[3], meta[4], meta[5], meta[6]}
+if redis.call('ZCARD', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[4], KEYS[5])
+end
+if #released > 0 then
+  if not pcall(redis.call, ARGV[2], ARGV[1], 'released') and ARGV[2] == 'SPUBLISH' then
+    pcall(redis.call, 'PUBLISH', ARGV[1], 'released')
+  end
+end
+return {redis.call('GET', KEYS[3]), released}
 "#,
-    sha1: "c4def1c28a5da9e395cf64043b3204942361daf6",
+    sha1: "6d10c4649de119a074cf4b36f60e183ee5d8a195",
 };
 
 /// Every script, for the test that checks their SHA1s against the server's.
-pub const ALL: [&Script; 6] = [
+pub const ALL: [&Script; 9] = [
     &ACQUIRE,
     &RENEW,
     &RENEW_OR_RETAKE,
     &RELEASE,
     &RAISE_FENCE,
     &FORCE_RELEASE,
+    &super::semaphore::ACQUIRE,
+    &super::semaphore::RENEW,
+    &super::semaphore::RELEASE,
 ];

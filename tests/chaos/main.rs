@@ -12,6 +12,7 @@
 mod support;
 
 mod contention;
+mod holders;
 mod local;
 mod network;
 mod process;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::*;
 
 use contention::*;
+use holders::*;
 use local::*;
 use network::*;
 use process::*;
@@ -97,6 +99,31 @@ fn main() {
             "Redlock: 2 of 5 restart empty, then a 3rd freezes",
             1,
             redlock_renewal_retakes_restarted_servers,
+        ),
+        (
+            "--holders 3: 6 x 20 runs on one NAME",
+            1,
+            holders_contention,
+        ),
+        (
+            "file://: --holders 3: 6 x 20 runs on one NAME",
+            1,
+            holders_contention_file,
+        ),
+        (
+            "--holders 2: redis killed mid-run",
+            2,
+            holders_server_killed,
+        ),
+        (
+            "--holders 2: a holder's slot taken away",
+            1,
+            holders_slot_stolen,
+        ),
+        (
+            "--holders 2: a holder SIGKILLed, a waiter takes its slot",
+            1,
+            holders_wrapper_sigkilled,
         ),
     ];
     let scenarios: Vec<_> = scenarios

@@ -632,6 +632,44 @@ pub struct Section {
     end: Option<u64>,
 }
 
+/// At no instant do more than `limit` critical sections of `log` run at once, and no fence is
+/// issued twice; returns the number of sections and the most that ran at once. (Of several
+/// holders, two that acquire one after the other may start their commands in either order, so
+/// start order says nothing of fence order.)
+pub fn check_concurrency(log: &Path, limit: usize) -> (usize, usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut events: Vec<(u64, i32)> = Vec::new();
+    let mut fences = std::collections::BTreeSet::new();
+    let mut starts = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let t: u64 = f[2].parse().unwrap();
+        if f[0] == "start" {
+            starts += 1;
+            assert!(
+                fences.insert(f[1].to_owned()),
+                "fence {} issued twice",
+                f[1]
+            );
+            events.push((t, 1));
+        } else {
+            events.push((t, -1));
+        }
+    }
+    // At equal instants an end counts before a start.
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, delta) in events {
+        now += delta;
+        most = most.max(now);
+    }
+    assert!(
+        most as usize <= limit,
+        "{most} sections ran at once; the limit is {limit}"
+    );
+    (starts, most as usize)
+}
+
 /// No two critical sections overlap, and fences grow strictly in start order.
 pub fn check_log(log: &Path) -> usize {
     let text = std::fs::read_to_string(log).unwrap_or_default();

@@ -1,0 +1,137 @@
+//! The Lua scripts of `--holders N` (N > 1): a counting semaphore whose every slot is a lease of
+//! its own. Keys (one Cluster hash slot, thanks to the `{NAME}` tag):
+//!
+//! - `holders:{NAME}`       a sorted set: each holder's token, scored by the end of its lease
+//!   in milliseconds on the server's clock (`TIME`); members past their score are dropped by
+//!   the scripts themselves;
+//! - `holders-meta:{NAME}`  a hash: `limit` (the N of the current holders), and for each token
+//!   its holder's `host`, `pid`, `command`, `since` and `fence`, tab-separated;
+//! - `fence:{NAME}`         the same fence counter as one holder's, so that fences strictly
+//!   increase across every holder;
+//! - `lock:{NAME}`          one holder's key: while it exists (a run with N = 1, or a program
+//!   using the plain protocol), a semaphore run is refused, and the other way round.
+//!
+//! Both keys are given an expiry no shorter than any member's lease, so a semaphore whose
+//! holders all crashed leaves nothing behind.
+
+use super::scripts::Script;
+
+/// KEYS: lock, fence, holders, meta. ARGV: token, ttl ms, N, host, pid, command, since ms.
+///
+/// `{1, fence}` when a slot is taken (or already ours: an earlier attempt whose reply was
+/// lost); `{0, ms until the soonest lease ends, host, pid, command, since, fence}` of that
+/// holder when all N are held; `{-1, M}` when the current holders use another N (M; 1 for a
+/// one-holder lock).
+pub const ACQUIRE: Script = Script {
+    source: r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {-1, 1}
+end
+local fence_type = redis.call('TYPE', KEYS[2])['ok']
+if fence_type ~= 'none' and fence_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  redis.call('HDEL', KEYS[4], unpack(gone))
+end
+local count = redis.call('ZCARD', KEYS[3])
+local limit = tonumber(redis.call('HGET', KEYS[4], 'limit'))
+if count > 0 and limit and limit ~= tonumber(ARGV[3]) then
+  return {-1, limit}
+end
+local function outlive(ms)
+  for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    if redis.call('PTTL', key) < ms then
+      redis.call('PEXPIRE', key, ms)
+    end
+  end
+end
+local function fields(meta)
+  return string.match(meta or '', '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)$')
+end
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[1])
+  outlive(ttl)
+  local _, _, _, _, fence = fields(redis.call('HGET', KEYS[4], ARGV[1]))
+  return {1, tonumber(fence) or tonumber(redis.call('GET', KEYS[2]))}
+end
+if count >= tonumber(ARGV[3]) then
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local h, p, c, s, f = fields(redis.call('HGET', KEYS[4], first[1]))
+  return {0, math.max(tonumber(first[2]) - now, 0), h or false, p or false, c or false, s or false, f or false}
+end
+local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
+if not ok then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' does not hold an integer fence counter')
+end
+redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
+redis.call('HSET', KEYS[4], 'limit', ARGV[3],
+           ARGV[1], ARGV[4] .. '\t' .. ARGV[5] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. fence)
+outlive(ttl)
+return {1, fence}
+"#,
+    sha1: "574035c168d07d05b0a839f1415c9b43545857b3",
+};
+
+/// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
+/// is ours and not yet over: 1; else 0.
+pub const RENEW: Script = Script {
+    source: r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
+if not ok or not score or tonumber(score) <= now then
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
+for _, key in ipairs(KEYS) do
+  if redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+return 1
+"#,
+    sha1: "54de1d07e20545da3bfd1e3cf84e47f8d5364a72",
+};
+
+/// KEYS: holders, meta. ARGV: token, keep ms (0: free the slot now), channel, publish command
+/// (as the one-holder release's). Frees our slot and wakes waiters, or with keep > 0 leaves it
+/// taken until then (`--min-hold`). 1 when the slot was ours, else 0.
+pub const RELEASE: Script = Script {
+    source: r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
+if not ok or not score or tonumber(score) <= now then
+  return 0
+end
+local keep = tonumber(ARGV[2])
+if keep > 0 then
+  redis.call('ZADD', KEYS[1], 'XX', now + keep, ARGV[1])
+  for _, key in ipairs(KEYS) do
+    if redis.call('PTTL', key) < keep then
+      redis.call('PEXPIRE', key, keep)
+    end
+  end
+  return 1
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+if ARGV[4] ~= '' then
+  if not pcall(redis.call, ARGV[4], ARGV[3], 'released') and ARGV[4] == 'SPUBLISH' then
+    pcall(redis.call, 'PUBLISH', ARGV[3], 'released')
+  end
+end
+return 1
+"#,
+    sha1: "e355157ab15d59de806376ce2884cf10fab3451c",
+};

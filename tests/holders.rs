@@ -1,0 +1,249 @@
+//! `--holders N`: up to N runs hold one NAME at once, on one Redis server and on `file://`;
+//! a run with another N is refused; `status` lists every holder and `release --force` frees
+//! one by its token, or all.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// A holder of `job` with `--holders N` that writes its fence to `dir/NAME` and runs until
+/// `dir/NAME.go` exists.
+fn holder(url: &str, n: &str, dir: &Path, name: &str, extra: &[&str]) -> Running {
+    let d = path_str(dir);
+    let mut cmd = locked_run();
+    cmd.args(["-u", url, "--holders", n])
+        .args(extra)
+        .arg("job")
+        .args(sh(&format!(
+            "echo $LOCKED_RUN_FENCE $LOCKED_RUN_HOLDERS > {d}/{name}.tmp; mv {d}/{name}.tmp {d}/{name}; \
+             while [ ! -e {d}/{name}.go ]; do sleep 0.01; done"
+        )));
+    spawn(cmd)
+}
+
+fn started(dir: &Path, name: &str) -> String {
+    wait_for_file(&dir.join(name), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    })
+}
+
+fn status_json(url: &str) -> serde_json::Value {
+    let out = run_args(&["status", "--json", "-u", url, "job"]);
+    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+/// Three runs with `--holders 2`: two run, the third is 75 with `-n` and otherwise waits, and
+/// starts as soon as one of the two ends.
+fn two_of_three(url: &str) {
+    let dir = scratch();
+    let d = dir.path();
+    let a = holder(url, "2", d, "a", &[]);
+    let b = holder(url, "2", d, "b", &[]);
+    let (fa, fb) = (started(d, "a"), started(d, "b"));
+    assert!(
+        fa.ends_with(" 2\n") && fb.ends_with(" 2\n"),
+        "LOCKED_RUN_HOLDERS: {fa} {fb}"
+    );
+    assert_ne!(fa, fb, "every holder has a fence of its own");
+
+    let busy = run_args(&["-u", url, "--holders", "2", "-n", "job", "true"]);
+    assert_eq!(busy.code(), Some(75), "{busy:?}");
+    assert!(busy.stderr.is_empty(), "-n is silent: {}", busy.stderr);
+
+    let status = status_json(url);
+    assert_eq!(status["limit"], 2, "{status}");
+    assert_eq!(status["holders"].as_array().unwrap().len(), 2, "{status}");
+
+    let c = holder(url, "2", d, "c", &[]);
+    wait_until("the third waits", Duration::from_secs(10), || {
+        status_json(url)["waiters"] == 1
+    });
+    assert!(!d.join("c").exists(), "no third holder while two hold");
+    std::fs::write(d.join("a.go"), "").unwrap();
+    let a = a.wait();
+    assert_eq!(a.code(), Some(0), "{a:?}");
+    let freed = Instant::now();
+    let fc = started(d, "c");
+    let after = freed.elapsed();
+    assert!(
+        after < Duration::from_millis(500),
+        "the third started {after:?} after a release"
+    );
+    let fences: Vec<u64> = [&fa, &fb, &fc]
+        .iter()
+        .map(|f| f.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        fences[2] > fences[0].max(fences[1]),
+        "fences grow: {fences:?}"
+    );
+    for name in ["b", "c"] {
+        std::fs::write(d.join(format!("{name}.go")), "").unwrap();
+    }
+    assert_eq!(b.wait().code(), Some(0));
+    assert_eq!(c.wait().code(), Some(0));
+    assert_eq!(status_json(url)["held"], false);
+}
+
+#[test]
+fn two_of_three_run_on_redis_and_the_third_starts_at_a_release() {
+    let redis = Redis::start();
+    two_of_three(&redis.url());
+    assert!(!redis.exists("holders:{job}"), "nothing left behind");
+    assert!(!redis.exists("holders-meta:{job}"));
+}
+
+#[test]
+fn two_of_three_run_on_file_and_the_third_starts_at_a_release() {
+    let locks = scratch();
+    two_of_three(&format!("file://{}", locks.path().display()));
+}
+
+/// Every run of a NAME uses one N: another is refused with status 2 and a line naming both,
+/// and nothing is admitted past the limit.
+fn mixed_n_is_refused(url: &str) {
+    let dir = scratch();
+    let d = dir.path();
+    let a = holder(url, "2", d, "a", &[]);
+    started(d, "a");
+    for (n, theirs) in [("3", "2"), ("1", "2")] {
+        let out = run_args(&["-u", url, "--holders", n, "-w", "5s", "job", "true"]);
+        assert_eq!(out.code(), Some(2), "{out:?}");
+        assert!(
+            out.stderr
+                .contains(&format!("held by runs with --holders {theirs}"))
+                && out
+                    .stderr
+                    .contains(&format!("this run asks for --holders {n}")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    }
+    std::fs::write(d.join("a.go"), "").unwrap();
+    assert_eq!(a.wait().code(), Some(0));
+
+    // And the other way round: one holder (N = 1) holds it.
+    let one = holder(url, "1", d, "one", &[]);
+    started(d, "one");
+    let out = run_args(&["-u", url, "--holders", "2", "-n", "job", "true"]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("held by runs with --holders 1"),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(d.join("one.go"), "").unwrap();
+    assert_eq!(one.wait().code(), Some(0));
+}
+
+#[test]
+fn mixed_n_is_refused_on_redis() {
+    let redis = Redis::start();
+    mixed_n_is_refused(&redis.url());
+}
+
+#[test]
+fn mixed_n_is_refused_on_file() {
+    let locks = scratch();
+    mixed_n_is_refused(&format!("file://{}", locks.path().display()));
+}
+
+#[test]
+fn a_program_using_the_plain_protocol_counts_as_one_holder() {
+    let redis = Redis::start();
+    let _: String = redis.cmd(&["SET", "lock:{job}", "python-worker-7", "NX", "PX", "60000"]);
+    let out = run_args(&["-u", &redis.url(), "--holders", "3", "-n", "job", "true"]);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("--holders 1"), "{}", out.stderr);
+}
+
+#[test]
+fn release_force_frees_one_holder_by_token_or_all() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let dir = scratch();
+    let d = dir.path();
+    let a = holder(&url, "3", d, "a", &["--ttl", "2s"]);
+    let b = holder(&url, "3", d, "b", &["--ttl", "2s"]);
+    let c = holder(&url, "3", d, "c", &["--ttl", "2s"]);
+    for name in ["a", "b", "c"] {
+        started(d, name);
+    }
+    let status = status_json(&url);
+    let holders = status["holders"].as_array().unwrap().clone();
+    assert_eq!(holders.len(), 3, "{status}");
+    let token = holders[0]["token"].as_str().unwrap().to_owned();
+    let pid = holders[0]["pid"].as_i64().unwrap() as i32;
+
+    let refused = run_args(&["release", "-u", &url, "job"]);
+    assert_eq!(refused.code(), Some(2), "without --force: {refused:?}");
+    let out = run_args(&["release", "--force", "--token", &token, "-u", &url, "job"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    // The holder it was taken from finds its slot gone at its next renewal: stopped, 76.
+    assert!(
+        wait_pid_exit(pid, Duration::from_secs(5)),
+        "the robbed holder stopped"
+    );
+    assert_eq!(status_json(&url)["holders"].as_array().unwrap().len(), 2);
+
+    let out = run_args(&["release", "--force", "-u", &url, "job"]);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert!(out.stdout.contains("held by 2 holders"), "{}", out.stdout);
+    let statuses: Vec<Option<i32>> = [a, b, c].into_iter().map(|r| r.wait().code()).collect();
+    assert_eq!(statuses, [Some(76); 3], "each one robbed was stopped");
+    assert_eq!(status_json(&url)["held"], false);
+    assert!(!redis.exists("holders:{job}"));
+}
+
+#[test]
+fn redlock_with_holders_is_a_usage_error() {
+    let five = Five::start();
+    let mut cmd = locked_run_on(&five);
+    cmd.args(["--holders", "2", "job", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.code(), Some(2), "{out:?}");
+    assert!(out.stderr.contains("Redlock"), "{}", out.stderr);
+    for bad in ["0", "1001", "x"] {
+        let out = run_args(&["--holders", bad, "job", "true"]);
+        assert_eq!(out.code(), Some(2), "--holders {bad}: {out:?}");
+    }
+}
+
+#[test]
+fn a_cluster_keeps_a_semaphores_keys_in_the_names_slot() {
+    let cluster = Cluster::start();
+    let dir = scratch();
+    let d = dir.path();
+    let a = holder(&cluster.url(), "2", d, "a", &[]);
+    let b = holder(&cluster.url(), "2", d, "b", &[]);
+    started(d, "a");
+    started(d, "b");
+    let owner = cluster.owner("lock:{job}");
+    let members: i64 = owner.cmd(&["ZCARD", "holders:{job}"]);
+    assert_eq!(
+        members, 2,
+        "both holders on the node that owns {{job}}'s slot"
+    );
+    let busy = run_args(&["-u", &cluster.url(), "--holders", "2", "-n", "job", "true"]);
+    assert_eq!(busy.code(), Some(75), "{busy:?}");
+    for name in ["a", "b"] {
+        std::fs::write(d.join(format!("{name}.go")), "").unwrap();
+    }
+    assert_eq!(a.wait().code(), Some(0));
+    assert_eq!(b.wait().code(), Some(0));
+}
+
+#[test]
+fn through_sentinels_holders_run_on_the_primary() {
+    let watched = Watched::start();
+    let dir = scratch();
+    let d = dir.path();
+    let a = holder(&watched.url(), "2", d, "a", &[]);
+    started(d, "a");
+    assert!(watched.primary.exists("holders:{job}"));
+    std::fs::write(d.join("a.go"), "").unwrap();
+    assert_eq!(a.wait().code(), Some(0));
+    assert!(!watched.primary.exists("holders:{job}"));
+}
