@@ -112,9 +112,16 @@ class Tools:
     def etcdctl(self, name, *cmd):
         return ["etcdctl", f"--endpoints={self.servers.etcd}", "lock", name, "--", *cmd]
 
+    def holders(self, name, *cmd):
+        return self.locked_run(name, *cmd, extra=("--holders", "3"))
+
     def all(self):
         return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl),
                 ("Redlock, 5 servers", self.redlock), ("file", self.file)]
+
+    def overheads(self):
+        """What the overhead measures: every tool, and a semaphore's run (`--holders 3`)."""
+        return self.all() + [("--holders 3", self.holders)]
 
 
 def ms(seconds):
@@ -125,12 +132,12 @@ def overhead(tools, rounds, runs, warmup):
     """Median wall time of `X NAME -- true`, by hyperfine. The tools take turns in rounds of
     `runs` each, so a machine that drifts in speed affects all of them alike."""
     out = tools.scratch / "overhead.json"
-    commands = [" ".join(make("bench-overhead", "true")) for _, make in tools.all()]
-    times = {name: [] for name, _ in tools.all()}
+    commands = [" ".join(make("bench-overhead", "true")) for _, make in tools.overheads()]
+    times = {name: [] for name, _ in tools.overheads()}
     for _ in range(rounds):
         subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
                         "--export-json", str(out), *commands], check=True, stdout=subprocess.DEVNULL)
-        for (name, _), result in zip(tools.all(), json.loads(out.read_text())["results"]):
+        for (name, _), result in zip(tools.overheads(), json.loads(out.read_text())["results"]):
             times[name].extend(result["times"])
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -196,12 +203,13 @@ def idle_cost(tools, hold, ttl):
     renewals_expected = int(hold // (ttl / 6))
     return cpu_ns / 1e9, sent, scripts, renewals_expected
 
-def contention(tools, loops, runs, rounds):
+def contention(tools, loops, runs, rounds, contenders=None):
     """`loops` parallel loops of `runs` runs of `X NAME -- true` on one NAME: total wall time,
     the median of `rounds` rounds in which the tools take turns."""
-    totals = {"locked-run": [], "flock": [], "file": []}
+    contenders = contenders or (("locked-run", tools.locked_run), ("flock", tools.flock), ("file", tools.file))
+    totals = {name: [] for name, _ in contenders}
     for _ in range(rounds):
-        for name, make in (("locked-run", tools.locked_run), ("flock", tools.flock), ("file", tools.file)):
+        for name, make in contenders:
             cmd = make("bench-contention", "true")
 
             def loop():
@@ -382,6 +390,8 @@ def main():
         hold, ttl = (3, 3) if smoke else (30, 30)
         cpu, sent, scripts, renewals = idle_cost(tools, hold, ttl)
         c = contention(tools, loops=4, runs=2 if smoke else 50, rounds=1 if smoke else 5)
+        ch = contention(tools, loops=6, runs=2 if smoke else 20, rounds=1 if smoke else 5,
+                        contenders=(("locked-run", tools.locked_run), ("--holders 3", tools.holders)))
     finally:
         servers.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -397,6 +407,9 @@ def main():
     say(f"| overhead, Redlock over 5 servers | {ms(rl)} ({rl / fl:.2f}x flock) | - | - | (measured) | - |")
     lf = o["file"]
     say(f"| overhead, host-local `file://` | {ms(lf)} ({lf / fl:.2f}x flock) | - | - | (measured) | - |")
+    lh = o["--holders 3"]
+    say(f"| overhead, `--holders 3` | {ms(lh)} ({lh / lr:.2f}x one holder's) | - | - | <= 1.1x one holder's "
+        f"| {verdict(lh <= 1.1 * lr)} |")
     (lm, lp), (fm, fp), (em, ep), (rm, rp) = h["locked-run"], h["flock"], h["etcdctl lock"], h["Redlock, 5 servers"]
     say(f"| handoff median / p90 | {ms(lm)} / {ms(lp)} ({lm / fm:.2f}x flock) | {ms(fm)} / {ms(fp)} | {ms(em)} / {ms(ep)} "
         f"| median <= 1.3x flock, < etcdctl | {verdict(lm <= 1.3 * fm and lm < em)} |")
@@ -417,6 +430,9 @@ def main():
         f"| <= 1.3x flock | {verdict(lc <= 1.3 * fc)} |")
     cf = c["file"]
     say(f"| contention, host-local `file://` | {cf:.2f} s ({cf / fc:.2f}x flock) | - | - | (measured) | - |")
+    h1, h3 = ch["locked-run"], ch["--holders 3"]
+    say(f"| contention 6 x {2 if smoke else 20} runs, `--holders 3` | {h3:.2f} s (one holder: {h1:.2f} s) | - | - "
+        f"| (measured) | - |")
     say()
     say("The redis crate against the own client:")
     say()
