@@ -127,7 +127,7 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
         let path = child::resolve(&cfg.command[0])?;
         match opened {
             Opened::One(lock) => {
-                let lock = lock.with_holders(cfg.holders);
+                let lock = lock.with_holders(cfg.holders).with_fair(cfg.fair);
                 let lock = match args.wait_replicas.filter(|&n| n > 0) {
                     Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
                     None => lock,

@@ -62,13 +62,19 @@ pub enum Expiry {
     Never,
     /// A host-local `flock`: it lasts exactly as long as its holder's process holds it.
     WithHolder,
+    /// Not held, but `ahead` fair waiters come first; the first of them keeps its place alive
+    /// for `retry_in` more (after which, should it be gone, the next may go).
+    Queued {
+        ahead: u32,
+        retry_in: Duration,
+    },
 }
 
 impl Expiry {
     /// How long until it ends by itself; `Duration::MAX` for never (for ordering).
     pub fn left(self) -> Duration {
         match self {
-            Expiry::In(d) => d,
+            Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => d,
             Expiry::Never | Expiry::WithHolder => Duration::MAX,
         }
     }
@@ -83,11 +89,17 @@ pub struct Busy {
 
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Expiry::Queued { ahead, .. } = self.expiry {
+            return write!(
+                f,
+                "free, but {ahead} waiter(s) came first and go before this run"
+            );
+        }
         write!(f, "held by {}", self.holder)?;
         match self.expiry {
             Expiry::In(d) => write!(f, ", lease ends in {}", crate::lease::show(d)),
             Expiry::Never => f.write_str(", with no expiry"),
-            Expiry::WithHolder => Ok(()),
+            Expiry::WithHolder | Expiry::Queued { .. } => Ok(()),
         }
     }
 }
@@ -131,6 +143,10 @@ pub enum Freed {
     Kept(String),
 }
 
+/// How long a fair waiter's place in the queue lasts unless it asks again: a waiter that is
+/// SIGKILLed delays those behind it by about this much, at most.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
+
 /// The answer to one acquisition attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
@@ -173,6 +189,17 @@ pub trait Backend {
 
     /// Whether the lock is a lease that expires unless renewed (false for `flock`).
     fn has_lease(&self) -> bool;
+
+    /// Whether a waiter keeps a place in a queue (fair waiting), which it must keep alive by
+    /// asking again at least every [`KEEP_ALIVE`]`/3`, and leave when it gives up.
+    fn queues(&self) -> bool {
+        false
+    }
+
+    /// Leaves the queue at once (a waiter that gives up), if this attempt joined one.
+    fn leave(&self) -> impl Future<Output = ()> {
+        async {}
+    }
 
     /// Where the lock lives (`lock:{NAME}`), for the child's `LOCKED_RUN_KEY`.
     fn key(&self) -> &str;
@@ -227,7 +254,35 @@ pub trait Backend {
 /// Release notifications.
 pub trait Wakeups {
     /// Resolves on the next release message; `Err` when the subscription broke.
-    fn next(&mut self) -> impl Future<Output = Result<(), BackendError>>;
+    fn next(&mut self) -> impl Future<Output = Result<Wakeup, BackendError>>;
+}
+
+/// What woke a waiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wakeup {
+    /// A release, for anyone to try (a wait without a queue; `flock`'s own wake-up).
+    Anyone,
+    /// A release that hands the lock to the waiter at the head of the queue, by its token: the
+    /// others need not ask (fair waiting).
+    Turn(String),
+}
+
+impl Wakeup {
+    /// A release message: `released` for anyone, else the token whose turn it is.
+    pub fn from_message(payload: &[u8]) -> Wakeup {
+        match payload {
+            b"" | b"released" => Wakeup::Anyone,
+            token => Wakeup::Turn(String::from_utf8_lossy(token).into_owned()),
+        }
+    }
+
+    /// Whether the waiter with `token` should try again.
+    pub fn for_me(&self, token: &str) -> bool {
+        match self {
+            Wakeup::Anyone => true,
+            Wakeup::Turn(turn) => turn == token,
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).

@@ -182,6 +182,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_run: Option<Duration>,
 
+    /// Waiters race at each release instead of being served in the order they arrived
+    #[arg(long)]
+    pub no_fair: bool,
+
     #[command(flatten)]
     pub log: LogArgs,
 
@@ -345,6 +349,7 @@ impl RunArgs {
             min_hold: self.min_hold.filter(|d| !d.is_zero()),
             holders: self.holders,
             max_run: self.max_run,
+            fair: !self.no_fair,
             release_timeout: self.conn.connect_timeout.min(timings.ttl),
         })
     }

@@ -73,6 +73,16 @@ impl LockName {
         format!("holders-meta:{{{}}}", self.0)
     }
 
+    /// Fair waiting's queue: waiters' tokens, by arrival.
+    pub fn queue_key(&self) -> String {
+        format!("queue:{{{}}}", self.0)
+    }
+
+    /// The same tokens, by the end of each one's keep-alive.
+    pub fn queue_alive_key(&self) -> String {
+        format!("queue-alive:{{{}}}", self.0)
+    }
+
     /// The channel a release is published on, in the same hash slot as the keys.
     pub fn channel(&self) -> String {
         format!("released:{{{}}}", self.0)

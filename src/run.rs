@@ -35,6 +35,8 @@ pub struct RunConfig {
     pub holders: u32,
     /// `--max-run`: the command is stopped once it has run this long.
     pub max_run: Option<Duration>,
+    /// Waiters are served in arrival order (not `--no-fair`), where the backend keeps a queue.
+    pub fair: bool,
     /// How long the final release may take.
     pub release_timeout: Duration,
 }

@@ -125,7 +125,7 @@ pub fn to_json(name: &str, report: &Report) -> Value {
 /// Time left in ms: -1 for a lock that ends only with its holder (or a delete).
 fn ttl_json(expiry: Expiry) -> Value {
     match expiry {
-        Expiry::In(d) => json!(d.as_millis() as u64),
+        Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => json!(d.as_millis() as u64),
         Expiry::Never | Expiry::WithHolder => json!(-1),
     }
 }
@@ -144,7 +144,7 @@ pub fn to_text(name: &str, report: &Report) -> String {
         .fence
         .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
     let left = |expiry: Expiry| match expiry {
-        Expiry::In(d) => format!("{} left", show(d)),
+        Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => format!("{} left", show(d)),
         Expiry::Never => "no expiry: only a delete frees it".to_owned(),
         Expiry::WithHolder => "until its holder exits".to_owned(),
     };

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Wakeups};
+use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, KEEP_ALIVE, Wakeup, Wakeups};
 use crate::exit::{Exit, Failure};
 use crate::lease::{Clock, Timings, show};
 use crate::name::LockName;
@@ -157,6 +157,9 @@ pub async fn acquire<B: Backend, C: Clock>(
                     // message can cut the nap short, so it is a poll, every 2 s at most.
                     Expiry::In(d) if wakeups.is_none() => (d + jitter(d)).min(RETRY_CAP),
                     Expiry::In(d) => d + jitter(d),
+                    // Free, but the first waiter in the queue goes first: it is woken by name;
+                    // should it be gone, its place lapses after `retry_in`.
+                    Expiry::Queued { retry_in, .. } => retry_in + jitter(retry_in),
                     // The wake-up comes when the holder lets go; the nap is a safety net
                     // (and, without wake-ups, a slow poll).
                     Expiry::WithHolder if wakeups.is_some() => SAFETY_NAP,
@@ -171,6 +174,12 @@ pub async fn acquire<B: Backend, C: Clock>(
                         no_expiry_retries += 1;
                         backoff(no_expiry_retries)
                     }
+                };
+                // A place in the queue lapses unless asked for again: a heartbeat, not a poll
+                // (release messages still wake the waiter whose turn it is).
+                let nap = match backend.queues() {
+                    true => nap.min(KEEP_ALIVE / 3),
+                    false => nap,
                 };
                 tracing::debug!(
                     event = "waiting",
@@ -211,23 +220,31 @@ pub async fn acquire<B: Backend, C: Clock>(
             Some(deadline) => nap.min(deadline - now),
             None => nap,
         };
-        tokio::select! {
-            biased;
-            signal = signals.next_ending_wait() => {
-                return Err(waiter.give_back(interrupted(signal, name)).await);
-            }
-            woke = next_wakeup(&mut wakeups) => {
-                if let Err(e) = woke {
-                    // Resubscribe after a pause, not at once: a subscription that breaks
-                    // as soon as it is made must not turn into a busy loop.
-                    tracing::info!("{e}; resubscribing");
-                    wakeups = None;
-                    subscribe_after = clock.now() + RETRY_CAP;
+        let wake_at = tokio::time::Instant::now() + nap;
+        loop {
+            tokio::select! {
+                biased;
+                signal = signals.next_ending_wait() => {
+                    return Err(waiter.give_back(interrupted(signal, name)).await);
                 }
-            }
-            () = tokio::time::sleep(nap) => {
-                if deadline.is_some_and(|d| clock.now() >= d) {
-                    return Err(waiter.give_back(gave_up(name, patience, last_busy, last_error)).await);
+                woke = next_wakeup(&mut wakeups) => match woke {
+                    // Another waiter's turn: only it need ask; this one sleeps on.
+                    Ok(wakeup) if !wakeup.for_me(backend.token()) => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        // Resubscribe after a pause, not at once: a subscription that breaks
+                        // as soon as it is made must not turn into a busy loop.
+                        tracing::info!("{e}; resubscribing");
+                        wakeups = None;
+                        subscribe_after = clock.now() + RETRY_CAP;
+                        break;
+                    }
+                },
+                () = tokio::time::sleep_until(wake_at) => {
+                    if deadline.is_some_and(|d| clock.now() >= d) {
+                        return Err(waiter.give_back(gave_up(name, patience, last_busy, last_error)).await);
+                    }
+                    break;
                 }
             }
         }
@@ -244,6 +261,8 @@ struct Waiter<'a, B> {
 
 impl<B: Backend> Waiter<'_, B> {
     async fn give_back(&self, failure: Failure) -> Failure {
+        // A place in the queue is left at once: the next waiter need not wait for it to lapse.
+        self.backend.leave().await;
         if self.maybe_held {
             match self.backend.release(None, GIVE_BACK_TIMEOUT).await {
                 Ok(true) => {
@@ -263,7 +282,7 @@ impl<B: Backend> Waiter<'_, B> {
 /// How long the give-back may take when leaving without the lock.
 const GIVE_BACK_TIMEOUT: Duration = Duration::from_secs(1);
 
-async fn next_wakeup<W: Wakeups>(wakeups: &mut Option<W>) -> Result<(), BackendError> {
+async fn next_wakeup<W: Wakeups>(wakeups: &mut Option<W>) -> Result<Wakeup, BackendError> {
     match wakeups {
         Some(w) => w.next().await,
         None => std::future::pending().await,

@@ -5,6 +5,7 @@ mod support;
 
 mod durability;
 mod errors;
+mod fair;
 mod fencing;
 mod holders;
 mod lease_loss;

@@ -42,7 +42,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeups, hostname, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeup, Wakeups, hostname, wall_clock_ms,
 };
 use crate::backend::{Freed, Report};
 use crate::exit::Failure;
@@ -358,7 +358,7 @@ pub struct FileWakeups<'a> {
 }
 
 impl Wakeups for FileWakeups<'_> {
-    async fn next(&mut self) -> Result<(), BackendError> {
+    async fn next(&mut self) -> Result<Wakeup, BackendError> {
         let lock = self.lock;
         let files: Vec<PathBuf> = match lock.holders {
             1 => vec![lock.paths.lock.clone()],
@@ -388,16 +388,16 @@ impl Wakeups for FileWakeups<'_> {
         };
         if self.pending.is_empty() {
             nap.await;
-            return Ok(());
+            return Ok(Wakeup::Anyone);
         }
         let waits = self.pending.iter_mut().map(|(_, rx)| rx);
         let (result, done) = tokio::select! {
-            () = nap => return Ok(()),
+            () = nap => return Ok(Wakeup::Anyone),
             (result, done, _) = futures_util::future::select_all(waits) => (result, done),
         };
         let (path, _) = self.pending.remove(done);
         match result {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => Ok(Wakeup::Anyone),
             Ok(Err(e)) => Err(BackendError::Transient(format!(
                 "cannot wait for {}: {e}",
                 path.display()

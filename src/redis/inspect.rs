@@ -84,7 +84,8 @@ impl ServerLock {
             self.holders_key.as_bytes(),
             self.holders_meta_key.as_bytes(),
         );
-        let commands: [&[&[u8]]; 9] = [
+        let queue = self.queue_key.as_bytes();
+        let commands: [&[&[u8]]; 10] = [
             &[b"MULTI"],
             &[b"GET", lock],
             &[b"PTTL", lock],
@@ -93,6 +94,7 @@ impl ServerLock {
             &[b"TIME"],
             &[b"ZRANGE", holders, b"0", b"-1", b"WITHSCORES"],
             &[b"HGETALL", meta],
+            &[b"ZCARD", queue],
             &[b"EXEC"],
         ];
         let replies = self
@@ -103,9 +105,11 @@ impl ServerLock {
             return Err(self.node.refused(&e));
         }
         let exec = replies.last().cloned().unwrap_or(Reply::Array(None));
-        let [value, pttl, holder_hash, fence, time, members, meta] = exec.items() else {
+        let [value, pttl, holder_hash, fence, time, members, meta, queued] = exec.items() else {
             return Err(self.unexpected(&exec));
         };
+        // Fair waiters in the queue (one SIGKILLed counts until its place lapses, 2 s).
+        let waiters = queued.as_int().map(|n| n as u64);
         let fence = fence.as_text().and_then(|f| f.parse().ok());
         if let Some(value) = value.as_text() {
             let fields = hash(holder_hash);
@@ -134,6 +138,7 @@ impl ServerLock {
                     busy,
                 }],
                 limit: Some(1),
+                waiters,
                 ..Report::default()
             });
         }
@@ -175,6 +180,7 @@ impl ServerLock {
                 .then(|| meta.get("limit").and_then(|l| l.parse().ok()))
                 .flatten(),
             holders: slots,
+            waiters,
             ..Report::default()
         })
     }

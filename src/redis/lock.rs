@@ -2,10 +2,11 @@
 //! Sentinel or in a Cluster), through the Lua scripts of the protocol. It keeps no lease length
 //! of its own: every grant and renewal is given the run's [`Timings`].
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, KEEP_ALIVE, Report, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -23,7 +24,13 @@ pub struct ServerLock {
     pub(super) holder_key: String,
     pub(super) holders_key: String,
     pub(super) holders_meta_key: String,
+    pub(super) queue_key: String,
+    pub(super) queue_alive_key: String,
     pub(super) channel: String,
+    /// Fair waiting (the default; not for Redlock): a waiter keeps a place in the queue.
+    fair: bool,
+    /// This lock's last attempt joined the queue (or kept its place there).
+    queued: Cell<bool>,
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
     token: String,
@@ -56,7 +63,11 @@ impl ServerLock {
             holder_key: name.holder_key(),
             holders_key: name.holders_key(),
             holders_meta_key: name.holders_meta_key(),
+            queue_key: name.queue_key(),
+            queue_alive_key: name.queue_alive_key(),
             channel: name.channel(),
+            fair: false,
+            queued: Cell::new(false),
             holders: 1,
             node,
             name,
@@ -73,6 +84,13 @@ impl ServerLock {
     /// answer to a failover that would otherwise promote a replica that never saw the lock.
     pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> ServerLock {
         self.wait_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Waiters are served in the order they arrived (a queue in the `{NAME}` slot), rather
+    /// than racing at every release.
+    pub fn with_fair(mut self, fair: bool) -> ServerLock {
+        self.fair = fair;
         self
     }
 
@@ -121,6 +139,13 @@ impl ServerLock {
     ) -> Result<Attempt, BackendError> {
         let since = wall_clock_ms().to_string();
         let ttl_ms = timings.ttl_ms();
+        let keep_alive = KEEP_ALIVE.as_millis().to_string();
+        // `-n` never queues and never goes before a waiter; a fair waiter queues.
+        let mode = match (listen, self.fair) {
+            (false, _) => "peek",
+            (true, true) => "queue",
+            (true, false) => "race",
+        };
         let listen = listen.then_some(self.channel.as_str());
         let reply = if self.holders == 1 {
             let keys = [
@@ -129,6 +154,8 @@ impl ServerLock {
                 &self.holder_key,
                 &self.holders_key,
                 &self.holders_meta_key,
+                &self.queue_key,
+                &self.queue_alive_key,
             ];
             let args = [
                 self.token.as_str(),
@@ -137,6 +164,8 @@ impl ServerLock {
                 &self.pid,
                 &self.command,
                 &since,
+                mode,
+                &keep_alive,
             ];
             let script = &scripts::ACQUIRE;
             self.node
@@ -148,6 +177,8 @@ impl ServerLock {
                 &self.fence_key,
                 &self.holders_key,
                 &self.holders_meta_key,
+                &self.queue_key,
+                &self.queue_alive_key,
             ];
             let limit = self.holders.to_string();
             let args = [
@@ -158,6 +189,8 @@ impl ServerLock {
                 &self.pid,
                 &self.command,
                 &since,
+                mode,
+                &keep_alive,
             ];
             let script = &semaphore::ACQUIRE;
             self.node
@@ -165,6 +198,8 @@ impl ServerLock {
                 .await?
         };
         let attempt = parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))?;
+        self.queued
+            .set(mode == "queue" && matches!(attempt, Attempt::Busy(_)));
         if let (Attempt::Acquired { .. }, Some((replicas, wait))) = (&attempt, self.wait_replicas) {
             self.replicas_acknowledge(replicas, wait).await?;
         }
@@ -342,16 +377,15 @@ impl ServerLock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
-        let (script, keys) = match self.holders {
-            1 => (
-                &scripts::RELEASE,
-                [self.lock_key.as_str(), &self.holder_key],
-            ),
+        let (script, key, meta) = match self.holders {
+            1 => (&scripts::RELEASE, &self.lock_key, &self.holder_key),
             _ => (
                 &semaphore::RELEASE,
-                [self.holders_key.as_str(), &self.holders_meta_key],
+                &self.holders_key,
+                &self.holders_meta_key,
             ),
         };
+        let keys = [key.as_str(), meta, &self.queue_key, &self.queue_alive_key];
         let args = [self.token.as_str(), &keep_ms, &self.channel, publish];
         let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
@@ -449,10 +483,39 @@ impl Backend for ServerLock {
         self.node.subscribe(&self.channel).await
     }
 
+    fn queues(&self) -> bool {
+        self.fair
+    }
+
+    async fn leave(&self) {
+        if !self.queued.replace(false) {
+            return;
+        }
+        let left = self
+            .node
+            .eval(
+                &scripts::LEAVE,
+                &[&self.queue_key, &self.queue_alive_key, &self.lock_key],
+                &[&self.token, &self.channel, self.publish_command()],
+                self.node.connect_timeout().min(Duration::from_secs(1)),
+                None,
+            )
+            .await;
+        if let Err(e) = left {
+            tracing::info!(
+                "could not leave the queue of lock {} ({e}); the place lapses within {}",
+                self.name,
+                crate::lease::show(KEEP_ALIVE)
+            );
+        }
+    }
+
     async fn inspect(&self) -> Result<Report, BackendError> {
         let mut report = self.inspect_here().await?;
-        // A permission the ACL may deny (PUBSUB), so a missing count is no error.
-        report.waiters = self.waiters().await.ok();
+        // Waiters in the queue, and those subscribed (a --no-fair waiter is only that). The
+        // count of subscribers is a permission the ACL may deny (PUBSUB): no error.
+        let subscribed = self.waiters().await.ok();
+        report.waiters = report.waiters.max(subscribed);
         Ok(report)
     }
 
@@ -482,6 +545,13 @@ fn parse_attempt(reply: &Reply) -> Option<Attempt> {
         -1 => Some(Attempt::Mismatch {
             holders: u32::try_from(items.get(1)?.as_int()?).ok()?,
         }),
+        2 => Some(Attempt::Busy(Busy {
+            holder: Holder::default(),
+            expiry: Expiry::Queued {
+                retry_in: Duration::from_millis(u64::try_from(items.get(1)?.as_int()?).ok()?),
+                ahead: u32::try_from(items.get(2)?.as_int()?).ok()?,
+            },
+        })),
         _ => None,
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::node::Node;
 use super::resp::{Connection, as_batch, within};
-use crate::backend::{BackendError, Wakeups};
+use crate::backend::{BackendError, Wakeup, Wakeups};
 
 impl Node {
     /// Whether releases go on a sharded channel (`SPUBLISH`, `SSUBSCRIBE`): on a Cluster, where
@@ -112,7 +112,7 @@ impl Node {
 
     /// Waits for a release message on the shared connection. Cancel-safe: the connection
     /// stays, with what it has read so far.
-    pub(super) async fn next_message(&self) -> Result<(), BackendError> {
+    pub(super) async fn next_message(&self) -> Result<Vec<u8>, BackendError> {
         let mut slot = self.conn.lock().await;
         let result = match slot.as_mut() {
             Some(conn) => conn.next_message().await,
@@ -137,14 +137,15 @@ pub enum Subscription<'a> {
 }
 
 impl Wakeups for Subscription<'_> {
-    async fn next(&mut self) -> Result<(), BackendError> {
-        match self {
-            Subscription::Shared(node) => node.next_message().await,
+    async fn next(&mut self) -> Result<Wakeup, BackendError> {
+        let payload = match self {
+            Subscription::Shared(node) => node.next_message().await?,
             Subscription::Own(conn, address) => conn.next_message().await.map_err(|e| {
                 BackendError::Transient(format!(
                     "lost the subscription connection to Redis at {address}: {e}"
                 ))
-            }),
-        }
+            })?,
+        };
+        Ok(Wakeup::from_message(&payload))
     }
 }

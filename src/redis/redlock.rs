@@ -22,7 +22,7 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, Slot, Wakeups,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, Slot, Wakeup, Wakeups,
 };
 use crate::lease::Timings;
 use crate::redis::lock::{Here, ServerLock};
@@ -511,7 +511,7 @@ fn most_common_holder(busy: &[Busy]) -> Holder {
 pub struct AnyOf<W>(Vec<W>);
 
 impl<W: Wakeups> Wakeups for AnyOf<W> {
-    async fn next(&mut self) -> Result<(), BackendError> {
+    async fn next(&mut self) -> Result<Wakeup, BackendError> {
         loop {
             if self.0.is_empty() {
                 return Err(BackendError::Transient("lost every subscription".into()));
@@ -522,7 +522,8 @@ impl<W: Wakeups> Wakeups for AnyOf<W> {
                 (result, index)
             };
             match result {
-                Ok(()) => return Ok(()),
+                // Redlock keeps no queue: every release is for anyone to try.
+                Ok(_) => return Ok(Wakeup::Anyone),
                 Err(e) => {
                     tracing::info!("{e}; still listening on {} server(s)", self.0.len() - 1);
                     self.0.remove(index);
@@ -531,3 +532,7 @@ impl<W: Wakeups> Wakeups for AnyOf<W> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "redlock_tests.rs"]
+mod tests;

@@ -18,19 +18,85 @@ pub struct Script {
     pub sha1: &'static str,
 }
 
-/// KEYS: lock, fence, holder, holders, holders-meta. ARGV: token, ttl ms, host, pid, command,
-/// since ms.
+/// Lua functions the scripts that touch the queue of fair waiting share, prepended to them:
+///
+/// - `clock()`: the server's time in ms (`TIME`; the scripts replicate their effects, not
+///   themselves, as Redis 5 and later do by default);
+/// - `prune(queue, alive, now)`: drops the waiters whose keep-alive ended (a SIGKILLed
+///   waiter), from both keys;
+/// - `enqueue(queue, alive, token, now, ms)`: joins the queue at its end (or keeps its place),
+///   alive `ms` longer; both keys outlive every member;
+/// - `dequeue(queue, alive, token)`: leaves it (deleting both keys once empty);
+/// - `announce(command, channel, message)`: publishes a release, falling back to PUBLISH on a
+///   Redis 6 Cluster (no SPUBLISH there; its PUBLISH reaches every node); a user that may not
+///   publish still releases (its waiters poll).
+///
+/// The queue is `queue:{NAME}`, tokens scored by arrival, and `queue-alive:{NAME}`, the same
+/// tokens scored by the end of their keep-alive on the server's clock.
+macro_rules! lua_helpers {
+    () => {
+        r#"
+if redis.replicate_commands then
+  -- Before Redis 5, a script that reads TIME may write only once it asked for this.
+  redis.replicate_commands()
+end
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function prune(queue, alive, now)
+  local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', now)
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', alive, '-inf', now)
+    redis.call('ZREM', queue, unpack(dead))
+  end
+end
+local function enqueue(queue, alive, token, now, ms)
+  if not redis.call('ZSCORE', queue, token) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', queue, (tonumber(last[2]) or 0) + 1, token)
+  end
+  redis.call('ZADD', alive, now + ms, token)
+  for _, key in ipairs({queue, alive}) do
+    if redis.call('PTTL', key) < ms then
+      redis.call('PEXPIRE', key, ms)
+    end
+  end
+end
+local function dequeue(queue, alive, token)
+  redis.call('ZREM', queue, token)
+  redis.call('ZREM', alive, token)
+  if redis.call('ZCARD', queue) == 0 then
+    redis.call('DEL', queue, alive)
+  end
+end
+local function announce(command, channel, message)
+  if command ~= '' and not pcall(redis.call, command, channel, message) and command == 'SPUBLISH' then
+    pcall(redis.call, 'PUBLISH', channel, message)
+  end
+end
+"#
+    };
+}
+pub(crate) use lua_helpers;
+
+/// KEYS: lock, fence, holder, holders, holders-meta, queue, queue-alive. ARGV: token, ttl ms,
+/// host, pid, command, since ms, mode, keep-alive ms. The mode: `queue` (a fair waiter: the
+/// lock is taken only when nobody waits before us, else we join or keep our place), `peek`
+/// (`-n`: taken only when nobody waits at all; never queues), `race` (`--no-fair`: taken
+/// whenever free).
 ///
 /// Returns `{1, fence}` when acquired (or when the lock already holds our token: an earlier
 /// attempt whose reply was lost), else `{0, pttl, host, pid, command, since, fence}` describing
-/// the holder (metadata fields are nil when the holder is not a `locked-run`), or `{-1, N}`
+/// the holder (metadata fields are nil when the holder is not a `locked-run`), `{2, ms, k}` when
+/// it is free but k waiters come first (ms: until the first one's keep-alive ends), or `{-1, N}`
 /// while runs with `--holders N` hold it (see `semaphore`).
 pub const ACQUIRE: Script = Script {
-    source: r#"
+    source: concat!(
+        lua_helpers!(),
+        r#"
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf') > 0 then
+  if redis.call('ZCOUNT', KEYS[4], '(' .. clock(), '+inf') > 0 then
     return {-1, tonumber(redis.call('HGET', KEYS[5], 'limit')) or 0}
   end
 end
@@ -38,7 +104,15 @@ local fence_type = redis.call('TYPE', KEYS[2])['ok']
 if fence_type ~= 'none' and fence_type ~= 'string' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local mode = ARGV[7]
+local now = 0
+local head = false
+if mode ~= 'race' and redis.call('EXISTS', KEYS[6]) == 1 then
+  now = clock()
+  prune(KEYS[6], KEYS[7], now)
+  head = redis.call('ZRANGE', KEYS[6], 0, 0)[1] or false
+end
+if (not head or head == ARGV[1]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
   if not ok then
     redis.call('DEL', KEYS[1])
@@ -48,6 +122,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('HSET', KEYS[3], 'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4],
              'command', ARGV[5], 'since', ARGV[6], 'fence', fence)
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  if head then
+    dequeue(KEYS[6], KEYS[7], ARGV[1])
+  end
   return {1, fence}
 end
 local value = redis.call('GET', KEYS[1])
@@ -55,14 +132,27 @@ local meta = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'command', 'si
 if value == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  dequeue(KEYS[6], KEYS[7], ARGV[1])
   return {1, tonumber(meta[6] or redis.call('GET', KEYS[2]))}
+end
+if mode == 'queue' then
+  if now == 0 then
+    now = clock()
+  end
+  enqueue(KEYS[6], KEYS[7], ARGV[1], now, tonumber(ARGV[8]))
+end
+if not value then
+  local ahead = redis.call('ZRANK', KEYS[6], ARGV[1]) or redis.call('ZCARD', KEYS[6])
+  local alive = head and tonumber(redis.call('ZSCORE', KEYS[7], head)) or now
+  return {2, math.max(alive - now, 0), ahead}
 end
 if meta[1] ~= value then
   meta = {false, false, false, false, false, false}
 end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6]}
-"#,
-    sha1: "a3f77f89b67688c723d857abd6cf317c990e3fc7",
+"#
+    ),
+    sha1: "184a8e4ac6df0c47622003459229a2033652746b",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -120,14 +210,16 @@ return 2
     sha1: "d8ba8a7703782c87daaa628b49a31d02bcf5d92e",
 };
 
-/// KEYS: lock, holder. ARGV: token, keep ms (0: delete now), channel, and the publish command
-/// (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot, with
-/// PUBLISH as the fallback on a Redis 6 Cluster, which has no SPUBLISH; empty
-/// for a Redlock grant given back without waking anyone).
-/// Compare-and-DEL plus a publish that wakes waiters; or, with keep > 0, compare-and-PEXPIRE to
-/// the rest of `--min-hold`. 1 when the lock was ours, else 0.
+/// KEYS: lock, holder, queue, queue-alive. ARGV: token, keep ms (0: delete now), channel, and
+/// the publish command (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in
+/// the lock's slot; empty for a Redlock grant given back without waking anyone).
+/// Compare-and-DEL plus a publish that wakes waiters: the message is the token of the first
+/// fair waiter (only it need ask), or `released` for anyone; or, with keep > 0,
+/// compare-and-PEXPIRE to the rest of `--min-hold`. 1 when the lock was ours, else 0.
 pub const RELEASE: Script = Script {
-    source: r#"
+    source: concat!(
+        lua_helpers!(),
+        r#"
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if not ok or value ~= ARGV[1] then
   return 0
@@ -140,15 +232,17 @@ if keep > 0 then
 end
 redis.call('DEL', KEYS[1], KEYS[2])
 if ARGV[4] ~= '' then
-  -- A user that may not publish still releases (its waiters poll). A Redis 6 Cluster has no
-  -- SPUBLISH; its PUBLISH reaches every node.
-  if not pcall(redis.call, ARGV[4], ARGV[3], 'released') and ARGV[4] == 'SPUBLISH' then
-    pcall(redis.call, 'PUBLISH', ARGV[3], 'released')
+  local message = 'released'
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    prune(KEYS[3], KEYS[4], clock())
+    message = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or 'released'
   end
+  announce(ARGV[4], ARGV[3], message)
 end
 return 1
-"#,
-    sha1: "e34eeee763d118c132bb921724642c4a369e1c8f",
+"#
+    ),
+    sha1: "633d06fabcbccf9f6e7e4f6013f38677237184af",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -176,7 +270,9 @@ return 1
 /// waiters. Returns `{last fence, {{token, host, pid, command, since, fence}, ...}}` of what it
 /// released (fields false where the holder is not a `locked-run`).
 pub const FORCE_RELEASE: Script = Script {
-    source: r#"
+    source: concat!(
+        lua_helpers!(),
+        r#"
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if not ok then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a lock')
@@ -209,24 +305,70 @@ if redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[4], KEYS[5])
 end
 if #released > 0 then
-  if not pcall(redis.call, ARGV[2], ARGV[1], 'released') and ARGV[2] == 'SPUBLISH' then
-    pcall(redis.call, 'PUBLISH', ARGV[1], 'released')
-  end
+  announce(ARGV[2], ARGV[1], 'released')
 end
 return {redis.call('GET', KEYS[3]), released}
-"#,
-    sha1: "6d10c4649de119a074cf4b36f60e183ee5d8a195",
+"#
+    ),
+    sha1: "b3bd9d4680d88f93a9c254407a4a9ba094cc1813",
+};
+
+/// KEYS: queue, queue-alive, lock. ARGV: token, channel, publish command. A fair waiter that
+/// gives up (`-w` ran out, a signal) leaves the queue at once; if the lock is free, the next
+/// waiter is told its turn has come, rather than wait for our keep-alive to end.
+pub const LEAVE: Script = Script {
+    source: concat!(
+        lua_helpers!(),
+        r#"
+local was_head = redis.call('ZRANGE', KEYS[1], 0, 0)[1] == ARGV[1]
+dequeue(KEYS[1], KEYS[2], ARGV[1])
+if was_head and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+  prune(KEYS[1], KEYS[2], clock())
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+  if head then
+    announce(ARGV[3], ARGV[2], head)
+  end
+end
+return 1
+"#
+    ),
+    sha1: "0e87985c62e4de1f37524c3ea086683f73bcf128",
 };
 
 /// Every script, for the test that checks their SHA1s against the server's.
-pub const ALL: [&Script; 9] = [
+pub const ALL: [&Script; 10] = [
     &ACQUIRE,
     &RENEW,
     &RENEW_OR_RETAKE,
     &RELEASE,
     &RAISE_FENCE,
     &FORCE_RELEASE,
+    &LEAVE,
     &super::semaphore::ACQUIRE,
     &super::semaphore::RENEW,
     &super::semaphore::RELEASE,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A constant SHA1 that is not its source's would cost two round trips a call (NOSCRIPT,
+    /// then EVAL): each is checked here, and against a server's SCRIPT LOAD by a test.
+    #[test]
+    fn every_scripts_sha1_is_its_sources() {
+        for script in ALL {
+            let digest = ring::digest::digest(
+                &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+                script.source.as_bytes(),
+            );
+            let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(
+                hex,
+                script.sha1,
+                "{}",
+                &script.source[..script.source.len().min(400)]
+            );
+        }
+    }
+}

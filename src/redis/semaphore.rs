@@ -14,16 +14,20 @@
 //! Both keys are given an expiry no shorter than any member's lease, so a semaphore whose
 //! holders all crashed leaves nothing behind.
 
-use super::scripts::Script;
+use super::scripts::{Script, lua_helpers};
 
-/// KEYS: lock, fence, holders, meta. ARGV: token, ttl ms, N, host, pid, command, since ms.
+/// KEYS: lock, fence, holders, meta, queue, queue-alive. ARGV: token, ttl ms, N, host, pid,
+/// command, since ms, mode, keep-alive ms (the mode and the queue as for one holder's
+/// `scripts::ACQUIRE`: of k free slots, the first k fair waiters may take one).
 ///
 /// `{1, fence}` when a slot is taken (or already ours: an earlier attempt whose reply was
 /// lost); `{0, ms until the soonest lease ends, host, pid, command, since, fence}` of that
-/// holder when all N are held; `{-1, M}` when the current holders use another N (M; 1 for a
-/// one-holder lock).
+/// holder when all N are held; `{2, ms, k}` when a slot is free but k waiters come first;
+/// `{-1, M}` when the current holders use another N (M; 1 for a one-holder lock).
 pub const ACQUIRE: Script = Script {
-    source: r#"
+    source: concat!(
+        lua_helpers!(),
+        r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {-1, 1}
 end
@@ -31,8 +35,7 @@ local fence_type = redis.call('TYPE', KEYS[2])['ok']
 if fence_type ~= 'none' and fence_type ~= 'string' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock()
 local ttl = tonumber(ARGV[2])
 local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 if #gone > 0 then
@@ -57,10 +60,35 @@ end
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[1])
   outlive(ttl)
+  dequeue(KEYS[5], KEYS[6], ARGV[1])
   local _, _, _, _, fence = fields(redis.call('HGET', KEYS[4], ARGV[1]))
   return {1, tonumber(fence) or tonumber(redis.call('GET', KEYS[2]))}
 end
-if count >= tonumber(ARGV[3]) then
+local free = tonumber(ARGV[3]) - count
+local mode = ARGV[8]
+local allowed = free > 0
+if allowed and mode ~= 'race' and redis.call('EXISTS', KEYS[5]) == 1 then
+  prune(KEYS[5], KEYS[6], now)
+  local waiting = redis.call('ZCARD', KEYS[5])
+  local rank = redis.call('ZRANK', KEYS[5], ARGV[1])
+  if mode == 'peek' then
+    allowed = waiting == 0
+  else
+    allowed = waiting == 0 or (rank ~= false and rank < free)
+  end
+end
+if not allowed then
+  if mode == 'queue' then
+    enqueue(KEYS[5], KEYS[6], ARGV[1], now, tonumber(ARGV[9]))
+  end
+  if free > 0 then
+    local ahead = redis.call('ZRANK', KEYS[5], ARGV[1]) or redis.call('ZCARD', KEYS[5])
+    local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+    local alive = tonumber(head and redis.call('ZSCORE', KEYS[6], head)) or now
+    return {2, math.max(alive - now, 0), ahead}
+  end
+end
+if free <= 0 then
   local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   local h, p, c, s, f = fields(redis.call('HGET', KEYS[4], first[1]))
   return {0, math.max(tonumber(first[2]) - now, 0), h or false, p or false, c or false, s or false, f or false}
@@ -73,17 +101,20 @@ redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 redis.call('HSET', KEYS[4], 'limit', ARGV[3],
            ARGV[1], ARGV[4] .. '\t' .. ARGV[5] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. fence)
 outlive(ttl)
+dequeue(KEYS[5], KEYS[6], ARGV[1])
 return {1, fence}
-"#,
-    sha1: "574035c168d07d05b0a839f1415c9b43545857b3",
+"#
+    ),
+    sha1: "6c5808e8c4090241d32ed9f02db49e520306450b",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
 /// is ours and not yet over: 1; else 0.
 pub const RENEW: Script = Script {
-    source: r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    source: concat!(
+        lua_helpers!(),
+        r#"
+local now = clock()
 local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
 if not ok or not score or tonumber(score) <= now then
   return 0
@@ -96,17 +127,21 @@ for _, key in ipairs(KEYS) do
   end
 end
 return 1
-"#,
-    sha1: "54de1d07e20545da3bfd1e3cf84e47f8d5364a72",
+"#
+    ),
+    sha1: "08a66fcbe45970f642b9a2dd0f3f270c6cb2266b",
 };
 
-/// KEYS: holders, meta. ARGV: token, keep ms (0: free the slot now), channel, publish command
-/// (as the one-holder release's). Frees our slot and wakes waiters, or with keep > 0 leaves it
-/// taken until then (`--min-hold`). 1 when the slot was ours, else 0.
+/// KEYS: holders, meta (then the queue's two, unused). ARGV: token, keep ms (0: free the slot
+/// now), channel, publish command
+/// (as the one-holder release's). Frees our slot and wakes waiters (all of them: with several
+/// slots, the first fair waiters are told apart by the acquire script), or with keep > 0 leaves
+/// it taken until then (`--min-hold`). 1 when the slot was ours, else 0.
 pub const RELEASE: Script = Script {
-    source: r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    source: concat!(
+        lua_helpers!(),
+        r#"
+local now = clock()
 local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
 if not ok or not score or tonumber(score) <= now then
   return 0
@@ -114,7 +149,7 @@ end
 local keep = tonumber(ARGV[2])
 if keep > 0 then
   redis.call('ZADD', KEYS[1], 'XX', now + keep, ARGV[1])
-  for _, key in ipairs(KEYS) do
+  for _, key in ipairs({KEYS[1], KEYS[2]}) do
     if redis.call('PTTL', key) < keep then
       redis.call('PEXPIRE', key, keep)
     end
@@ -126,12 +161,9 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-if ARGV[4] ~= '' then
-  if not pcall(redis.call, ARGV[4], ARGV[3], 'released') and ARGV[4] == 'SPUBLISH' then
-    pcall(redis.call, 'PUBLISH', ARGV[3], 'released')
-  end
-end
+announce(ARGV[4], ARGV[3], 'released')
 return 1
-"#,
-    sha1: "e355157ab15d59de806376ce2884cf10fab3451c",
+"#
+    ),
+    sha1: "209128b71ed1fecc3d5bf5e9bcfd6c59057c903f",
 };

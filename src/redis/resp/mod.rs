@@ -7,6 +7,7 @@
 //! connection may be subscribed and still send commands: release messages arrive as pushes,
 //! counted aside while replies are read, so one connection both waits and acquires.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -61,6 +62,9 @@ impl Reply {
     }
 }
 
+/// How many unread release messages a connection keeps (the newest).
+const MESSAGES_KEPT: usize = 16;
+
 /// Where a server listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Addr {
@@ -86,8 +90,9 @@ pub struct Connection {
     buf: Vec<u8>,
     /// Bytes of `buf` already parsed.
     start: usize,
-    /// Pub/sub messages received and not yet taken by [`Connection::next_message`].
-    messages: u64,
+    /// Pub/sub messages received and not yet taken by [`Connection::next_message`]: their
+    /// payloads (the release's, naming the waiter whose turn it is), the newest few.
+    messages: VecDeque<Vec<u8>>,
     /// Subscription confirmations received (RESP3 pushes).
     confirmed: u64,
     /// An UNSUBSCRIBE was sent and its answer not read yet: a push when it worked, an
@@ -120,7 +125,7 @@ impl Connection {
             stream,
             buf: Vec::with_capacity(512),
             start: 0,
-            messages: 0,
+            messages: VecDeque::new(),
             confirmed: 0,
             unsubscribing: false,
         })
@@ -198,15 +203,15 @@ impl Connection {
         // TLS holds back what the socket would not take at once until flushed.
         self.stream.flush().await?;
         self.confirmed = 0;
-        self.messages = 0;
+        self.messages.clear();
         self.unsubscribing = true;
         Ok(())
     }
 
     /// Waits for the next pub/sub message (one already received counts): a RESP3 push, or on
-    /// a RESP2 connection in subscribed mode an ordinary array.
-    pub async fn next_message(&mut self) -> io::Result<()> {
-        while self.messages == 0 {
+    /// a RESP2 connection in subscribed mode an ordinary array. Returns its payload.
+    pub async fn next_message(&mut self) -> io::Result<Vec<u8>> {
+        while self.messages.is_empty() {
             if !self.subscribed() {
                 return Err(io::Error::new(
                     io::ErrorKind::NotConnected,
@@ -218,8 +223,7 @@ impl Connection {
                 other => return Err(unexpected(&other)),
             }
         }
-        self.messages -= 1;
-        Ok(())
+        Ok(self.messages.pop_front().unwrap_or_default())
     }
 
     /// Reads the next reply, setting RESP3 pushes aside (counted).
@@ -238,7 +242,15 @@ impl Connection {
 
     fn note_push(&mut self, push: &Reply) {
         match push.pubsub_kind().as_deref() {
-            Some("message" | "smessage") => self.messages += 1,
+            Some("message" | "smessage") => {
+                // Only the newest matter: a waiter asks the server again on any of them.
+                if self.messages.len() >= MESSAGES_KEPT {
+                    self.messages.pop_front();
+                }
+                let payload = push.items().get(2).and_then(Reply::as_text);
+                self.messages
+                    .push_back(payload.unwrap_or_default().into_bytes());
+            }
             Some("subscribe" | "ssubscribe") => self.confirmed += 1,
             Some("unsubscribe" | "sunsubscribe") => {
                 if !self.unsubscribing {

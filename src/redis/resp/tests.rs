@@ -191,11 +191,7 @@ impl AsyncRead for Feed {
 }
 
 impl AsyncWrite for Feed {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
         Poll::Ready(Ok(b.len()))
     }
 
@@ -219,7 +215,7 @@ fn connection(bytes: Vec<u8>, sizes: Vec<usize>, forever: Option<u8>) -> Connect
         }),
         buf: Vec::with_capacity(512),
         start: 0,
-        messages: 0,
+        messages: VecDeque::new(),
         confirmed: 0,
         unsubscribing: false,
     }

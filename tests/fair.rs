@@ -1,0 +1,243 @@
+//! Fair waiting: waiters are served in the order they arrived, a newcomer (`-n` included)
+//! never barges past them, a SIGKILLed waiter delays the queue by about its keep-alive (2 s)
+//! at most, a waiter that gives up leaves at once, `--no-fair` races as before, and Redlock
+//! keeps no queue.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// A holder of `job` that runs until `dir/go` exists.
+fn hold(url: &str, dir: &Path) -> Running {
+    let mut cmd = locked_run();
+    cmd.args(["-u", url, "job"]).args(sh(&format!(
+        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done",
+        d = path_str(dir)
+    )));
+    let running = spawn(cmd);
+    wait_for_file(&dir.join("up"), Duration::from_secs(10), |t| !t.is_empty());
+    running
+}
+
+/// A waiter named `who` whose command logs `start WHO NS` and `end WHO NS` (CLOCK_REALTIME).
+fn waiter(url: &str, log: &Path, who: &str, extra: &[&str]) -> Running {
+    let mut cmd = locked_run();
+    cmd.args(["-u", url])
+        .args(extra)
+        .arg("job")
+        .args(sh(&format!(
+            "echo start {who} $(date +%s%N) >> {l}; sleep 0.05; echo end {who} $(date +%s%N) >> {l}",
+            l = path_str(log)
+        )));
+    spawn(cmd)
+}
+
+fn queued(redis: &Redis) -> i64 {
+    redis.cmd(&["ZCARD", "queue:{job}"])
+}
+
+/// The log's events in order: (kind, who, ns).
+fn events(log: &Path) -> Vec<(String, String, u64)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_owned(), f[1].to_owned(), f[2].parse().unwrap())
+        })
+        .collect()
+}
+
+fn at(events: &[(String, String, u64)], kind: &str, who: &str) -> u64 {
+    events
+        .iter()
+        .find(|(k, w, _)| k == kind && w == who)
+        .unwrap_or_else(|| panic!("no {kind} of {who} in {events:?}"))
+        .2
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_and_no_wait_runs_never_barge() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let holder = hold(&redis.url(), dir.path());
+    let mut waiters = Vec::new();
+    for i in 1..=5 {
+        waiters.push(waiter(&redis.url(), &log, &format!("w{i}"), &[]));
+        // Each has its place before the next one comes (about 100 ms apart, on evidence).
+        wait_until("the waiter queued", Duration::from_secs(10), || {
+            queued(&redis) == i
+        });
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        run_args(&["status", "--json", "-u", &redis.url(), "job"])
+            .stdout
+            .contains("\"waiters\":5"),
+        true,
+        "status counts the queue"
+    );
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    // Meanwhile -n runs keep arriving: none may take the lock while anyone waits.
+    let mut no_waits = 0;
+    while waiters
+        .iter_mut()
+        .any(|w| w.child.try_wait().unwrap().is_none())
+    {
+        let mut cmd = locked_run();
+        cmd.args(["-u", &redis.url(), "-n", "job"])
+            .args(sh(&format!(
+                "echo start n $(date +%s%N) >> {l}; echo end n $(date +%s%N) >> {l}",
+                l = path_str(&log)
+            )));
+        let out = run(cmd);
+        assert!(matches!(out.code(), Some(0 | 75)), "{out:?}");
+        no_waits += 1;
+    }
+    assert_eq!(holder.wait().code(), Some(0));
+    for w in waiters {
+        assert_eq!(w.wait().code(), Some(0));
+    }
+    let events = events(&log);
+    let order: Vec<&str> = events
+        .iter()
+        .filter(|(k, w, _)| k == "start" && w != "n")
+        .map(|(_, w, _)| w.as_str())
+        .collect();
+    assert_eq!(order, ["w1", "w2", "w3", "w4", "w5"], "{events:?}");
+    let last_end = at(&events, "end", "w5");
+    for (kind, who, t) in &events {
+        if who == "n" && kind == "start" {
+            assert!(*t > last_end, "a -n run went before a waiter: {events:?}");
+        }
+    }
+    assert!(no_waits > 0);
+    assert_eq!(queued(&redis), 0, "the queue is gone");
+    assert!(!redis.exists("queue-alive:{job}"));
+}
+
+#[test]
+fn a_sigkilled_waiter_delays_those_behind_it_by_its_keep_alive_at_most() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let holder = hold(&redis.url(), dir.path());
+    let first = waiter(&redis.url(), &log, "first", &[]);
+    wait_until("first queued", Duration::from_secs(10), || {
+        queued(&redis) == 1
+    });
+    let doomed = waiter(&redis.url(), &log, "doomed", &[]);
+    wait_until("doomed queued", Duration::from_secs(10), || {
+        queued(&redis) == 2
+    });
+    let last = waiter(&redis.url(), &log, "last", &[]);
+    wait_until("last queued", Duration::from_secs(10), || {
+        queued(&redis) == 3
+    });
+    signal(doomed.pid(), libc::SIGKILL);
+    let _ = doomed.wait();
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(first.wait().code(), Some(0));
+    assert_eq!(last.wait().code(), Some(0));
+    let events = events(&log);
+    let delay = Duration::from_nanos(at(&events, "start", "last") - at(&events, "end", "first"));
+    assert!(
+        delay <= Duration::from_millis(2_500),
+        "the dead waiter held up the one behind it for {delay:?}"
+    );
+    assert!(!events.iter().any(|(_, w, _)| w == "doomed"));
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let holder = hold(&redis.url(), dir.path());
+    let impatient = waiter(&redis.url(), &log, "impatient", &["-w", "500ms"]);
+    wait_until("impatient queued", Duration::from_secs(10), || {
+        queued(&redis) == 1
+    });
+    let patient = waiter(&redis.url(), &log, "patient", &[]);
+    wait_until("patient queued", Duration::from_secs(10), || {
+        queued(&redis) == 2
+    });
+    let out = impatient.wait();
+    assert_eq!(out.code(), Some(75), "{out:?}");
+    assert_eq!(queued(&redis), 1, "it left the queue when it gave up");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    let released = Instant::now();
+    wait_for_file(&log, Duration::from_secs(10), |t| {
+        t.contains("start patient")
+    });
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_millis(1_000),
+        "the one behind waited {after:?}: the place of the one that left did not lapse first"
+    );
+    assert_eq!(patient.wait().code(), Some(0));
+}
+
+#[test]
+fn a_holder_using_the_plain_protocol_is_waited_for() {
+    let redis = Redis::start();
+    let _: String = redis.cmd(&["SET", "lock:{job}", "python-worker-7", "NX", "PX", "60000"]);
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let w = waiter(&redis.url(), &log, "w", &[]);
+    wait_until("queued", Duration::from_secs(10), || queued(&redis) == 1);
+    assert!(!log.exists(), "it waits for the other program's lock");
+    let _: i64 = redis.cmd(&["DEL", "lock:{job}"]);
+    assert_eq!(w.wait().code(), Some(0));
+    assert!(std::fs::read_to_string(&log).unwrap().contains("start w"));
+}
+
+#[test]
+fn no_fair_waiters_keep_no_queue_and_neither_does_redlock() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let holder = hold(&redis.url(), dir.path());
+    let w = waiter(&redis.url(), &log, "w", &["--no-fair"]);
+    wait_until("the waiter subscribed", Duration::from_secs(10), || {
+        subscribers(&redis, "job") == 1
+    });
+    assert!(!redis.exists("queue:{job}"), "--no-fair keeps no queue");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(w.wait().code(), Some(0));
+
+    // Redlock: independent servers would order their queues differently; it races.
+    let five = Five::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let mut cmd = locked_run_on(&five);
+    cmd.arg("job").args(sh(&format!(
+        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+    )));
+    let holder = spawn(cmd);
+    wait_for_file(&dir.path().join("up"), Duration::from_secs(10), |t| {
+        !t.is_empty()
+    });
+    let mut cmd = locked_run_on(&five);
+    cmd.args(["job", "true"]);
+    let waiter = spawn(cmd);
+    wait_until(
+        "the Redlock waiter listens",
+        Duration::from_secs(10),
+        || five.servers.iter().all(|r| subscribers(r, "job") == 1),
+    );
+    for server in &five.servers {
+        assert!(
+            !server.exists("queue:{job}"),
+            "no queue on a Redlock server"
+        );
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(waiter.wait().code(), Some(0));
+}
