@@ -115,6 +115,9 @@ class Tools:
     def holders(self, name, *cmd):
         return self.locked_run(name, *cmd, extra=("--holders", "3"))
 
+    def no_fair(self, name, *cmd):
+        return self.locked_run(name, *cmd, extra=("--no-fair",))
+
     def all(self):
         return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl),
                 ("Redlock, 5 servers", self.redlock), ("file", self.file)]
@@ -206,7 +209,8 @@ def idle_cost(tools, hold, ttl):
 def contention(tools, loops, runs, rounds, contenders=None):
     """`loops` parallel loops of `runs` runs of `X NAME -- true` on one NAME: total wall time,
     the median of `rounds` rounds in which the tools take turns."""
-    contenders = contenders or (("locked-run", tools.locked_run), ("flock", tools.flock), ("file", tools.file))
+    contenders = contenders or (("locked-run", tools.locked_run), ("flock", tools.flock), ("file", tools.file),
+                                ("--no-fair", tools.no_fair))
     totals = {name: [] for name, _ in contenders}
     for _ in range(rounds):
         for name, make in contenders:
@@ -224,6 +228,35 @@ def contention(tools, loops, runs, rounds, contenders=None):
                 t.join()
             totals[name].append(time.monotonic() - started)
     return {name: statistics.median(t) for name, t in totals.items()}
+
+
+def waits(tools, loops, runs, rounds):
+    """Each run's wait for the lock, from its own log (`--log-format json`: the `acquired`
+    event's `waited_ms`), under `loops` parallel loops of `runs` runs of `true` on one NAME; fair
+    waiting (the default) and `--no-fair`, taking turns over `rounds` rounds."""
+    found = {"fair": [], "--no-fair": []}
+    for _ in range(rounds):
+        for name, extra in (("fair", ()), ("--no-fair", ("--no-fair",))):
+            cmd = tools.locked_run("bench-waits", "true", extra=("--log-format", "json", *extra))
+
+            def loop():
+                for _ in range(runs):
+                    out = subprocess.run(cmd, check=True, stderr=subprocess.PIPE, text=True).stderr
+                    for line in out.splitlines():
+                        event = json.loads(line)
+                        if event.get("event") == "acquired":
+                            found[name].append(event["waited_ms"] / 1000)
+
+            threads = [threading.Thread(target=loop) for _ in range(loops)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    results = {}
+    for name, values in found.items():
+        values.sort()
+        results[name] = (statistics.median(values), values[int(0.99 * (len(values) - 1))], values[-1])
+    return results
 
 
 CLIENTS = [
@@ -390,6 +423,7 @@ def main():
         hold, ttl = (3, 3) if smoke else (30, 30)
         cpu, sent, scripts, renewals = idle_cost(tools, hold, ttl)
         c = contention(tools, loops=4, runs=2 if smoke else 50, rounds=1 if smoke else 5)
+        w = waits(tools, loops=4, runs=2 if smoke else 50, rounds=1 if smoke else 3)
         ch = contention(tools, loops=6, runs=2 if smoke else 20, rounds=1 if smoke else 5,
                         contenders=(("locked-run", tools.locked_run), ("--holders 3", tools.holders)))
     finally:
@@ -430,6 +464,13 @@ def main():
         f"| <= 1.3x flock | {verdict(lc <= 1.3 * fc)} |")
     cf = c["file"]
     say(f"| contention, host-local `file://` | {cf:.2f} s ({cf / fc:.2f}x flock) | - | - | (measured) | - |")
+    cn = c["--no-fair"]
+    say(f"| contention, `--no-fair` | {cn:.2f} s ({cn / fc:.2f}x flock) | - | - | (measured) | - |")
+    (fm_, fp_, fx_), (nm_, np_, nx_) = w["fair"], w["--no-fair"]
+    say(f"| each run's wait, 4 x {2 if smoke else 50}, fair: median / p99 / max | {ms(fm_)} / {ms(fp_)} / {ms(fx_)} "
+        f"| - | - | max <= 3x median | {verdict(fx_ <= 3 * max(fm_, 0.001))} |")
+    say(f"| each run's wait, `--no-fair`: median / p99 / max | {ms(nm_)} / {ms(np_)} / {ms(nx_)} | - | - "
+        f"| (measured) | - |")
     h1, h3 = ch["locked-run"], ch["--holders 3"]
     say(f"| contention 6 x {2 if smoke else 20} runs, `--holders 3` | {h3:.2f} s (one holder: {h1:.2f} s) | - | - "
         f"| (measured) | - |")

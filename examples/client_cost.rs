@@ -44,6 +44,8 @@ struct Run {
     holder_key: String,
     holders_key: String,
     holders_meta_key: String,
+    queue_key: String,
+    queue_alive_key: String,
     channel: String,
     token: String,
     host: String,
@@ -61,6 +63,8 @@ impl Run {
             holder_key: name.holder_key(),
             holders_key: name.holders_key(),
             holders_meta_key: name.holders_meta_key(),
+            queue_key: name.queue_key(),
+            queue_alive_key: name.queue_alive_key(),
             channel: name.channel(),
             token: uuid::Uuid::new_v4().to_string(),
             host: hostname(),
@@ -70,17 +74,20 @@ impl Run {
         })
     }
 
-    fn acquire_keys(&self) -> [&str; 5] {
+    fn acquire_keys(&self) -> [&str; 7] {
         [
             &self.lock_key,
             &self.fence_key,
             &self.holder_key,
             &self.holders_key,
             &self.holders_meta_key,
+            &self.queue_key,
+            &self.queue_alive_key,
         ]
     }
 
-    fn acquire_args(&self) -> [&str; 6] {
+    /// A waiting run's: mode `queue` (fair waiting), and its keep-alive.
+    fn acquire_args(&self) -> [&str; 8] {
         [
             &self.token,
             TTL_MS,
@@ -88,11 +95,18 @@ impl Run {
             &self.pid,
             &self.command,
             &self.since,
+            "queue",
+            "2000",
         ]
     }
 
-    fn release_keys(&self) -> [&str; 2] {
-        [&self.lock_key, &self.holder_key]
+    fn release_keys(&self) -> [&str; 4] {
+        [
+            &self.lock_key,
+            &self.holder_key,
+            &self.queue_key,
+            &self.queue_alive_key,
+        ]
     }
 
     /// Keep 0 (delete now), and PUBLISH the release as a single server does.
