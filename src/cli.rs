@@ -23,6 +23,37 @@ pub const MAX_HOLDERS: u32 = 1000;
 /// The default server when neither `--url` nor `LOCKED_RUN_URL` gives one.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
+/// The exit statuses, as `-h` shows them.
+macro_rules! exit_status {
+    () => {
+        "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
+not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
+stopped; 124 --max-run ran out; 69 Redis unreachable or refusing; 2 usage error; 126/127 command \
+not executable/not found."
+    };
+}
+
+/// What `--help` (and so the man page) ends with, as flock(1)'s does.
+macro_rules! examples {
+    () => {
+        "Examples:
+  # cron: every 5 minutes on every host, at most one runs, the others skip silently
+  */5 * * * * locked-run -n sync-inventory -- /usr/local/bin/sync-inventory
+
+  # wait up to 20 minutes for the previous deploy, then deploy (75 if it never came free)
+  locked-run -w 20m deploy-production -- ./deploy.sh
+
+  # one host, no server: the lock is a flock in a directory
+  locked-run -u file:///var/lib/locked-run -n rotate-logs -- /usr/local/bin/rotate-logs
+
+  # Redlock over three independent servers
+  locked-run -u redis://a:6379 -u redis://b:6379 -u redis://c:6379 nightly -- ./nightly.sh
+
+  # who holds it, since when, its fence and time left (exit 0 held, 1 free)
+  locked-run -u redis://redis.internal:6379 status nightly"
+    };
+}
+
 /// Run a command under a distributed lock held in Redis: across a fleet, at most one copy of a
 /// job runs at a time.
 ///
@@ -35,9 +66,8 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run release [--force] [OPTIONS] <NAME>\n       locked-run doctor [OPTIONS]\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
-    after_help = "Exit status: the command's own; 128+N if it was ended by signal N; 75 not acquired \
-(busy with --no-wait, or --wait ran out); 76 the lease was lost and the command stopped; 69 Redis \
-unreachable or refusing; 2 usage error; 126/127 command not executable/not found."
+    after_help = exit_status!(),
+    after_long_help = concat!(exit_status!(), "\n\n", examples!())
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -45,6 +75,14 @@ pub struct Cli {
 
     #[command(flatten)]
     pub run: RunArgs,
+
+    /// The connection options, before or after a subcommand alike (global).
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// The logging options, before or after a subcommand alike (global).
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -59,7 +97,7 @@ pub enum Sub {
     Doctor(DoctorArgs),
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct ConnArgs {
     /// Redis server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
     /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...]; three or more
@@ -67,60 +105,68 @@ pub struct ConnArgs {
     /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
     /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH, not on the command line, which `ps`
     /// shows.
-    #[arg(short = 'u', long = "url", value_name = "URL")]
+    #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
     pub url: Vec<String>,
 
     /// How long one connection attempt may take
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, global = true)]
     pub connect_timeout: Duration,
 
     /// Read the Redis password from FILE (its first line), for URLs that carry none
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<std::path::PathBuf>,
 
     /// rediss://: trust the CA certificate(s) in this PEM file instead of the system's
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub tls_ca_cert: Option<std::path::PathBuf>,
 
     /// rediss://: a client certificate (PEM), for servers that ask for one
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
     pub tls_cert: Option<std::path::PathBuf>,
 
     /// rediss://: the client certificate's private key (PEM)
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
     pub tls_key: Option<std::path::PathBuf>,
 }
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct LogArgs {
     /// More logging on stderr (-v: what happens, -vv: debug); LOCKED_RUN_LOG takes a tracing filter
-    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
     /// Only errors on stderr (no warnings)
-    #[arg(short = 'q', long = "quiet", conflicts_with = "verbose")]
+    #[arg(short = 'q', long = "quiet", conflicts_with = "verbose", global = true)]
     pub quiet: bool,
 
     /// Log lines on stderr as text, or as one JSON object each (for log shippers: every
     /// milestone of the run, with its figures)
-    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
     pub log_format: LogFormat,
 }
 
 /// How log lines are written.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
+    #[default]
     Text,
     Json,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    #[command(flatten)]
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub conn: ConnArgs,
 
     /// Lease length T: how long the lock outlives a locked-run that stops renewing it
-    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
     /// Renew interval R [default: TTL/6]
@@ -174,6 +220,7 @@ pub struct RunArgs {
         long,
         value_name = "N",
         env = "LOCKED_RUN_HOLDERS",
+        hide_env_values = true,
         default_value_t = 1
     )]
     pub holders: u32,
@@ -186,7 +233,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_fair: bool,
 
-    #[command(flatten)]
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub log: LogArgs,
 
     /// Lock name: at most 200 bytes, no braces, whitespace or control characters
@@ -206,14 +254,16 @@ pub struct RunArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct StatusArgs {
-    #[command(flatten)]
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub conn: ConnArgs,
 
     /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}, waiters
     #[arg(long)]
     pub json: bool,
 
-    #[command(flatten)]
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub log: LogArgs,
 
     /// Lock name
@@ -223,7 +273,8 @@ pub struct StatusArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ReleaseArgs {
-    #[command(flatten)]
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub conn: ConnArgs,
 
     /// Really delete the lock (never its fence counter); without it, only show who holds it
@@ -235,7 +286,8 @@ pub struct ReleaseArgs {
     #[arg(long, value_name = "TOKEN", requires = "force")]
     pub token: Option<String>,
 
-    #[command(flatten)]
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub log: LogArgs,
 
     /// Lock name
@@ -245,7 +297,8 @@ pub struct ReleaseArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct DoctorArgs {
-    #[command(flatten)]
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub conn: ConnArgs,
 
     /// One JSON object: ok, and checks [{server, check, status, detail}]
@@ -256,7 +309,8 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "NAME", default_value = "doctor")]
     pub name: String,
 
-    #[command(flatten)]
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
     pub log: LogArgs,
 }
 
@@ -273,17 +327,23 @@ pub enum Command {
 }
 
 impl Cli {
+    /// What to do, with the shared options (given before or after the subcommand) in it.
     pub fn into_command(self) -> Command {
+        let (conn, log) = (self.conn, self.log);
         match self.sub {
             Some(Sub::Run(args)) => Command::Run {
-                args,
+                args: RunArgs { conn, log, ..args },
                 explicit: true,
             },
-            Some(Sub::Status(args)) => Command::Status(args),
-            Some(Sub::Release(args)) => Command::Release(args),
-            Some(Sub::Doctor(args)) => Command::Doctor(args),
+            Some(Sub::Status(args)) => Command::Status(StatusArgs { conn, log, ..args }),
+            Some(Sub::Release(args)) => Command::Release(ReleaseArgs { conn, log, ..args }),
+            Some(Sub::Doctor(args)) => Command::Doctor(DoctorArgs { conn, log, ..args }),
             None => Command::Run {
-                args: self.run,
+                args: RunArgs {
+                    conn,
+                    log,
+                    ..self.run
+                },
                 explicit: false,
             },
         }
@@ -309,8 +369,10 @@ impl RunArgs {
         let raw = self.name.as_deref().unwrap_or_default();
         if !explicit_run && RESERVED.contains(&raw) {
             return Err(Failure::usage(format!(
-                "{raw:?} is a subcommand's name: options go after it (`locked-run {raw} [OPTIONS] NAME`); \
-                 to use it as a lock NAME write `locked-run run {raw} -- COMMAND`"
+                "{raw:?} is a subcommand's name, and the options before it are a run's: write them \
+                 after it if they are its own (`locked-run {raw} [OPTIONS] NAME`; the connection \
+                 and logging options may come before or after), or write `locked-run run {raw} -- \
+                 COMMAND` to use it as a lock NAME"
             )));
         }
         if self.node_timeout.is_some_and(|d| d.is_zero()) {
@@ -329,6 +391,7 @@ impl RunArgs {
             return Err(Failure::usage("--connect-timeout must be longer than 0s"));
         }
         let name = LockName::new(raw).map_err(Failure::usage)?;
+        let status_command = self.conn.pasteable("status", &name);
         if self.command.is_empty() {
             return Err(Failure::usage("no COMMAND given after NAME"));
         }
@@ -350,6 +413,7 @@ impl RunArgs {
             holders: self.holders,
             max_run: self.max_run,
             fair: !self.no_fair,
+            status_command,
             release_timeout: self.conn.connect_timeout.min(timings.ttl),
         })
     }
@@ -399,6 +463,20 @@ impl ConnArgs {
         }
     }
 
+    /// `locked-run SUB [-u URL]... NAME` as a user can paste it: with the URLs given with
+    /// `--url`, each without its password (a URL from `LOCKED_RUN_URL` is in the environment
+    /// already, and the default needs none), quoted for a shell.
+    pub fn pasteable(&self, sub: &str, name: &LockName) -> String {
+        let mut line = format!("locked-run {sub}");
+        for url in &self.url {
+            line.push_str(" -u ");
+            line.push_str(&shell_word(&crate::redis::url::printable(url)));
+        }
+        line.push(' ');
+        line.push_str(&shell_word(name.as_str()));
+        line
+    }
+
     /// The server URLs: `--url`, else `LOCKED_RUN_URL`, else the default.
     pub fn urls(&self) -> Vec<String> {
         if !self.url.is_empty() {
@@ -408,6 +486,17 @@ impl ConnArgs {
             Ok(value) if !value.trim().is_empty() => split_urls(&value),
             _ => vec![DEFAULT_URL.to_owned()],
         }
+    }
+}
+
+/// `word` as one word of a shell command line: as it is when it holds nothing a shell reads
+/// specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -478,6 +567,57 @@ pub fn parse_signal(s: &str) -> Result<Signal, String> {
         ));
     }
     Ok(signal)
+}
+
+/// The shared options, which mean the same before or after a subcommand: those that take a
+/// value, and those that do not.
+const SHARED_WITH_VALUE: [&str; 8] = [
+    "-u",
+    "--url",
+    "--connect-timeout",
+    "--password-file",
+    "--tls-ca-cert",
+    "--tls-cert",
+    "--tls-key",
+    "--log-format",
+];
+const SHARED_FLAGS: [&str; 4] = ["-v", "--verbose", "-q", "--quiet"];
+
+/// The command line with shared options written before a subcommand moved after it
+/// (`locked-run -u URL status NAME` as `locked-run status -u URL NAME`), as etcdctl and consul
+/// users write them. Only a leading run of shared options moves, and only in front of a
+/// subcommand's name: anything else is a run, whose own options stay where they are.
+pub fn shared_options_after_subcommand(args: Vec<OsString>) -> Vec<OsString> {
+    let mut at = 1;
+    while let Some(arg) = args.get(at).and_then(|a| a.to_str()) {
+        let (option, inline) = match arg.split_once('=') {
+            Some((option, _)) if option.starts_with("--") => (option, true),
+            _ => (arg, false),
+        };
+        if SHARED_WITH_VALUE.contains(&option) {
+            at += if inline { 1 } else { 2 };
+        } else if (arg.starts_with("-u") && arg.len() > 2)
+            || SHARED_FLAGS.contains(&arg)
+            || (arg.len() > 1 && arg.starts_with('-') && arg[1..].chars().all(|c| c == 'v'))
+        {
+            at += 1;
+        } else {
+            break;
+        }
+    }
+    let names_a_subcommand = args
+        .get(at)
+        .and_then(|a| a.to_str())
+        .is_some_and(|a| RESERVED.contains(&a));
+    if at == 1 || at >= args.len() || !names_a_subcommand {
+        return args;
+    }
+    let mut moved = Vec::with_capacity(args.len());
+    moved.push(args[0].clone());
+    moved.push(args[at].clone());
+    moved.extend_from_slice(&args[1..at]);
+    moved.extend_from_slice(&args[at + 1..]);
+    moved
 }
 
 /// Turns a clap error into one line (`locked-run: ...`), as every other error.

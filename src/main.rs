@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use locked_run::cli::{Cli, one_line};
+use locked_run::cli::{Cli, one_line, shared_options_after_subcommand};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args = shared_options_after_subcommand(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             eprintln!("locked-run: {}", one_line(&e));

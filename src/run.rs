@@ -37,6 +37,8 @@ pub struct RunConfig {
     pub max_run: Option<Duration>,
     /// Waiters are served in arrival order (not `--no-fair`), where the backend keeps a queue.
     pub fair: bool,
+    /// `locked-run status ...` for this lock, as the user can paste it into a shell.
+    pub status_command: String,
     /// How long the final release may take.
     pub release_timeout: Duration,
 }
@@ -51,16 +53,7 @@ pub async fn run<B: Backend>(
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     let clock = BootClock;
-    let acquired = wait::acquire(
-        backend,
-        &clock,
-        &cfg.name,
-        cfg.patience,
-        cfg.timings,
-        cfg.holders,
-        &mut signals,
-    )
-    .await?;
+    let acquired = wait::acquire(backend, &clock, &cfg.name, cfg, &mut signals).await?;
     tracing::info!(
         event = "acquired",
         fence = acquired.fence,

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, KEEP_ALIVE, Wakeup, Wakeups};
 use crate::exit::{Exit, Failure};
-use crate::lease::{Clock, Timings, show};
+use crate::lease::{Clock, show};
 use crate::name::LockName;
 use crate::notify;
+use crate::run::RunConfig;
 use crate::signals::Signals;
 
 /// How long to wait for a held lock.
@@ -47,11 +48,10 @@ pub async fn acquire<B: Backend, C: Clock>(
     backend: &B,
     clock: &C,
     name: &LockName,
-    patience: Patience,
-    timings: Timings,
-    holders: u32,
+    cfg: &RunConfig,
     signals: &mut Signals,
 ) -> Result<Acquired, Failure> {
+    let (patience, timings, holders) = (cfg.patience, cfg.timings, cfg.holders);
     let start = clock.now();
     let deadline = match patience {
         Patience::For(d) => Some(start + d),
@@ -213,9 +213,7 @@ pub async fn acquire<B: Backend, C: Clock>(
         let now = clock.now();
         let nap = match deadline {
             Some(deadline) if now >= deadline => {
-                return Err(waiter
-                    .give_back(gave_up(name, patience, last_busy, last_error))
-                    .await);
+                return Err(waiter.give_back(gave_up(cfg, last_busy, last_error)).await);
             }
             Some(deadline) => nap.min(deadline - now),
             None => nap,
@@ -242,7 +240,7 @@ pub async fn acquire<B: Backend, C: Clock>(
                 },
                 () = tokio::time::sleep_until(wake_at) => {
                     if deadline.is_some_and(|d| clock.now() >= d) {
-                        return Err(waiter.give_back(gave_up(name, patience, last_busy, last_error)).await);
+                        return Err(waiter.give_back(gave_up(cfg, last_busy, last_error)).await);
                     }
                     break;
                 }
@@ -307,13 +305,9 @@ fn interrupted(signal: nix::sys::signal::Signal, name: &LockName) -> Failure {
     )
 }
 
-fn gave_up(
-    name: &LockName,
-    patience: Patience,
-    busy: Option<Busy>,
-    error: Option<BackendError>,
-) -> Failure {
-    let waited = match patience {
+fn gave_up(cfg: &RunConfig, busy: Option<Busy>, error: Option<BackendError>) -> Failure {
+    let name = &cfg.name;
+    let waited = match cfg.patience {
         Patience::For(d) => show(d),
         _ => "the wait".into(),
     };
@@ -325,7 +319,8 @@ fn gave_up(
             Exit::Conflict,
             format!(
                 "gave up waiting for lock {name} after {waited}: it is {busy}; raise --wait, \
-                 or see `locked-run status {name}`"
+                 or see `{}`",
+                cfg.status_command
             ),
         ),
         (None, None) => Failure::new(

@@ -357,6 +357,17 @@ fn split_multi(rest: &str) -> (Option<&str>, &str, Option<&str>) {
     }
 }
 
+/// Any URL as it may be printed: without its password (a `file://` URL has none).
+pub fn printable(url: &str) -> String {
+    if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
+        return redact_multi(url);
+    }
+    match ::url::Url::parse(url) {
+        Ok(parsed) => redact(&parsed),
+        Err(_) => shown(url),
+    }
+}
+
 /// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
 pub fn url_has_password(url: &str) -> bool {
     if let Some(rest) = url

@@ -191,6 +191,12 @@ fn main() {
         results.len(),
         started.elapsed()
     );
+    // The closing line test-result readers count, as for the other suites: scenarios.
+    let failed = results
+        .values()
+        .filter(|(_, figures)| figures.iter().any(Result::is_err))
+        .count();
+    println!("{} passed, {failed} failed", results.len() - failed);
     if failures > 0 {
         eprintln!("chaos suite: {failures} failure(s)");
         std::process::exit(1);
