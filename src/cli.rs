@@ -647,7 +647,9 @@ mod tests {
     /// dist` renders the same way from the same definitions.
     #[test]
     fn the_man_pages_document_every_long_option() {
-        let root = <Cli as CommandFactory>::command();
+        // Built, as the man pages are: the global options are then every subcommand's too.
+        let mut root = <Cli as CommandFactory>::command();
+        root.build();
         let mut commands = vec![root.clone()];
         commands.extend(
             root.get_subcommands()

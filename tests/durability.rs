@@ -33,9 +33,9 @@ fn traced(args: &[&str]) -> (Output, Vec<String>) {
 #[test]
 fn a_min_hold_deadline_is_on_disk_before_the_lock_is_let_go() {
     let locks = scratch();
-    let url = format!("file://{}", locks.path().display());
+    let url = file_url(locks.path());
     let (out, calls) = traced(&["-u", &url, "--min-hold", "10s", "job", "true"]);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    out.expect(0);
     let lock_file = format!("{}/job.lock>", locks.path().display());
     let dir = format!("<{}>", locks.path().display());
     let written = calls

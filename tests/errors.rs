@@ -6,17 +6,6 @@ use std::time::Duration;
 use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
-fn assert_one_line(out: &Output, code: i32, needle: &str) {
-    assert_eq!(out.code(), Some(code), "{out:?}");
-    assert!(out.stderr.starts_with("locked-run: "), "{}", out.stderr);
-    assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
-    assert!(
-        out.stderr.contains(needle),
-        "{needle:?} not in {}",
-        out.stderr
-    );
-}
-
 #[test]
 fn usage_errors_are_status_2_with_one_line() {
     let cases: &[(&[&str], &str)] = &[
@@ -71,22 +60,22 @@ fn usage_errors_are_status_2_with_one_line() {
             &["-u", "redis://a:1", "-u", "redis://b:2", "job", "true"],
             "at least 3 independent servers",
         ),
-        (&["-q", "release", "job", "true"], "locked-run run release"),
+        (&["-n", "release", "job", "true"], "locked-run run release"),
+        (&["-q", "release", "job", "true"], "unexpected argument"),
         (&["release", "job", "true"], "unexpected argument"),
     ];
     for (args, needle) in cases {
-        let out = run_args(args);
-        assert_one_line(&out, 2, needle);
+        lr().args(*args).run().expect_one_line(2, needle);
     }
 }
 
 #[test]
 fn a_bad_url_never_shows_its_password() {
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_URL", "ftp://user:hunter2@host/")
-        .args(["job", "true"]);
-    let out = run(cmd);
-    assert_one_line(&out, 2, "not a supported Redis URL");
+    let out = lr()
+        .env("LOCKED_RUN_URL", "ftp://user:hunter2@host/")
+        .args(["job", "true"])
+        .run()
+        .expect_one_line(2, "not a supported Redis URL");
     assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
 }
 
@@ -94,8 +83,7 @@ fn a_bad_url_never_shows_its_password() {
 fn an_unreachable_server_is_69_at_once_naming_it_without_the_password() {
     let port = free_port();
     let url = format!("redis://user:hunter2@127.0.0.1:{port}/0");
-    let out = run_args(&["-u", &url, "job", "true"]);
-    assert_eq!(out.code(), Some(69));
+    let out = lr().url(&url).args(["job", "true"]).run().expect(69);
     assert!(
         out.stderr
             .starts_with("locked-run: warning: a password given with --url is visible"),
@@ -113,10 +101,11 @@ fn an_unreachable_server_is_69_at_once_naming_it_without_the_password() {
     );
 
     // The same through the environment, as the README recommends for passwords.
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_URL", &url).args(["job", "true"]);
-    let out = run(cmd);
-    assert_one_line(&out, 69, "cannot reach Redis");
+    let out = lr()
+        .env("LOCKED_RUN_URL", &url)
+        .args(["job", "true"])
+        .run()
+        .expect_one_line(69, "cannot reach Redis");
     assert!(!out.stderr.contains("hunter2"));
 }
 
@@ -124,8 +113,11 @@ fn an_unreachable_server_is_69_at_once_naming_it_without_the_password() {
 fn a_replica_is_refused_with_readonly() {
     let primary = Redis::start();
     let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
-    let out = run_args(&["-u", &replica.url(), "job", "true"]);
-    assert_one_line(&out, 69, "READONLY");
+    let out = lr()
+        .url(&replica.url())
+        .args(["job", "true"])
+        .run()
+        .expect_one_line(69, "READONLY");
     assert!(
         out.stderr.contains("point --url at the primary"),
         "{}",
@@ -136,8 +128,10 @@ fn a_replica_is_refused_with_readonly() {
 #[test]
 fn a_server_out_of_memory_is_69() {
     let redis = Redis::start_with(&["--maxmemory", "1", "--maxmemory-policy", "noeviction"]);
-    let out = run_args(&["-u", &redis.url(), "job", "true"]);
-    assert_one_line(&out, 69, "OOM");
+    lr().url(&redis.url())
+        .args(["job", "true"])
+        .run()
+        .expect_one_line(69, "OOM");
     let _: String = redis.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
     assert!(!redis.exists("lock:{job}"));
 }
@@ -149,10 +143,11 @@ fn a_user_without_eval_gets_noperm_and_no_password_shown() {
         "ACL", "SETUSER", "cron", "on", ">hunter2", "~*", "&*", "+@all", "-eval", "-evalsha",
     ]);
     let url = format!("redis://cron:hunter2@127.0.0.1:{}", redis.port);
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_URL", &url).args(["job", "true"]);
-    let out = run(cmd);
-    assert_one_line(&out, 69, "NOPERM");
+    let out = lr()
+        .env("LOCKED_RUN_URL", &url)
+        .args(["job", "true"])
+        .run()
+        .expect_one_line(69, "NOPERM");
     assert!(
         out.stderr.contains("README's ACL section"),
         "{}",
@@ -165,32 +160,41 @@ fn a_user_without_eval_gets_noperm_and_no_password_shown() {
 fn a_password_from_rediscli_auth_is_used() {
     let redis = Redis::start_with(&["--requirepass", "hunter2"]);
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    let out = run_args(&["-u", &url, "job", "true"]);
-    assert_one_line(&out, 69, "the server requires a password");
+    lr().url(&url)
+        .args(["job", "true"])
+        .run()
+        .expect_one_line(69, "the server requires a password");
 
-    let mut cmd = locked_run();
-    cmd.env("REDISCLI_AUTH", "hunter2")
-        .args(["-u", &url, "job", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    lr().env("REDISCLI_AUTH", "hunter2")
+        .url(&url)
+        .args(["job", "true"])
+        .run()
+        .expect(0);
 }
 
 #[test]
 fn keys_of_the_wrong_type_are_69_and_nothing_is_left_held() {
     let redis = Redis::start();
     let _: i64 = redis.cmd(&["HSET", "lock:{a}", "f", "v"]);
-    let out = run_args(&["-u", &redis.url(), "a", "true"]);
-    assert_one_line(&out, 69, "WRONGTYPE");
+    let out = lr()
+        .url(&redis.url())
+        .args(["a", "true"])
+        .run()
+        .expect_one_line(69, "WRONGTYPE");
     assert!(out.stderr.contains("pick another NAME"), "{}", out.stderr);
 
     let _: i64 = redis.cmd(&["LPUSH", "fence:{b}", "x"]);
-    let out = run_args(&["-u", &redis.url(), "b", "true"]);
-    assert_one_line(&out, 69, "fence:{b} holds a list");
+    lr().url(&redis.url())
+        .args(["b", "true"])
+        .run()
+        .expect_one_line(69, "fence:{b} holds a list");
     assert!(!redis.exists("lock:{b}"));
 
     let _: String = redis.cmd(&["SET", "fence:{c}", "not-a-number"]);
-    let out = run_args(&["-u", &redis.url(), "c", "true"]);
-    assert_one_line(&out, 69, "does not hold an integer");
+    lr().url(&redis.url())
+        .args(["c", "true"])
+        .run()
+        .expect_one_line(69, "does not hold an integer");
     assert!(
         !redis.exists("lock:{c}"),
         "the lock taken before INCR failed was given back"
@@ -200,23 +204,19 @@ fn keys_of_the_wrong_type_are_69_and_nothing_is_left_held() {
 #[test]
 fn an_acquire_whose_reply_is_lost_is_given_back() {
     let redis = Redis::start();
-    let mut warm = locked_run(); // loads the scripts, so EVALSHA alone runs them
-    warm.args(["-u", &redis.url(), "other", "--", "true"]);
-    assert_eq!(run(warm).code(), Some(0));
+    // Loads the scripts, so EVALSHA alone runs them.
+    lr().url(&redis.url())
+        .name("other")
+        .command(["true"])
+        .run()
+        .expect(0);
     let proxy = Proxy::start(redis.port);
     proxy.set(Mode::DropReplies); // the server runs the script; we never hear back
-    let mut cmd = locked_run();
-    cmd.args([
-        "-u",
-        &proxy.url(),
-        "--connect-timeout",
-        "500ms",
-        "job",
-        "--",
-        "true",
-    ]);
-    let out = run(cmd);
-    assert_one_line(&out, 69, "did not answer within 500ms");
+    lr().url(&proxy.url())
+        .args(["--connect-timeout", "500ms"])
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "did not answer within 500ms");
     assert_eq!(
         redis.get("fence:{job}").as_deref(),
         Some("1"),
@@ -238,27 +238,30 @@ fn a_refused_database_or_password_runs_nothing_elsewhere() {
     let ran = file(&dir, "ran");
     // The scripts are in the server's cache, as they are where other hosts ran jobs: EVALSHA
     // would run them, not answer NOSCRIPT.
-    let mut warm = locked_run();
-    warm.args(["-u", &redis.url(), "other", "--", "true"]);
-    assert_eq!(run(warm).code(), Some(0));
-    let mut warm = locked_run();
-    warm.args(["release", "--force", "-u", &redis.url(), "other"]);
-    assert_eq!(run(warm).code(), Some(1));
+    lr().url(&redis.url())
+        .name("other")
+        .command(["true"])
+        .run()
+        .expect(0);
+    lr().args(["release", "--force", "-u", &redis.url(), "other"])
+        .run()
+        .expect(1);
     let wrong_db = format!("redis://127.0.0.1:{}/16", redis.port);
-    let mut cmd = locked_run();
-    cmd.args(["-u", &wrong_db, "job", "--", "touch", path_str(&ran)]);
-    assert_one_line(&run(cmd), 69, "DB index is out of range");
+    lr().url(&wrong_db)
+        .job(["touch", path_str(&ran)])
+        .run()
+        .expect_one_line(69, "DB index is out of range");
     assert!(!redis.exists("lock:{job}"), "nothing taken in database 0");
     assert!(!redis.exists("fence:{job}"), "no fence spent in database 0");
 
     let _: String = redis.cmd(&["ACL", "SETUSER", "cron", "on", ">pw", "~*", "&*", "+@all"]);
-    let mut cmd = locked_run();
-    cmd.env(
+    lr().env(
         "LOCKED_RUN_URL",
         format!("redis://cron:wrong@127.0.0.1:{}", redis.port),
     )
-    .args(["job", "--", "touch", path_str(&ran)]);
-    assert_one_line(&run(cmd), 69, "WRONGPASS");
+    .job(["touch", path_str(&ran)])
+    .run()
+    .expect_one_line(69, "WRONGPASS");
     assert!(
         !redis.exists("lock:{job}"),
         "nothing taken as the default user"
@@ -266,9 +269,9 @@ fn a_refused_database_or_password_runs_nothing_elsewhere() {
     assert!(!ran.exists());
 
     let _: String = redis.cmd(&["SET", "lock:{job}", "someone"]);
-    let mut cmd = locked_run();
-    cmd.args(["release", "--force", "-u", &wrong_db, "job"]);
-    assert_one_line(&run(cmd), 69, "DB index is out of range");
+    lr().args(["release", "--force", "-u", &wrong_db, "job"])
+        .run()
+        .expect_one_line(69, "DB index is out of range");
     assert_eq!(redis.get("lock:{job}").as_deref(), Some("someone"));
 }
 
@@ -278,14 +281,13 @@ fn a_refused_database_or_password_runs_nothing_elsewhere() {
 fn without_resp3_a_forced_release_runs_once() {
     let redis = Redis::start_with(&["--rename-command", "HELLO", ""]);
     // The script is in the server's cache: EVALSHA runs it.
-    let mut warm = locked_run();
-    warm.args(["release", "--force", "-u", &redis.url(), "job"]);
-    assert_eq!(run(warm).code(), Some(1));
+    lr().args(["release", "--force", "-u", &redis.url(), "job"])
+        .run()
+        .expect(1);
     let _: String = redis.cmd(&["SET", "lock:{job}", "someone"]);
-    let mut cmd = locked_run();
-    cmd.args(["release", "--force", "-u", &redis.url(), "job"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    lr().args(["release", "--force", "-u", &redis.url(), "job"])
+        .run()
+        .expect(0);
     assert!(!redis.exists("lock:{job}"));
 }
 
@@ -334,10 +336,13 @@ fn bad_url_parts_are_usage_errors_before_any_connection() {
         ("redis+cluster://127.0.0.1:99999".to_owned(), "out of range"),
     ];
     for (url, why) in &cases {
-        let out = run_args(&["-u", url, "job", "true"]);
-        assert_one_line(&out, 2, why);
-        let out = run_args(&["status", "-u", url, "job"]);
-        assert_one_line(&out, 2, why);
+        lr().url(url)
+            .args(["job", "true"])
+            .run()
+            .expect_one_line(2, why);
+        lr().args(["status", "-u", url, "job"])
+            .run()
+            .expect_one_line(2, why);
     }
     assert!(
         listener.accept().is_err(),

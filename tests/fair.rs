@@ -72,13 +72,8 @@ fn waiters_are_served_in_arrival_order_and_no_wait_runs_never_barge() {
         });
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(
-        run_args(&["status", "--json", "-u", &redis.url(), "job"])
-            .stdout
-            .contains("\"waiters\":5"),
-        true,
-        "status counts the queue"
-    );
+    let status = status_json(&redis.url(), "job");
+    assert_eq!(status["waiters"], 5, "status counts the queue: {status}");
     std::fs::write(dir.path().join("go"), "").unwrap();
     // Meanwhile -n runs keep arriving: none may take the lock while anyone waits.
     let mut no_waits = 0;

@@ -41,10 +41,12 @@ fn a_paused_holders_stale_write_is_refused_by_the_fence() {
          sqlite3 {db} \"{w}\" > {d}/a-changes.tmp; mv {d}/a-changes.tmp {d}/a-changes; exec sleep 60",
         w = FENCED_WRITE.replace("$WHO", "A")
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--ttl", "2s", "seats"])
-        .args(sh(&a_script));
-    let a = spawn(cmd);
+    let a = lr()
+        .url(&redis.url())
+        .args(["--ttl", "2s"])
+        .name("seats")
+        .sh(&a_script)
+        .spawn();
     let a_child: i32 = wait_for_file(&file(&dir, "a-pid"), Duration::from_secs(10), |t| {
         t.ends_with('\n')
     })
@@ -58,14 +60,15 @@ fn a_paused_holders_stale_write_is_refused_by_the_fence() {
     });
 
     // B: takes the lock with a larger fence and writes.
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "seats", "--", "sh", "-c"])
-        .arg(format!(
+    let b = lr()
+        .url(&redis.url())
+        .name("seats")
+        .command(sh(&format!(
             "sqlite3 {db} \"{}\"; echo fence=$LOCKED_RUN_FENCE",
             FENCED_WRITE.replace("$WHO", "B")
-        ));
-    let b = run(cmd);
-    assert_eq!(b.code(), Some(0), "{b:?}");
+        )))
+        .run()
+        .expect(0);
     assert_eq!(b.stdout, "1\nfence=2\n", "B's write landed with fence 2");
 
     // A's job resumes first and makes its (stale) write: the fence refuses it.
@@ -82,8 +85,7 @@ fn a_paused_holders_stale_write_is_refused_by_the_fence() {
 
     // A's wrapper resumes, finds its lease long gone and kills the job: 76.
     signal(a.pid(), libc::SIGCONT);
-    let out = a.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    let out = a.wait().expect(76);
     assert!(
         out.stderr
             .contains("paused or suspended past the end of its lease"),

@@ -11,26 +11,21 @@ use crate::support::*;
 /// `dir/NAME.go` exists.
 fn holder(url: &str, n: &str, dir: &Path, name: &str, extra: &[&str]) -> Running {
     let d = path_str(dir);
-    let mut cmd = locked_run();
-    cmd.args(["-u", url, "--holders", n])
+    lr().url(url)
+        .args(["--holders", n])
         .args(extra)
-        .arg("job")
-        .args(sh(&format!(
+        .name("job")
+        .sh(&format!(
             "echo $LOCKED_RUN_FENCE $LOCKED_RUN_HOLDERS > {d}/{name}.tmp; mv {d}/{name}.tmp {d}/{name}; \
              while [ ! -e {d}/{name}.go ]; do sleep 0.01; done"
-        )));
-    spawn(cmd)
+        ))
+        .spawn()
 }
 
 fn started(dir: &Path, name: &str) -> String {
     wait_for_file(&dir.join(name), Duration::from_secs(10), |t| {
         t.ends_with('\n')
     })
-}
-
-fn status_json(url: &str) -> serde_json::Value {
-    let out = run_args(&["status", "--json", "-u", url, "job"]);
-    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
 
 /// Three runs with `--holders 2`: two run, the third is 75 with `-n` and otherwise waits, and
@@ -47,22 +42,24 @@ fn two_of_three(url: &str) {
     );
     assert_ne!(fa, fb, "every holder has a fence of its own");
 
-    let busy = run_args(&["-u", url, "--holders", "2", "-n", "job", "true"]);
-    assert_eq!(busy.code(), Some(75), "{busy:?}");
+    let busy = lr()
+        .url(url)
+        .args(["--holders", "2", "-n", "job", "true"])
+        .run()
+        .expect(75);
     assert!(busy.stderr.is_empty(), "-n is silent: {}", busy.stderr);
 
-    let status = status_json(url);
+    let status = status_json(url, "job");
     assert_eq!(status["limit"], 2, "{status}");
     assert_eq!(status["holders"].as_array().unwrap().len(), 2, "{status}");
 
     let c = holder(url, "2", d, "c", &[]);
     wait_until("the third waits", Duration::from_secs(10), || {
-        status_json(url)["waiters"] == 1
+        status_json(url, "job")["waiters"] == 1
     });
     assert!(!d.join("c").exists(), "no third holder while two hold");
     std::fs::write(d.join("a.go"), "").unwrap();
-    let a = a.wait();
-    assert_eq!(a.code(), Some(0), "{a:?}");
+    a.wait().expect(0);
     let freed = Instant::now();
     let fc = started(d, "c");
     let after = freed.elapsed();
@@ -81,9 +78,9 @@ fn two_of_three(url: &str) {
     for name in ["b", "c"] {
         std::fs::write(d.join(format!("{name}.go")), "").unwrap();
     }
-    assert_eq!(b.wait().code(), Some(0));
-    assert_eq!(c.wait().code(), Some(0));
-    assert_eq!(status_json(url)["held"], false);
+    b.wait().expect(0);
+    c.wait().expect(0);
+    assert_eq!(status_json(url, "job")["held"], false);
 }
 
 #[test]
@@ -97,7 +94,7 @@ fn two_of_three_run_on_redis_and_the_third_starts_at_a_release() {
 #[test]
 fn two_of_three_run_on_file_and_the_third_starts_at_a_release() {
     let locks = scratch();
-    two_of_three(&format!("file://{}", locks.path().display()));
+    two_of_three(&file_url(locks.path()));
 }
 
 /// Every run of a NAME uses one N: another is refused with status 2 and a line naming both,
@@ -108,8 +105,11 @@ fn mixed_n_is_refused(url: &str) {
     let a = holder(url, "2", d, "a", &[]);
     started(d, "a");
     for (n, theirs) in [("3", "2"), ("1", "2")] {
-        let out = run_args(&["-u", url, "--holders", n, "-w", "5s", "job", "true"]);
-        assert_eq!(out.code(), Some(2), "{out:?}");
+        let out = lr()
+            .url(url)
+            .args(["--holders", n, "-w", "5s", "job", "true"])
+            .run()
+            .expect(2);
         assert!(
             out.stderr
                 .contains(&format!("held by runs with --holders {theirs}"))
@@ -122,20 +122,23 @@ fn mixed_n_is_refused(url: &str) {
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     }
     std::fs::write(d.join("a.go"), "").unwrap();
-    assert_eq!(a.wait().code(), Some(0));
+    a.wait().expect(0);
 
     // And the other way round: one holder (N = 1) holds it.
     let one = holder(url, "1", d, "one", &[]);
     started(d, "one");
-    let out = run_args(&["-u", url, "--holders", "2", "-n", "job", "true"]);
-    assert_eq!(out.code(), Some(2), "{out:?}");
+    let out = lr()
+        .url(url)
+        .args(["--holders", "2", "-n", "job", "true"])
+        .run()
+        .expect(2);
     assert!(
         out.stderr.contains("held by runs with --holders 1"),
         "{}",
         out.stderr
     );
     std::fs::write(d.join("one.go"), "").unwrap();
-    assert_eq!(one.wait().code(), Some(0));
+    one.wait().expect(0);
 }
 
 #[test]
@@ -147,15 +150,18 @@ fn mixed_n_is_refused_on_redis() {
 #[test]
 fn mixed_n_is_refused_on_file() {
     let locks = scratch();
-    mixed_n_is_refused(&format!("file://{}", locks.path().display()));
+    mixed_n_is_refused(&file_url(locks.path()));
 }
 
 #[test]
 fn a_program_using_the_plain_protocol_counts_as_one_holder() {
     let redis = Redis::start();
     let _: String = redis.cmd(&["SET", "lock:{job}", "python-worker-7", "NX", "PX", "60000"]);
-    let out = run_args(&["-u", &redis.url(), "--holders", "3", "-n", "job", "true"]);
-    assert_eq!(out.code(), Some(2), "{out:?}");
+    let out = lr()
+        .url(&redis.url())
+        .args(["--holders", "3", "-n", "job", "true"])
+        .run()
+        .expect(2);
     assert!(out.stderr.contains("--holders 1"), "{}", out.stderr);
 }
 
@@ -171,43 +177,55 @@ fn release_force_frees_one_holder_by_token_or_all() {
     for name in ["a", "b", "c"] {
         started(d, name);
     }
-    let status = status_json(&url);
+    let status = status_json(&url, "job");
     let holders = status["holders"].as_array().unwrap().clone();
     assert_eq!(holders.len(), 3, "{status}");
     let token = holders[0]["token"].as_str().unwrap().to_owned();
     let pid = holders[0]["pid"].as_i64().unwrap() as i32;
 
-    let refused = run_args(&["release", "-u", &url, "job"]);
-    assert_eq!(refused.code(), Some(2), "without --force: {refused:?}");
-    let out = run_args(&["release", "--force", "--token", &token, "-u", &url, "job"]);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    lr().args(["release", "-u", &url, "job"])
+        .run()
+        .expect_with(2, "without --force");
+    lr().args(["release", "--force", "--token", &token, "-u", &url, "job"])
+        .run()
+        .expect(0);
     // The holder it was taken from finds its slot gone at its next renewal: stopped, 76.
     assert!(
         wait_pid_exit(pid, Duration::from_secs(5)),
         "the robbed holder stopped"
     );
-    assert_eq!(status_json(&url)["holders"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        status_json(&url, "job")["holders"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
 
-    let out = run_args(&["release", "--force", "-u", &url, "job"]);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .args(["release", "--force", "-u", &url, "job"])
+        .run()
+        .expect(0);
     assert!(out.stdout.contains("held by 2 holders"), "{}", out.stdout);
     let statuses: Vec<Option<i32>> = [a, b, c].into_iter().map(|r| r.wait().code()).collect();
     assert_eq!(statuses, [Some(76); 3], "each one robbed was stopped");
-    assert_eq!(status_json(&url)["held"], false);
+    assert_eq!(status_json(&url, "job")["held"], false);
     assert!(!redis.exists("holders:{job}"));
 }
 
 #[test]
 fn redlock_with_holders_is_a_usage_error() {
     let five = Five::start();
-    let mut cmd = locked_run_on(&five);
-    cmd.args(["--holders", "2", "job", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(2), "{out:?}");
+    let out = lr()
+        .on(&five)
+        .args(["--holders", "2", "job", "true"])
+        .run()
+        .expect(2);
     assert!(out.stderr.contains("Redlock"), "{}", out.stderr);
     for bad in ["0", "1001", "x"] {
-        let out = run_args(&["--holders", bad, "job", "true"]);
-        assert_eq!(out.code(), Some(2), "--holders {bad}: {out:?}");
+        lr().args(["--holders", bad, "job", "true"])
+            .run()
+            .expect_with(2, format!("--holders {bad}"));
     }
 }
 
@@ -226,13 +244,15 @@ fn a_cluster_keeps_a_semaphores_keys_in_the_names_slot() {
         members, 2,
         "both holders on the node that owns {{job}}'s slot"
     );
-    let busy = run_args(&["-u", &cluster.url(), "--holders", "2", "-n", "job", "true"]);
-    assert_eq!(busy.code(), Some(75), "{busy:?}");
+    lr().url(&cluster.url())
+        .args(["--holders", "2", "-n", "job", "true"])
+        .run()
+        .expect(75);
     for name in ["a", "b"] {
         std::fs::write(d.join(format!("{name}.go")), "").unwrap();
     }
-    assert_eq!(a.wait().code(), Some(0));
-    assert_eq!(b.wait().code(), Some(0));
+    a.wait().expect(0);
+    b.wait().expect(0);
 }
 
 #[test]
@@ -244,6 +264,6 @@ fn through_sentinels_holders_run_on_the_primary() {
     started(d, "a");
     assert!(watched.primary.exists("holders:{job}"));
     std::fs::write(d.join("a.go"), "").unwrap();
-    assert_eq!(a.wait().code(), Some(0));
+    a.wait().expect(0);
     assert!(!watched.primary.exists("holders:{job}"));
 }

@@ -42,8 +42,7 @@ fn redis_frozen_mid_run_the_child_is_dead_before_the_key_expires() {
     let m = margin(expiry, death, "blackhole, child obeys SIGTERM");
     // SIGTERM goes out at V - D - K: about K (666 ms) + 2D before the expiry.
     assert!(m > Duration::from_millis(500), "{m:?}");
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    let out = running.wait().expect(76);
     assert!(
         out.stderr
             .contains("lost the lock job while the command ran: the lease could not be renewed"),
@@ -69,8 +68,7 @@ fn redis_killed_mid_run_the_child_is_dead_before_the_key_would_expire() {
     redis.kill(); // connection refused from here on
     assert!(wait_pid_exit(child, Duration::from_secs(10)));
     margin(expiry, Instant::now(), "server killed, child obeys SIGTERM");
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    let out = running.wait().expect(76);
     assert!(
         out.stderr.contains("Connection refused"),
         "names the cause: {}",
@@ -110,8 +108,7 @@ fn a_child_that_ignores_sigterm_is_killed_k_later_and_before_the_expiry() {
         grace >= Duration::from_millis(700),
         "SIGKILL came {grace:?} after SIGTERM, not ~800ms"
     );
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    running.wait().expect(76);
     redis.resume();
 }
 
@@ -130,8 +127,7 @@ fn an_outage_shorter_than_a_third_of_the_ttl_leaves_the_child_alone() {
     redis.resume();
     assert!(alive(pid), "the child survived the outage");
     std::fs::write(&go, "").unwrap();
-    let out = running.wait();
-    assert_eq!(out.code(), Some(5), "{out:?}");
+    let out = running.wait().expect(5);
     assert_eq!(out.stderr, "");
 }
 
@@ -154,8 +150,7 @@ fn a_deleted_key_stops_the_child_at_the_next_renewal() {
         "{:?}",
         deleted.elapsed()
     );
-    let out = running.wait();
-    assert_eq!(out.code(), Some(9), "--lost-exit-code: {out:?}");
+    let out = running.wait().expect_with(9, "--lost-exit-code");
     assert!(
         out.stderr.contains("Redis says it is no longer ours"),
         "{}",
@@ -170,8 +165,7 @@ fn a_key_taken_over_by_another_owner_stops_the_child_and_is_left_alone() {
     let (running, child) = start(&redis, dir.path(), &[], "exec sleep 60");
     let _: String = redis.cmd(&["SET", "lock:{job}", "someone-else", "PX", "60000"]);
     assert!(wait_pid_exit(child, Duration::from_secs(10)));
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    running.wait().expect(76);
     assert_eq!(
         redis.get("lock:{job}").as_deref(),
         Some("someone-else"),
@@ -202,7 +196,7 @@ fn a_process_that_changed_group_is_stopped_before_the_expiry_too() {
         Instant::now(),
         "a process in another group of the session",
     );
-    assert_eq!(running.wait().code(), Some(76));
+    running.wait().expect(76);
     redis.resume();
 }
 
@@ -264,7 +258,7 @@ fn a_full_stderr_pipe_does_not_stop_the_renewals() {
     let log = drain.join().unwrap();
     assert_eq!(held.as_deref(), Some(token.trim()), "the lease was kept");
     assert!(pttl > 500, "and renewed: {pttl} ms left of 1 s");
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    out.expect(0);
     assert!(
         log.contains("log lines were dropped: stderr was not being read"),
         "{log}"

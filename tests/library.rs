@@ -56,22 +56,17 @@ fn another_program_using_the_plain_protocol_interoperates() {
     // What a program in another language does: SET NX PX and INCR.
     let _: String = redis.cmd(&["SET", "lock:{job}", "python-worker-7", "NX", "PX", "60000"]);
     let _: i64 = redis.cmd(&["INCR", "fence:{job}"]);
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "-n", "job", "--", "true"]);
-    assert_eq!(run(cmd).code(), Some(75), "its lock is respected");
+    lr().url(&redis.url())
+        .arg("-n")
+        .job(["true"])
+        .run()
+        .expect_with(75, "its lock is respected");
 
     let _: i64 = redis.cmd(&["DEL", "lock:{job}"]);
-    let mut cmd = locked_run();
-    cmd.args([
-        "-u",
-        &redis.url(),
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo $LOCKED_RUN_FENCE",
-    ]);
-    let out = run(cmd);
+    let out = lr()
+        .url(&redis.url())
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run();
     assert_eq!(
         out.stdout.trim(),
         "2",

@@ -12,8 +12,7 @@ fn stops_the_command(url: &str, held: impl Fn() -> bool) {
     let (running, child) = start_job(url, dir.path(), &["--max-run", "1s"], "exec sleep 60");
     assert!(held(), "held while it runs");
     assert!(wait_pid_exit(child, Duration::from_secs(5)), "stopped");
-    let out = running.wait();
-    assert_eq!(out.code(), Some(124), "{out:?}");
+    let out = running.wait().expect(124);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert!(
         out.stderr.contains("ran longer than --max-run 1s") && out.stderr.contains("SIGTERM"),
@@ -42,24 +41,16 @@ fn stops_the_command(url: &str, held: impl Fn() -> bool) {
         killed >= Duration::from_millis(1_150),
         "SIGKILL came {killed:?} after the start: not before --max-run + --kill-after"
     );
-    let out = running.wait();
-    assert_eq!(out.code(), Some(124), "{out:?}");
+    let out = running.wait().expect(124);
     assert!(out.stderr.contains("ended by SIGKILL"), "{}", out.stderr);
     assert!(!held(), "released after the kill");
 
     // A command that ends in time keeps its own status.
-    let out = run_args(&[
-        "-u",
-        url,
-        "--max-run",
-        "10s",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "exit 3",
-    ]);
-    assert_eq!(out.code(), Some(3), "{out:?}");
+    lr().url(url)
+        .args(["--max-run", "10s"])
+        .job(sh("exit 3"))
+        .run()
+        .expect(3);
 }
 
 #[test]
@@ -71,8 +62,8 @@ fn max_run_stops_a_command_on_redis() {
 #[test]
 fn max_run_stops_a_command_on_file() {
     let locks = scratch();
-    let url = format!("file://{}", locks.path().display());
-    let held = || run_args(&["status", "-u", &url, "job"]).code() == Some(0);
+    let url = file_url(locks.path());
+    let held = || lr().args(["status", "-u", &url, "job"]).run().code() == Some(0);
     stops_the_command(&url, held);
 }
 
@@ -88,7 +79,8 @@ fn a_lease_lost_first_is_still_76() {
     );
     let _: i64 = redis.cmd(&["DEL", "lock:{job}"]);
     assert!(wait_pid_exit(child, Duration::from_secs(5)));
-    assert_eq!(running.wait().code(), Some(76));
-    let out = run_args(&["--max-run", "0s", "job", "true"]);
-    assert_eq!(out.code(), Some(2), "{out:?}");
+    running.wait().expect(76);
+    lr().args(["--max-run", "0s", "job", "true"])
+        .run()
+        .expect(2);
 }

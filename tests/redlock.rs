@@ -10,12 +10,15 @@ use crate::support::*;
 /// `dir/token` (returned), and runs until `dir/go` exists.
 fn hold(five: &Five, extra: &[&str], dir: &std::path::Path) -> (Running, String) {
     let d = path_str(dir);
-    let mut cmd = locked_run_on(five);
-    cmd.args(extra).arg("job").args(sh(&format!(
-        "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; echo $LOCKED_RUN_FENCE; \
-         while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let running = spawn(cmd);
+    let running = lr()
+        .on(five)
+        .args(extra)
+        .name("job")
+        .sh(&format!(
+            "echo $LOCKED_RUN_TOKEN > {d}/token.tmp; mv {d}/token.tmp {d}/token; echo $LOCKED_RUN_FENCE; \
+             while [ ! -e {d}/go ]; do sleep 0.01; done"
+        ))
+        .spawn();
     let token = wait_for_file(&dir.join("token"), Duration::from_secs(10), |t| {
         t.ends_with('\n')
     });
@@ -30,8 +33,7 @@ fn a_quorum_holds_the_lock_with_one_token_and_fence() {
     assert_eq!(five.holding(&token), 5, "every server holds our token");
     let counters: Vec<Option<String>> = five.servers.iter().map(|r| r.get("fence:{job}")).collect();
     std::fs::write(file(&dir, "go"), "").unwrap();
-    let out = running.wait();
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = running.wait().expect(0);
     // 1, unless a first attempt under load missed the quorum (its grants given back, their
     // counters raised): then the next one's. Every server's counter was raised to it.
     let fence = out.stdout.trim().to_owned();
@@ -45,19 +47,21 @@ fn two_servers_down_still_works_three_down_is_69() {
     let mut five = Five::start();
     five.servers[0].kill();
     five.servers[3].kill();
-    let mut cmd = locked_run_on(&five);
-    cmd.args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .on(&five)
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
     assert_eq!(out.stdout.trim(), "1");
 
     five.servers[4].kill();
     let dir = scratch();
     let marker = file(&dir, "ran");
-    let mut cmd = locked_run_on(&five);
-    cmd.args(["job", "--", "touch", path_str(&marker)]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(69), "{out:?}");
+    let out = lr()
+        .on(&five)
+        .job(["touch", path_str(&marker)])
+        .run()
+        .expect(69);
     assert!(
         out.stderr
             .contains("only 2 of 5 Redis servers answered, a quorum is 3"),
@@ -94,8 +98,7 @@ fn a_majority_lost_mid_run_stops_the_child_before_those_keys_expire() {
     let death = Instant::now();
     assert!(death < expiry, "dead {:?} after the expiry", death - expiry);
     eprintln!("kill margin [Redlock, 3 of 5 frozen]: {:?}", expiry - death);
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    let out = running.wait().expect(76);
     assert!(out.stderr.contains("not a quorum of 3"), "{}", out.stderr);
     for r in &five.servers[..3] {
         r.resume();
@@ -120,10 +123,11 @@ fn fences_keep_growing_while_minorities_restart_empty() {
     let mut five = Five::start();
     let mut last = 0u64;
     for round in 0..20 {
-        let mut cmd = locked_run_on(&five);
-        cmd.args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
-        let out = run(cmd);
-        assert_eq!(out.code(), Some(0), "round {round}: {out:?}");
+        let out = lr()
+            .on(&five)
+            .job(sh("echo $LOCKED_RUN_FENCE"))
+            .run()
+            .expect_with(0, format!("round {round}"));
         let fence: u64 = out.stdout.trim().parse().unwrap();
         assert!(fence > last, "round {round}: fence {fence} after {last}");
         last = fence;
@@ -151,9 +155,7 @@ fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
     for server in &five.servers {
         let _: String = server.cmd(&["CONFIG", "RESETSTAT"]);
     }
-    let mut cmd = locked_run_on(&five);
-    cmd.args(["job", "--", "true"]);
-    let waiter = spawn(cmd);
+    let waiter = lr().on(&five).job(["true"]).spawn();
     wait_until(
         "the waiter listens on every server",
         Duration::from_secs(10),
@@ -172,13 +174,10 @@ fn a_waiter_does_not_spin_on_the_servers_the_holder_no_longer_holds() {
     );
     assert_eq!(five.holding(&token), 3);
     std::fs::write(file(&dir, "go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
-    let out = waiter.wait();
-    assert_eq!(
-        out.code(),
-        Some(0),
-        "the waiter ran once the holder released: {out:?}"
-    );
+    holder.wait().expect(0);
+    waiter
+        .wait()
+        .expect_with(0, "the waiter ran once the holder released");
 }
 
 /// Renewal rounds end soon after a quorum answered, but not before the other servers had their
@@ -202,7 +201,7 @@ fn every_server_is_renewed_on_its_own_connection() {
     let after: Vec<u64> = five.servers.iter().map(connections).collect();
     let holding = five.holding(&token);
     std::fs::write(file(&dir, "go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    holder.wait().expect(0);
     // Each INFO came on a connection of its own: one more than before, on every server.
     let reconnected: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b - 1).collect();
     assert_eq!(
@@ -224,18 +223,12 @@ fn four_processes_contending_never_overlap() {
         for _ in 0..4 {
             s.spawn(|| {
                 for _ in 0..8 {
-                    let mut cmd = locked_run_on(&five);
-                    cmd.args([
-                        "--ttl",
-                        "2s",
-                        "shared",
-                        "--",
-                        "perl",
-                        "-e",
-                        CRITICAL_SECTION,
-                        path_str(&log),
-                    ]);
-                    assert_eq!(run(cmd).code(), Some(0));
+                    lr().on(&five)
+                        .args(["--ttl", "2s"])
+                        .name("shared")
+                        .command(["perl", "-e", CRITICAL_SECTION, path_str(&log)])
+                        .run()
+                        .expect(0);
                 }
             });
         }
@@ -248,24 +241,17 @@ fn a_slow_server_does_not_stall_the_acquisition() {
     let five = Five::start();
     let proxy = Proxy::start(five.servers[4].port);
     proxy.set(Mode::Latency(Duration::from_secs(2)));
-    let mut cmd = locked_run();
+    let mut cmd = lr();
     for r in &five.servers[..4] {
-        cmd.args(["-u", &r.url()]);
+        cmd = cmd.url(&r.url());
     }
     // T = 10 s: each server may take T/100 = 100 ms to answer.
-    cmd.args([
-        "-u",
-        &proxy.url(),
-        "--ttl",
-        "10s",
-        "-v",
-        "job",
-        "--",
-        "true",
-    ]);
+    let cmd = cmd
+        .url(&proxy.url())
+        .args(["--ttl", "10s", "-v"])
+        .job(["true"]);
     let started = Instant::now();
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = cmd.run().expect(0);
     let acquired = out.stderr.lines().next().unwrap_or("");
     assert!(acquired.contains("acquired lock job"), "{}", out.stderr);
     assert!(
@@ -280,32 +266,26 @@ fn a_waiter_wakes_on_the_release() {
     let five = Five::start();
     let dir = scratch();
     let d = path_str(dir.path());
-    let mut holder = locked_run_on(&five);
-    holder.arg("job").args(sh(&format!(
-        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let holder = spawn(holder);
+    let holder = lr()
+        .on(&five)
+        .name("job")
+        .sh(&format!(
+            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        ))
+        .spawn();
     wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
-    let mut waiter = locked_run_on(&five);
-    waiter.args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
-    let waiter = spawn(waiter);
+    let waiter = lr().on(&five).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
     wait_until(
         "the waiter listens on every server",
         Duration::from_secs(10),
-        || {
-            five.servers.iter().all(|r| {
-                let reply: Vec<redis::Value> = r.cmd(&["PUBSUB", "NUMSUB", "released:{job}"]);
-                reply.get(1) == Some(&redis::Value::Int(1))
-            })
-        },
+        || five.servers.iter().all(|r| subscribers(r, "job") == 1),
     );
     std::fs::write(file(&dir, "go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    holder.wait().expect(0);
     let released = Instant::now();
-    let out = waiter.wait();
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = waiter.wait().expect(0);
     // Larger than the holder's; not necessarily 2: an attempt that met the release half-way
     // took counters on some servers before giving its votes back.
     assert!(
@@ -326,13 +306,13 @@ fn status_shows_each_server_and_the_quorum() {
     let dir = scratch();
     let (running, _) = start_job_args(&five, dir.path(), &[], "exec sleep 60");
     five.servers[2].kill();
-    let mut cmd = locked_run();
-    cmd.arg("status")
+    let v = lr()
+        .arg("status")
         .args(five.url_args())
-        .args(["--json", "job"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        .args(["--json", "job"])
+        .run()
+        .expect(0)
+        .json();
     assert_eq!(v["held"], true);
     assert_eq!(v["quorum"], 3);
     assert_eq!(v["fence"], 1);
@@ -347,9 +327,7 @@ fn status_shows_each_server_and_the_quorum() {
             .contains("cannot reach")
     );
 
-    let mut text = locked_run();
-    text.arg("status").args(five.url_args()).arg("job");
-    let text = run(text);
+    let text = lr().arg("status").args(five.url_args()).name("job").run();
     assert!(
         text.stdout
             .lines()
@@ -368,36 +346,32 @@ fn status_shows_each_server_and_the_quorum() {
 fn bad_server_lists_are_refused() {
     let five = Five::start();
     let url = five.servers[0].url();
-    let mut cmd = locked_run();
-    cmd.args([
-        "-u",
-        &url,
-        "-u",
-        &five.servers[1].url(),
-        "-u",
-        &url,
-        "job",
-        "true",
-    ]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(2), "{out:?}");
+    let out = lr()
+        .url(&url)
+        .url(&five.servers[1].url())
+        .url(&url)
+        .args(["job", "true"])
+        .run()
+        .expect(2);
     assert!(out.stderr.contains("is given twice"), "{}", out.stderr);
 
-    let mut cmd = locked_run();
-    cmd.args(["-u", &url, "-u", &five.servers[1].url(), "job", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(2));
+    let out = lr()
+        .url(&url)
+        .url(&five.servers[1].url())
+        .args(["job", "true"])
+        .run()
+        .expect(2);
     assert!(
         out.stderr.contains("at least 3 independent servers"),
         "{}",
         out.stderr
     );
 
-    let mut cmd = locked_run();
-    cmd.args(five.url_args()[..8].to_vec())
-        .args(["-v", "job", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .args(&five.url_args()[..8])
+        .args(["-v", "job", "true"])
+        .run()
+        .expect(0);
     assert!(
         out.stderr
             .contains("4 servers: a quorum is 3, so only 1 may fail"),
@@ -412,11 +386,11 @@ fn bad_server_lists_are_refused() {
         .map(Redis::url)
         .collect::<Vec<_>>()
         .join(",");
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_URL", list)
-        .args(["job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .env("LOCKED_RUN_URL", list)
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
     assert!(
         out.stdout.trim().parse::<u64>().unwrap() > 1,
         "{}",
@@ -436,16 +410,13 @@ fn a_forced_release_is_not_taken_back_by_the_renewals() {
         &["--ttl", "2s", "--node-timeout", "500ms"],
         "exec sleep 60",
     );
-    let mut release = locked_run();
-    release
-        .args(["release", "--force"])
+    lr().args(["release", "--force"])
         .args(five.url_args())
-        .arg("job");
-    let out = run(release);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+        .name("job")
+        .run()
+        .expect(0);
     assert!(wait_pid_exit(child, Duration::from_secs(5)), "stopped");
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    running.wait().expect(76);
     for server in &five.servers {
         assert!(!server.exists("lock:{job}"), "not taken back");
     }

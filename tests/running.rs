@@ -18,10 +18,12 @@ fn runs_the_command_with_the_lease_in_its_environment_and_releases() {
         env = path_str(&env_file),
         go = path_str(&go)
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--ttl", "5s", "nightly", "--"])
-        .args(sh(&script));
-    let running = spawn(cmd);
+    let running = lr()
+        .url(&redis.url())
+        .args(["--ttl", "5s"])
+        .name("nightly")
+        .command(sh(&script))
+        .spawn();
 
     let env = wait_for_file(&env_file, Duration::from_secs(10), |t| {
         t.contains("LOCKED_RUN_TTL_MS")
@@ -46,8 +48,7 @@ fn runs_the_command_with_the_lease_in_its_environment_and_releases() {
     assert!(pttl > 0 && pttl <= 5000, "{pttl}");
 
     std::fs::write(&go, "").unwrap();
-    let out = running.wait();
-    assert_eq!(out.code(), Some(7), "{out:?}");
+    let out = running.wait().expect(7);
     assert_eq!(out.stderr, "", "quiet on success");
     assert!(!redis.exists("lock:{nightly}"), "released");
     assert!(
@@ -65,11 +66,12 @@ fn runs_the_command_with_the_lease_in_its_environment_and_releases() {
 fn fence_grows_with_every_run_and_the_status_is_the_commands() {
     let redis = Redis::start();
     for (i, code) in [0, 1, 42].into_iter().enumerate() {
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url(), "job"])
-            .args(sh(&format!("echo $LOCKED_RUN_FENCE; exit {code}")));
-        let out = run(cmd);
-        assert_eq!(out.code(), Some(code), "{out:?}");
+        let out = lr()
+            .url(&redis.url())
+            .name("job")
+            .sh(&format!("echo $LOCKED_RUN_FENCE; exit {code}"))
+            .run()
+            .expect(code);
         assert_eq!(
             out.stdout.trim(),
             (i + 1).to_string(),
@@ -81,10 +83,11 @@ fn fence_grows_with_every_run_and_the_status_is_the_commands() {
 #[test]
 fn the_child_inherits_stdin() {
     let redis = Redis::start();
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", "cat"])
-        .stdin(std::process::Stdio::piped());
-    let mut running = spawn(cmd);
+    let mut running = lr()
+        .url(&redis.url())
+        .job(["cat"])
+        .with(|c| c.stdin(std::process::Stdio::piped()))
+        .spawn();
     {
         use std::io::Write;
         let mut stdin = running.child.stdin.take().unwrap();
@@ -97,10 +100,11 @@ fn the_child_inherits_stdin() {
 #[test]
 fn command_not_found_is_127_and_nothing_is_locked() {
     let redis = Redis::start();
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", "no-such-command-anywhere"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(127));
+    let out = lr()
+        .url(&redis.url())
+        .job(["no-such-command-anywhere"])
+        .run()
+        .expect(127);
     assert!(
         out.stderr
             .starts_with("locked-run: no-such-command-anywhere: command not found"),
@@ -113,9 +117,10 @@ fn command_not_found_is_127_and_nothing_is_locked() {
         "resolved before the lock was taken"
     );
 
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", "/no/such/path"]);
-    assert_eq!(run(cmd).code(), Some(127));
+    lr().url(&redis.url())
+        .job(["/no/such/path"])
+        .run()
+        .expect(127);
 }
 
 #[test]
@@ -126,10 +131,11 @@ fn command_not_executable_is_126_and_nothing_is_locked() {
     std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     for program in [path_str(&script), path_str(dir.path())] {
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url(), "job", "--", program]);
-        let out = run(cmd);
-        assert_eq!(out.code(), Some(126), "{program}: {out:?}");
+        let out = lr()
+            .url(&redis.url())
+            .job([program])
+            .run()
+            .expect_with(126, program);
         assert!(out.stderr.starts_with("locked-run: "), "{}", out.stderr);
         assert!(!redis.exists("fence:{job}"));
     }
@@ -138,20 +144,13 @@ fn command_not_executable_is_126_and_nothing_is_locked() {
 #[test]
 fn a_lease_shorter_than_the_run_is_renewed() {
     let redis = Redis::start();
-    let mut cmd = locked_run();
     // T = 300 ms, run 1.5 s: five TTLs, so only renewals keep it.
-    cmd.args([
-        "-u",
-        &redis.url(),
-        "--ttl",
-        "300ms",
-        "job",
-        "--",
-        "sleep",
-        "1.5",
-    ]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .url(&redis.url())
+        .args(["--ttl", "300ms"])
+        .job(["sleep", "1.5"])
+        .run()
+        .expect(0);
     assert_eq!(out.stderr, "");
     let renewals: u64 = redis
         .cmd::<String>(&["INFO", "commandstats"])
@@ -166,23 +165,22 @@ fn a_lease_shorter_than_the_run_is_renewed() {
 #[test]
 fn min_hold_keeps_the_lock_after_a_short_run() {
     let redis = Redis::start();
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--min-hold", "5s", "job", "--", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    lr().url(&redis.url())
+        .args(["--min-hold", "5s"])
+        .job(["true"])
+        .run()
+        .expect(0);
     let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
     assert!(
         pttl > 3_000 && pttl <= 5_000,
         "kept for the rest of --min-hold: {pttl}"
     );
 
-    let mut again = locked_run();
-    again.args(["-u", &redis.url(), "-n", "job", "--", "true"]);
-    assert_eq!(
-        run(again).code(),
-        Some(75),
-        "a second run inside --min-hold is refused"
-    );
+    lr().url(&redis.url())
+        .arg("-n")
+        .job(["true"])
+        .run()
+        .expect_with(75, "a second run inside --min-hold is refused");
 }
 
 #[test]
@@ -196,10 +194,12 @@ fn a_flushed_script_cache_falls_back_to_eval() {
         started = path_str(&started),
         go = path_str(&go)
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--ttl", "400ms", "job"])
-        .args(sh(&script));
-    let running = spawn(cmd);
+    let running = lr()
+        .url(&redis.url())
+        .args(["--ttl", "400ms"])
+        .name("job")
+        .sh(&script)
+        .spawn();
     wait_for_file(&started, Duration::from_secs(10), |t| !t.is_empty());
     // As after a restart: the server forgets every script; renewals must still work.
     let _: String = redis.cmd(&["SCRIPT", "FLUSH"]);
@@ -210,8 +210,7 @@ fn a_flushed_script_cache_falls_back_to_eval() {
             .contains("cmdstat_eval:")
     });
     std::fs::write(&go, "").unwrap();
-    let out = running.wait();
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    running.wait().expect(0);
     assert!(!redis.exists("lock:{job}"));
 }
 
@@ -231,51 +230,35 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_use_the_operators_comm
 
     let dir = scratch();
     let d = path_str(dir.path());
-    let mut holder = locked_run();
-    holder.args(["-u", &url, "job"]).args(sh(&format!(
-        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let holder = spawn(holder);
+    let holder = lr()
+        .url(&url)
+        .name("job")
+        .sh(&format!(
+            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        ))
+        .spawn();
     wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
 
-    let mut waiter = locked_run();
-    waiter.args([
-        "-u",
-        &url,
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo $LOCKED_RUN_FENCE",
-    ]);
-    let waiter = spawn(waiter);
+    let waiter = lr().url(&url).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
-        let reply: Vec<redis::Value> = redis.cmd(&["PUBSUB", "NUMSUB", "released:{job}"]);
-        reply.get(1) == Some(&redis::Value::Int(1))
+        subscribers(&redis, "job") == 1
     });
-    let mut status = locked_run();
-    status.args(["status", "-u", &url, "job"]);
-    let status = run(status);
-    assert_eq!(status.code(), Some(0), "{status:?}");
+    let status = lr().args(["status", "-u", &url, "job"]).run().expect(0);
     assert!(status.stdout.contains("; 1 waiting"), "{}", status.stdout);
-    let mut release = locked_run();
-    release.args(["release", "-u", &url, "job"]);
-    let release = run(release);
-    assert_eq!(release.code(), Some(2), "shows the holder: {release:?}");
+    let release = lr()
+        .args(["release", "-u", &url, "job"])
+        .run()
+        .expect_with(2, "shows the holder");
     assert!(release.stderr.contains("add --force"), "{}", release.stderr);
     // doctor checks what this user may read, and says what it could not check.
-    let mut doctor = locked_run();
-    doctor.args(["doctor", "-u", &url]);
-    let doctor = run(doctor);
-    assert_eq!(doctor.code(), Some(0), "{doctor:?}");
+    let doctor = lr().args(["doctor", "-u", &url]).run().expect(0);
     assert!(doctor.stdout.contains("WARN"), "{}", doctor.stdout);
 
     std::fs::write(file(&dir, "go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
-    let out = waiter.wait();
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    holder.wait().expect(0);
+    let out = waiter.wait().expect(0);
     assert_eq!(out.stdout.trim(), "2");
     assert!(
         out.elapsed < Duration::from_secs(5),
@@ -299,10 +282,11 @@ fn a_command_that_fails_to_exec_is_126_and_the_lock_is_released() {
     let script = file(&dir, "bad-interpreter");
     std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", path_str(&script)]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(126), "{out:?}");
+    let out = lr()
+        .url(&redis.url())
+        .job([path_str(&script)])
+        .run()
+        .expect(126);
     assert!(out.stderr.contains("cannot run it"), "{}", out.stderr);
     assert!(
         out.stderr.contains("the lock was released"),
@@ -330,10 +314,12 @@ fn the_scripts_sha1s_are_the_servers() {
 #[test]
 fn verbose_and_log_filter_say_what_happens() {
     let redis = Redis::start();
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "-v", "job", "--", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0));
+    let out = lr()
+        .url(&redis.url())
+        .arg("-v")
+        .job(["true"])
+        .run()
+        .expect(0);
     assert!(
         out.stderr
             .starts_with("locked-run: info: acquired lock job with fence 1 after waiting"),
@@ -341,11 +327,12 @@ fn verbose_and_log_filter_say_what_happens() {
         out.stderr
     );
 
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_LOG", "debug")
-        .args(["-u", &redis.url(), "job", "--", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0));
+    let out = lr()
+        .env("LOCKED_RUN_LOG", "debug")
+        .url(&redis.url())
+        .job(["true"])
+        .run()
+        .expect(0);
     assert!(
         out.stderr
             .contains("locked-run: debug: released lock job (ours: true)"),
@@ -359,18 +346,11 @@ fn a_unix_socket_url_works() {
     let dir = scratch();
     let socket = file(&dir, "redis.sock");
     let redis = Redis::start_with(&["--unixsocket", path_str(&socket)]);
-    let mut cmd = locked_run();
-    cmd.args([
-        "-u",
-        &format!("redis+unix://{}?db=2", path_str(&socket)),
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo $LOCKED_RUN_FENCE",
-    ]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .url(&format!("redis+unix://{}?db=2", path_str(&socket)))
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
     assert_eq!(out.stdout.trim(), "1");
     let mut db2 = redis.conn();
     let _: () = redis::cmd("SELECT").arg(2).query(&mut db2).unwrap();

@@ -28,19 +28,10 @@ fn every_forwarded_signal_reaches_the_childs_whole_group() {
     let redis = Redis::start();
     let dir = scratch();
     let (log, ready) = (file(&dir, "log"), file(&dir, "ready"));
-    let mut cmd = locked_run();
-    cmd.args([
-        "-u",
-        &redis.url(),
-        "job",
-        "--",
-        "perl",
-        "-e",
-        LOGGER,
-        path_str(&log),
-        path_str(&ready),
-    ]);
-    let running = spawn(cmd);
+    let running = lr()
+        .url(&redis.url())
+        .job(["perl", "-e", LOGGER, path_str(&log), path_str(&ready)])
+        .spawn();
     wait_for_file(&ready, Duration::from_secs(10), |t| t.lines().count() == 2);
     for (sig, name) in [
         (libc::SIGUSR1, "USR1"),
@@ -55,8 +46,7 @@ fn every_forwarded_signal_reaches_the_childs_whole_group() {
             t.contains(&format!("parent {name}\n")) && t.contains(&format!("child {name}\n"))
         });
     }
-    let out = running.wait();
-    assert_eq!(out.code(), Some(0), "the child exited 0 on TERM: {out:?}");
+    running.wait().expect_with(0, "the child exited 0 on TERM");
     assert!(!redis.exists("lock:{job}"), "released");
 }
 
@@ -65,12 +55,14 @@ fn sigterm_to_locked_run_ends_the_child_and_locked_run_with_the_same_signal() {
     let redis = Redis::start();
     let dir = scratch();
     let pid_file = file(&dir, "pid");
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job"]).args(sh(&format!(
-        "echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60",
-        p = path_str(&pid_file)
-    )));
-    let running = spawn(cmd);
+    let running = lr()
+        .url(&redis.url())
+        .name("job")
+        .sh(&format!(
+            "echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60",
+            p = path_str(&pid_file)
+        ))
+        .spawn();
     wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'));
     signal(running.pid(), libc::SIGTERM);
     let out = running.wait();
@@ -83,10 +75,11 @@ fn sigterm_to_locked_run_ends_the_child_and_locked_run_with_the_same_signal() {
 fn a_child_killed_by_a_signal_is_passed_on_without_a_core_dump() {
     let redis = Redis::start();
     for (sig, name) in [(libc::SIGUSR1, "USR1"), (libc::SIGQUIT, "QUIT")] {
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url(), "job"])
-            .args(sh(&format!("kill -{name} $$")));
-        let out = run(cmd);
+        let out = lr()
+            .url(&redis.url())
+            .name("job")
+            .sh(&format!("kill -{name} $$"))
+            .run();
         assert_eq!(out.status.signal(), Some(sig), "{name}: {out:?}");
         assert!(!out.status.core_dumped(), "{name}: core dumps are off");
         assert!(!redis.exists("lock:{job}"));
@@ -104,10 +97,11 @@ fn processes_left_behind_are_stopped_before_the_release() {
           while :; do sleep 0.05; done) & \
          while [ ! -e {d}/gc ]; do sleep 0.01; done; exit 3"
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job"]).args(sh(&script));
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(3), "the child's status: {out:?}");
+    lr().url(&redis.url())
+        .name("job")
+        .sh(&script)
+        .run()
+        .expect_with(3, "the child's status");
     // locked-run released (and exited) only after the grandchild was gone.
     assert!(
         file(&dir, "gc-done").exists(),
@@ -127,13 +121,15 @@ fn a_sigkilled_locked_run_takes_its_child_along_and_the_lock_expires() {
     let redis = Redis::start();
     let dir = scratch();
     let pid_file = file(&dir, "pid");
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--ttl", "1s", "job"])
-        .args(sh(&format!(
+    let running = lr()
+        .url(&redis.url())
+        .args(["--ttl", "1s"])
+        .name("job")
+        .sh(&format!(
             "echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 60",
             p = path_str(&pid_file)
-        )));
-    let running = spawn(cmd);
+        ))
+        .spawn();
     let child: i32 = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
         .trim()
         .parse()
@@ -158,22 +154,21 @@ fn a_forwarded_signal_starts_no_timer_of_its_own() {
     let script = format!(
         "trap '' TERM; echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done; exit 4"
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "--ttl", "300ms", "job"])
-        .args(sh(&script));
-    let running = spawn(cmd);
+    let running = lr()
+        .url(&redis.url())
+        .args(["--ttl", "300ms"])
+        .name("job")
+        .sh(&script)
+        .spawn();
     wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
     signal(running.pid(), libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(500)); // five times K
     std::fs::write(file(&dir, "go"), "").unwrap();
-    let out = running.wait();
-    assert_eq!(
-        out.code(),
-        Some(4),
-        "no SIGKILL followed the forwarded SIGTERM: {out:?}"
-    );
+    running
+        .wait()
+        .expect_with(4, "no SIGKILL followed the forwarded SIGTERM");
 }
 
 #[test]
@@ -183,21 +178,20 @@ fn signals_ignored_at_start_stay_ignored_for_the_child() {
     let status_of = |ignore_hup: bool| -> u64 {
         let out_file = file(&dir, "sigign");
         let _ = std::fs::remove_file(&out_file);
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url(), "job"]).args(sh(&format!(
+        let mut cmd = lr().url(&redis.url()).name("job").sh(&format!(
             "grep SigIgn /proc/$$/status > {}",
             path_str(&out_file)
-        )));
+        ));
         if ignore_hup {
             // SAFETY: signal(2) between fork and exec.
-            unsafe {
-                cmd.pre_exec(|| {
+            cmd = cmd.with(|c| unsafe {
+                c.pre_exec(|| {
                     libc::signal(libc::SIGHUP, libc::SIG_IGN);
                     Ok(())
-                });
-            }
+                })
+            });
         }
-        assert_eq!(run(cmd).code(), Some(0));
+        cmd.run().expect(0);
         let text = std::fs::read_to_string(&out_file).unwrap();
         u64::from_str_radix(text.split_whitespace().nth(1).unwrap(), 16).unwrap()
     };
@@ -219,10 +213,10 @@ fn processes_that_leave_the_group_but_not_the_session_are_stopped_too() {
            if (!fork) {{ POSIX::setsid(); open(STDOUT, ">/dev/null"); open(STDERR, ">/dev/null"); open(F, ">{d}/daemon"); print F $$; close F; sleep 60; exit }}
            sleep 0.01 until -s "{d}/moved" && -s "{d}/daemon";"#
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", "perl", "-e", &child]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    lr().url(&redis.url())
+        .job(["perl", "-e", &child])
+        .run()
+        .expect(0);
     let pid = |f: &str| -> i32 {
         std::fs::read_to_string(file(&dir, f))
             .unwrap()
@@ -251,9 +245,7 @@ fn orphans_are_reaped_while_the_command_runs() {
         "for i in $(seq 20); do (sleep 0.01 &); done; echo > {d}/forked; \
          while [ ! -e {d}/go ]; do sleep 0.01; done"
     );
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job"]).args(sh(&script));
-    let running = spawn(cmd);
+    let running = lr().url(&redis.url()).name("job").sh(&script).spawn();
     wait_for_file(&file(&dir, "forked"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
@@ -262,7 +254,7 @@ fn orphans_are_reaped_while_the_command_runs() {
         zombie_children(wrapper) == 0
     });
     std::fs::write(file(&dir, "go"), "").unwrap();
-    assert_eq!(running.wait().code(), Some(0));
+    running.wait().expect(0);
 }
 
 fn zombie_children(pid: i32) -> usize {
@@ -294,10 +286,11 @@ fn forwarded_signals_stay_in_the_commands_group() {
     let redis = Redis::start();
     let dir = scratch();
     let (log, ready) = (file(&dir, "log"), file(&dir, "ready"));
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job", "--", "perl", "-e", LOGGER])
-        .args([path_str(&log), path_str(&ready), "own-group"]);
-    let running = spawn(cmd);
+    let running = lr()
+        .url(&redis.url())
+        .job(["perl", "-e", LOGGER])
+        .args([path_str(&log), path_str(&ready), "own-group"])
+        .spawn();
     wait_for_file(&ready, Duration::from_secs(10), |t| t.lines().count() == 2);
     signal(running.pid(), libc::SIGUSR1);
     wait_for_file(&log, Duration::from_secs(10), |t| {
@@ -309,6 +302,6 @@ fn forwarded_signals_stay_in_the_commands_group() {
         t.contains("child TERM\n")
     });
     assert!(!log.contains("child USR1"), "{log}");
-    assert_eq!(running.wait().code(), Some(0));
+    running.wait().expect(0);
     assert!(!redis.exists("lock:{job}"), "released");
 }

@@ -14,19 +14,19 @@ use crate::support::*;
 fn in_terminal(args: &[&str]) -> (Running, File) {
     let pty = nix::pty::openpty(None, None).expect("openpty");
     let slave: OwnedFd = pty.slave;
-    let mut cmd = locked_run();
-    cmd.args(args)
-        .stdin(Stdio::from(slave.try_clone().unwrap()));
-    // SAFETY: setsid and ioctl between fork and exec; fd 0 is the pty's slave by then.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let running = spawn(cmd);
+    let running = lr()
+        .args(args)
+        .with(|c| c.stdin(Stdio::from(slave.try_clone().unwrap())))
+        // SAFETY: setsid and ioctl between fork and exec; fd 0 is the pty's slave by then.
+        .with(|c| unsafe {
+            c.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        })
+        .spawn();
     drop(slave);
     (running, File::from(pty.master))
 }
@@ -46,12 +46,9 @@ fn ctrl_c_reaches_the_child_once_and_the_lock_is_released() {
         in_terminal(&["-u", &redis.url(), "job", "--", "perl", "-e", &child]);
     wait_for_file(&file(&dir, "ready"), Duration::from_secs(10), |_| true);
     master.write_all(&[0x03]).unwrap(); // Ctrl-C
-    let out = running.wait();
-    assert_eq!(
-        out.code(),
-        Some(1),
-        "the child saw exactly one SIGINT: {out:?}"
-    );
+    running
+        .wait()
+        .expect_with(1, "the child saw exactly one SIGINT");
     assert!(!redis.exists("lock:{job}"));
 }
 
@@ -95,8 +92,7 @@ fn the_child_can_read_the_terminal() {
         &format!("read line; echo \"got:$line\" > {}", path_str(&got)),
     ]);
     master.write_all(b"hello\n").unwrap();
-    let out = running.wait();
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    running.wait().expect(0);
     assert_eq!(std::fs::read_to_string(&got).unwrap(), "got:hello\n");
 }
 
@@ -125,7 +121,6 @@ fn a_lease_lost_in_a_terminal_stops_the_childs_tree() {
         .unwrap();
     redis.pause();
     assert!(wait_pid_exit(child, Duration::from_secs(10)));
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    running.wait().expect(76);
     redis.resume();
 }

@@ -3,6 +3,9 @@
 
 mod support;
 
+mod cluster;
+mod command_line;
+mod doctor;
 mod durability;
 mod errors;
 mod fair;
@@ -11,13 +14,15 @@ mod holders;
 mod lease_loss;
 mod library;
 mod local;
+mod local_files;
 mod max_run;
-mod operators;
-mod ops;
-mod production;
 mod redlock;
+mod release;
+mod replicas_and_sentinel;
 mod running;
+mod secrets_and_tls;
 mod signals;
 mod status;
+mod systemd_and_logs;
 mod terminal;
 mod waiting;

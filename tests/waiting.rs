@@ -21,12 +21,12 @@ impl Holder {
             "echo $LOCKED_RUN_FENCE > {d}/started; while [ ! -e {d}/go ]; do sleep 0.01; done; date +%s%N > {d}/ended",
             d = path_str(dir.path())
         );
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url()])
+        let running = lr()
+            .url(&redis.url())
             .args(extra)
-            .arg(name)
-            .args(sh(&script));
-        let running = spawn(cmd);
+            .name(name)
+            .sh(&script)
+            .spawn();
         wait_for_file(&dir.path().join("started"), Duration::from_secs(10), |t| {
             !t.is_empty()
         });
@@ -52,21 +52,20 @@ fn no_wait_on_a_held_lock_is_75_and_silent_unless_verbose() {
     let redis = Redis::start();
     let holder = Holder::start(&redis, "job", &[]);
     for flags in [&["-n"][..], &["-w", "0s"]] {
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url()]).args(flags).args([
-            "job",
-            "--",
-            "touch",
-            "/nonexistent-dir/never",
-        ]);
-        let out = run(cmd);
-        assert_eq!(out.code(), Some(75), "{flags:?} {out:?}");
+        let out = lr()
+            .url(&redis.url())
+            .args(flags)
+            .job(["touch", "/nonexistent-dir/never"])
+            .run()
+            .expect_with(75, format!("{flags:?}"));
         assert_eq!(out.stderr, "", "cron must not mail a skipped run");
     }
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "-n", "-v", "job", "--", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(75));
+    let out = lr()
+        .url(&redis.url())
+        .args(["-n", "-v"])
+        .job(["true"])
+        .run()
+        .expect(75);
     assert!(out.stderr.contains("lock job is held by"), "{}", out.stderr);
     assert!(
         out.stderr.contains("fence 1"),
@@ -74,20 +73,24 @@ fn no_wait_on_a_held_lock_is_75_and_silent_unless_verbose() {
         out.stderr
     );
 
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "-n", "-E", "1", "job", "--", "true"]);
-    assert_eq!(run(cmd).code(), Some(1), "-E renumbers the conflict status");
-    assert_eq!(holder.finish().code(), Some(0));
+    lr().url(&redis.url())
+        .args(["-n", "-E", "1"])
+        .job(["true"])
+        .run()
+        .expect_with(1, "-E renumbers the conflict status");
+    holder.finish().expect(0);
 }
 
 #[test]
 fn a_wait_that_runs_out_is_75_with_a_line() {
     let redis = Redis::start();
     let holder = Holder::start(&redis, "job", &[]);
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "-w", "700ms", "job", "--", "true"]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(75), "{out:?}");
+    let out = lr()
+        .url(&redis.url())
+        .args(["-w", "700ms"])
+        .job(["true"])
+        .run()
+        .expect(75);
     assert!(
         out.elapsed >= Duration::from_millis(700),
         "{:?}",
@@ -101,7 +104,7 @@ fn a_wait_that_runs_out_is_75_with_a_line() {
         out.stderr
     );
     assert_eq!(out.stderr.lines().count(), 1);
-    assert_eq!(holder.finish().code(), Some(0));
+    holder.finish().expect(0);
 }
 
 #[test]
@@ -111,20 +114,21 @@ fn a_waiter_starts_right_after_the_release() {
     let holder = Holder::start(&redis, "job", &["--ttl", "30s"]);
     let dir = scratch();
     let started = file(&dir, "started");
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "job"]).args(sh(&format!(
-        "date +%s%N > {s}.tmp; echo $LOCKED_RUN_FENCE >> {s}.tmp; mv {s}.tmp {s}",
-        s = path_str(&started)
-    )));
-    let waiter = spawn(cmd);
+    let waiter = lr()
+        .url(&redis.url())
+        .name("job")
+        .sh(&format!(
+            "date +%s%N > {s}.tmp; echo $LOCKED_RUN_FENCE >> {s}.tmp; mv {s}.tmp {s}",
+            s = path_str(&started)
+        ))
+        .spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
         subscribers(&redis, "job") == 1
     });
 
     let (finished, logs) = holder.finish_keeping_logs();
-    assert_eq!(finished.code(), Some(0));
-    let out = waiter.wait_for(Duration::from_secs(20));
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    finished.expect(0);
+    waiter.wait_for(Duration::from_secs(20)).expect(0);
     let ended: u128 = std::fs::read_to_string(logs.path().join("ended"))
         .unwrap()
         .trim()
@@ -153,18 +157,14 @@ fn a_waiter_sends_a_handful_of_commands_not_hundreds() {
         let redis = Redis::start();
         let holder = Holder::start(&redis, "job", &[]);
         let _: String = redis.cmd(&["CONFIG", "RESETSTAT"]);
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url()])
-            .args(mode)
-            .args(["job", "--", "true"]);
-        let waiter = spawn(cmd);
+        let waiter = lr().url(&redis.url()).args(mode).job(["true"]).spawn();
         wait_until("the waiter subscribed", Duration::from_secs(10), || {
             subscribers(&redis, "job") == 1
         });
         std::thread::sleep(Duration::from_secs(4));
         let during = command_stats(&redis, &["evalsha", "eval", "subscribe"], "calls");
-        assert_eq!(holder.finish().code(), Some(0));
-        assert_eq!(waiter.wait().code(), Some(0));
+        holder.finish().expect(0);
+        waiter.wait().expect(0);
         // 2 acquire attempts and SUBSCRIBE from the waiter, at most one renewal from the
         // holder; and the keep-alive of a fair one.
         let most = most + if mode.is_none() { 6 } else { 0 };
@@ -189,15 +189,17 @@ fn a_signal_ends_the_wait_with_nothing_run_and_nothing_held() {
         (libc::SIGHUP, "HUP"),
         (libc::SIGQUIT, "QUIT"),
     ] {
-        let mut cmd = locked_run();
-        cmd.args(["-u", &redis.url(), "job", "--", "touch", path_str(&marker)]);
-        let waiter = spawn(cmd);
+        let waiter = lr()
+            .url(&redis.url())
+            .job(["touch", path_str(&marker)])
+            .spawn();
         wait_until("the waiter subscribed", Duration::from_secs(10), || {
             subscribers(&redis, "job") == 1
         });
         signal(waiter.pid(), sig);
-        let out = waiter.wait_for(Duration::from_secs(10));
-        assert_eq!(out.code(), Some(128 + sig), "{name}: {out:?}");
+        let out = waiter
+            .wait_for(Duration::from_secs(10))
+            .expect_with(128 + sig, name);
         assert!(
             out.stderr
                 .contains("while waiting for lock job: nothing was run"),
@@ -212,31 +214,23 @@ fn a_signal_ends_the_wait_with_nothing_run_and_nothing_held() {
             "the holder's lock is untouched"
         );
     }
-    assert_eq!(holder.finish().code(), Some(0));
+    holder.finish().expect(0);
 }
 
 #[test]
 fn a_crashed_holder_frees_the_lock_after_its_ttl() {
     let redis = Redis::start();
     let holder = Holder::start(&redis, "job", &["--ttl", "1s"]);
-    let mut cmd = locked_run();
-    cmd.args([
-        "-u",
-        &redis.url(),
-        "job",
-        "--",
-        "sh",
-        "-c",
-        "echo $LOCKED_RUN_FENCE",
-    ]);
-    let waiter = spawn(cmd);
+    let waiter = lr()
+        .url(&redis.url())
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
         subscribers(&redis, "job") == 1
     });
     // No release message will come: the waiter must wake on the holder's expiry.
     signal(holder.running.pid(), libc::SIGKILL);
-    let out = waiter.wait_for(Duration::from_secs(10));
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = waiter.wait_for(Duration::from_secs(10)).expect(0);
     assert_eq!(out.stdout.trim(), "2");
     assert!(
         out.elapsed < Duration::from_secs(4),
@@ -250,15 +244,18 @@ fn a_crashed_holder_frees_the_lock_after_its_ttl() {
 fn a_server_lost_while_waiting_is_69_at_the_deadline() {
     let mut redis = Redis::start();
     let holder = Holder::start(&redis, "job", &[]);
-    let mut cmd = locked_run();
-    cmd.args(["-u", &redis.url(), "-w", "2s", "job", "--", "true"]);
-    let waiter = spawn(cmd);
-    wait_until("the waiter subscribed", Duration::from_secs(10), || {
-        subscribers(&redis, "job") == 1
+    let waiter = lr()
+        .url(&redis.url())
+        .args(["-w", "2s"])
+        .job(["true"])
+        .spawn();
+    // Its place in the queue is the evidence that it waits (the holder's own subscription,
+    // ended without waiting for the answer, may still be counted for a moment).
+    wait_until("the waiter queued", Duration::from_secs(10), || {
+        redis.cmd::<i64>(&["ZCARD", "queue:{job}"]) == 1
     });
     redis.kill();
-    let out = waiter.wait_for(Duration::from_secs(20));
-    assert_eq!(out.code(), Some(69), "{out:?}");
+    let out = waiter.wait_for(Duration::from_secs(20)).expect(69);
     assert!(
         out.elapsed >= Duration::from_secs(2),
         "retried until the deadline: {:?}",
@@ -278,33 +275,28 @@ fn a_server_lost_while_waiting_is_69_at_the_deadline() {
 fn handoff(url: &str, redis: &Redis, holder_args: &[&str], hold: Duration) -> (Duration, String) {
     let dir = scratch();
     let d = path_str(dir.path());
-    let mut holder = locked_run();
-    holder
-        .args(["-u", url])
+    let holder = lr()
+        .url(url)
         .args(holder_args)
-        .arg("job")
-        .args(sh(&format!(
+        .name("job")
+        .sh(&format!(
             "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        )));
-    let holder = spawn(holder);
+        ))
+        .spawn();
     wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
         !t.is_empty()
     });
     // A holder whose UNSUBSCRIBE was refused stays counted (Redis 6 counts it, Redis 7 not).
     let before = subscribers(redis, "job");
-    let mut waiter = locked_run();
-    waiter.args(["-u", url, "job", "--", "sh", "-c", "echo $LOCKED_RUN_FENCE"]);
-    let waiter = spawn(waiter);
+    let waiter = lr().url(url).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
         subscribers(redis, "job") == before + 1
     });
     std::thread::sleep(hold); // the holder renews meanwhile
     std::fs::write(file(&dir, "go"), "").unwrap();
-    let holder = holder.wait();
-    assert_eq!(holder.code(), Some(0), "{holder:?}");
+    let holder = holder.wait().expect(0);
     let released = std::time::Instant::now();
-    let out = waiter.wait_for(Duration::from_secs(40));
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = waiter.wait_for(Duration::from_secs(40)).expect(0);
     assert_eq!(out.stdout.trim(), "2");
     (released.elapsed(), holder.stderr)
 }
@@ -384,7 +376,7 @@ fn a_grant_too_late_to_use_is_given_back() {
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
         subscribers(&redis, "job") == 1
     });
-    assert_eq!(holder.finish().code(), Some(0));
+    holder.finish().expect(0);
     wait_for_file(&log, Duration::from_secs(10), |t| {
         t.contains("to grant lock job")
     });
@@ -418,30 +410,27 @@ fn a_user_who_may_not_subscribe_runs_and_waits_by_polling() {
     let url = format!("redis://cron:pw@127.0.0.1:{}", redis.port);
     let dir = scratch();
     let marker = file(&dir, "ran");
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_URL", &url)
-        .args(["job", "--", "touch", path_str(&marker)]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    lr().env("LOCKED_RUN_URL", &url)
+        .job(["touch", path_str(&marker)])
+        .run()
+        .expect(0);
     assert!(marker.exists(), "the command ran");
     assert!(!redis.exists("lock:{job}"), "nothing is held");
 
     let holder = Holder::start(&redis, "job", &[]);
-    let mut cmd = locked_run();
-    cmd.env("LOCKED_RUN_URL", &url)
-        .args(["-v", "job", "--", "true"]);
-    let waiter = spawn(cmd);
+    let waiter = lr()
+        .env("LOCKED_RUN_URL", &url)
+        .arg("-v")
+        .job(["true"])
+        .spawn();
     // The waiter's first attempt found the lock held (its fence is not spent), then it polls.
     wait_until("the waiter tried", Duration::from_secs(10), || {
         command_stats(&redis, &["subscribe"], "rejected_calls") >= 2
     });
-    assert_eq!(holder.finish().code(), Some(0));
-    let out = waiter.wait();
-    assert_eq!(
-        out.code(),
-        Some(0),
-        "the waiter ran after the holder: {out:?}"
-    );
+    holder.finish().expect(0);
+    let out = waiter
+        .wait()
+        .expect_with(0, "the waiter ran after the holder");
     assert!(
         out.stderr.contains("cannot subscribe to release messages"),
         "{}",

@@ -1,6 +1,7 @@
 //! Test support: real `redis-server` processes on free ports (killed on drop), the binary under
-//! test with a hard timeout on every run, and helpers that wait on evidence (a process's exit
-//! through a pidfd, a file's content, Redis state) instead of sleeping.
+//! test with a hard timeout on every run (command lines built with [`cmd::lr`]), and helpers
+//! that wait on evidence (a process's exit through a pidfd, a file's content, Redis state)
+//! instead of sleeping.
 
 #![allow(dead_code)]
 
@@ -15,9 +16,12 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod cmd;
 pub mod proxy;
 pub mod topology;
 
+#[allow(unused_imports)]
+pub use cmd::{LockedRun, lr, status_json};
 #[allow(unused_imports)]
 pub use topology::{Cluster, Five, Watched, locked_run_on, sentinel_cli};
 
@@ -449,11 +453,9 @@ pub fn run(cmd: Command) -> Output {
     spawn(cmd).wait()
 }
 
-/// Runs `locked-run ARGS...` to completion.
+/// Runs `locked-run ARGS...` to completion (`lr().args(ARGS).run()`).
 pub fn run_args(args: &[&str]) -> Output {
-    let mut cmd = locked_run();
-    cmd.args(args);
-    run(cmd)
+    lr().args(args).run()
 }
 
 /// Waits for `child` to exit, up to `timeout`, without polling: a pidfd becomes readable when
@@ -538,6 +540,16 @@ pub fn file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
 
+/// The `file://` URL of a lock directory.
+pub fn file_url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+/// The fence counter of the lock whose files in `dir` are named `stem`.
+pub fn fence_file(dir: &Path, stem: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{stem}.fence"))).unwrap()
+}
+
 /// A figure of `INFO commandstats` on `redis`: `field` (`calls`, `rejected_calls`, ...) of each of
 /// `commands` (lower case), summed. Commands clients sent; not those scripts ran.
 pub fn command_stats(redis: &Redis, commands: &[&str], field: &str) -> u64 {
@@ -591,15 +603,15 @@ pub fn alive(pid: i32) -> bool {
 /// pid of its child (the shell, which `exec`s into whatever CHILD runs last).
 pub fn start_job(url: &str, dir: &Path, extra: &[&str], child: &str) -> (Running, i32) {
     let pid_file = dir.join("pid");
-    let mut cmd = locked_run();
-    cmd.args(["-u", url])
+    let running = lr()
+        .url(url)
         .args(extra)
-        .arg("job")
-        .args(sh(&format!(
+        .name("job")
+        .sh(&format!(
             "echo $$ > {p}.tmp; mv {p}.tmp {p}; {child}",
             p = path_str(&pid_file)
-        )));
-    let running = spawn(cmd);
+        ))
+        .spawn();
     let pid = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
         .trim()
         .parse()

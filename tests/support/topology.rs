@@ -318,12 +318,10 @@ impl Redis {
     }
 }
 
-/// `locked-run` on the five servers. Each may take up to 500 ms to answer an attempt: the
-/// default, T/100, is 300 ms for T = 30 s and 20 ms for T = 2 s, which five servers and their
-/// clients on two loaded cores can miss, and these tests are not about that timeout
-/// (`a_slow_server_does_not_stall_the_acquisition` is).
+/// `locked-run` on the five servers (as a builder: `lr().on(&five)`). Each may take up to
+/// 500 ms to answer an attempt: the default, T/100, is 300 ms for T = 30 s and 20 ms for
+/// T = 2 s, which five servers and their clients on two loaded cores can miss, and these tests
+/// are not about that timeout (`a_slow_server_does_not_stall_the_acquisition` is).
 pub fn locked_run_on(five: &Five) -> std::process::Command {
-    let mut cmd = locked_run();
-    cmd.args(five.url_args()).args(["--node-timeout", "500ms"]);
-    cmd
+    lr().on(five).into_command()
 }

@@ -1,5 +1,5 @@
-//! What operators' tooling reads: sd_notify status and readiness for systemd units, and
-//! `--log-format json` for log shippers.
+//! What operators' tooling reads of a run: sd_notify status and readiness for systemd units,
+//! and `--log-format json` for log shippers.
 
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
@@ -30,25 +30,25 @@ fn sd_notify_says_waiting_for_whom_then_holding_and_ready() {
     let (holder_socket, holder_path) = notify_socket(&dir, "holder.sock");
     let (waiter_socket, waiter_path) = notify_socket(&dir, "waiter.sock");
 
-    let mut holder = locked_run();
-    holder
+    let holder = lr()
         .env("NOTIFY_SOCKET", &holder_path)
-        .args(["-u", &redis.url(), "job"])
-        .args(sh(&format!(
+        .url(&redis.url())
+        .name("job")
+        .sh(&format!(
             "while [ ! -e {d}/go ]; do sleep 0.01; done",
             d = path_str(dir.path())
-        )));
-    let holder = spawn(holder);
+        ))
+        .spawn();
     assert_eq!(
         receive(&holder_socket),
         "READY=1\nSTATUS=holding lock job (fence 1)"
     );
 
-    let mut waiter = locked_run();
-    waiter
+    let waiter = lr()
         .env("NOTIFY_SOCKET", &waiter_path)
-        .args(["-u", &redis.url(), "job", "--", "true"]);
-    let waiter = spawn(waiter);
+        .url(&redis.url())
+        .job(["true"])
+        .spawn();
     assert_eq!(
         receive(&waiter_socket),
         format!(
@@ -57,12 +57,12 @@ fn sd_notify_says_waiting_for_whom_then_holding_and_ready() {
         )
     );
     std::fs::write(file(&dir, "go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    holder.wait().expect(0);
     assert_eq!(
         receive(&waiter_socket),
         "READY=1\nSTATUS=holding lock job (fence 2)"
     );
-    assert_eq!(waiter.wait().code(), Some(0));
+    waiter.wait().expect(0);
 }
 
 #[test]
@@ -78,10 +78,11 @@ fn sd_notify_reaches_an_abstract_socket() {
     socket
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut cmd = locked_run();
-    cmd.env("NOTIFY_SOCKET", format!("@{name}"))
-        .args(["-u", &redis.url(), "job", "--", "true"]);
-    assert_eq!(run(cmd).code(), Some(0));
+    lr().env("NOTIFY_SOCKET", format!("@{name}"))
+        .url(&redis.url())
+        .job(["true"])
+        .run()
+        .expect(0);
     assert_eq!(
         receive(&socket),
         "READY=1\nSTATUS=holding lock job (fence 1)"
@@ -105,22 +106,13 @@ fn events(lines: &[serde_json::Value]) -> Vec<String> {
 #[test]
 fn json_logs_carry_every_milestone_of_a_run() {
     let redis = Redis::start();
-    let mut cmd = locked_run();
     // T = 300 ms: renewals every 50 ms during a 200 ms command.
-    cmd.args([
-        "-u",
-        &redis.url(),
-        "--log-format",
-        "json",
-        "--ttl",
-        "300ms",
-        "job",
-        "--",
-        "sleep",
-        "0.2",
-    ]);
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
+    let out = lr()
+        .url(&redis.url())
+        .args(["--log-format", "json", "--ttl", "300ms"])
+        .job(["sleep", "0.2"])
+        .run()
+        .expect(0);
     let lines = json_lines(&out.stderr);
     let events = events(&lines);
     assert_eq!(
@@ -169,8 +161,7 @@ fn json_logs_tell_a_lost_lease_and_end_with_the_failure() {
     );
     redis.kill();
     assert!(wait_pid_exit(child, Duration::from_secs(10)));
-    let out = running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    let out = running.wait().expect(76);
     let lines = json_lines(&out.stderr);
     let events = events(&lines);
     assert!(events.contains(&"renewal_failed".to_owned()), "{events:?}");

@@ -1,133 +1,19 @@
-//! Operators' commands: `release` of a stuck lock, `doctor` against servers configured each
-//! way, and what `status` adds (the waiters).
+//! `locked-run doctor` against servers configured each way: a sound server, persistence,
+//! eviction policies, a replica, a user without scripts, Redlock servers that are not
+//! independent, a clock that is off. (`file://` directories: local.rs; a Cluster: cluster.rs.)
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::*;
 
-#[test]
-fn release_without_force_only_shows_the_holder() {
-    let redis = Redis::start();
-    let out = run_args(&["release", "-u", &redis.url(), "job"]);
-    assert_eq!(out.code(), Some(1), "free: {out:?}");
-    assert_eq!(
-        out.stdout,
-        "lock job was free (last fence none issued yet); nothing to release\n"
-    );
-
-    let dir = scratch();
-    let (running, _) = start_job(&redis.url(), dir.path(), &[], "exec sleep 60");
-    let out = run_args(&["release", "-u", &redis.url(), "job"]);
-    assert_eq!(out.code(), Some(2), "{out:?}");
-    assert!(
-        out.stderr
-            .contains(&format!("is held by {} pid {}", hostname(), running.pid())),
-        "{}",
-        out.stderr
-    );
-    assert!(out.stderr.contains("add --force"), "{}", out.stderr);
-    assert!(redis.exists("lock:{job}"), "still held");
-    signal(running.pid(), libc::SIGTERM);
-    let _ = running.wait();
-}
-
-fn hostname() -> String {
-    nix::unistd::gethostname().unwrap().into_string().unwrap()
-}
-
-#[test]
-fn a_forced_release_wakes_the_waiter_and_stops_the_old_holder() {
-    let redis = Redis::start();
-    let dir = scratch();
-    // T = 2 s: the holder renews every 333 ms and learns of the release at its next renewal.
-    let (holder, holder_child) =
-        start_job(&redis.url(), dir.path(), &["--ttl", "2s"], "exec sleep 60");
-    let started = file(&dir, "waiter-started");
-    let mut waiter = locked_run();
-    waiter.args(["-u", &redis.url(), "job"]).args(sh(&format!(
-        "echo $LOCKED_RUN_FENCE > {}; sleep 1",
-        path_str(&started)
-    )));
-    let waiter = spawn(waiter);
-    wait_until("the waiter subscribed", Duration::from_secs(10), || {
-        let reply: Vec<redis::Value> = redis.cmd(&["PUBSUB", "NUMSUB", "released:{job}"]);
-        reply.get(1) == Some(&redis::Value::Int(1))
-    });
-
-    let out = run_args(&["release", "--force", "-u", &redis.url(), "job"]);
-    let released = Instant::now();
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    assert!(
-        out.stdout.starts_with(&format!(
-            "released lock job, held by {} pid {} (sh) since ",
-            hostname(),
-            holder.pid()
-        )),
-        "{}",
-        out.stdout
-    );
-    assert!(
-        out.stdout.ends_with("fence 1; last fence 1\n"),
-        "{}",
-        out.stdout
-    );
-
-    wait_for_file(&started, Duration::from_secs(5), |t| t.ends_with('\n'));
-    let woke = released.elapsed();
-    assert!(
-        woke < Duration::from_millis(500),
-        "the waiter started {woke:?} after the release"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&started).unwrap(),
-        "2\n",
-        "the fence counter was kept"
-    );
-
-    assert!(
-        wait_pid_exit(holder_child, Duration::from_secs(5)),
-        "the old holder stopped its command"
-    );
-    let out = holder.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
-    assert!(out.stderr.contains("no longer ours"), "{}", out.stderr);
-    assert_eq!(waiter.wait().code(), Some(0));
-}
-
-#[test]
-fn status_counts_the_waiters() {
-    let redis = Redis::start();
-    let dir = scratch();
-    let (holder, _) = start_job(&redis.url(), dir.path(), &[], "exec sleep 60");
-    let mut waiter = locked_run();
-    waiter.args(["-u", &redis.url(), "job", "--", "true"]);
-    let waiter = spawn(waiter);
-    wait_until("the waiter subscribed", Duration::from_secs(10), || {
-        let out = run_args(&["status", "--json", "-u", &redis.url(), "job"]);
-        let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
-        v["waiters"] == 1
-    });
-    let text = run_args(&["status", "-u", &redis.url(), "job"]);
-    assert!(
-        text.stdout.trim_end().ends_with("left; 1 waiting"),
-        "{}",
-        text.stdout
-    );
-    signal(holder.pid(), libc::SIGTERM);
-    let _ = holder.wait();
-    assert_eq!(waiter.wait().code(), Some(0));
-}
-
 /// doctor's JSON: (check, status) pairs, and the exit status.
 fn doctor(urls: &[String]) -> (Vec<(String, String, String)>, Option<i32>) {
-    let mut cmd = locked_run();
-    cmd.arg("doctor").arg("--json");
+    let mut doctor = lr().args(["doctor", "--json"]);
     for url in urls {
-        cmd.args(["-u", url]);
+        doctor = doctor.url(url);
     }
-    let out = run(cmd);
-    let v: serde_json::Value =
-        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let out = doctor.run();
+    let v = out.json();
     let checks = v["checks"]
         .as_array()
         .unwrap()
@@ -297,14 +183,14 @@ fn doctor_warns_about_a_server_whose_clock_is_off() {
     // libfaketime initialises), so this host's clock runs 5 s slow instead: the same skew,
     // seen from the other side. The monotonic clocks the lease runs on are left alone.
     let redis = Redis::start();
-    let mut cmd = locked_run();
-    cmd.args(["doctor", "--json", "-u", &redis.url()])
+    let v = lr()
+        .args(["doctor", "--json", "-u", &redis.url()])
         .env("LD_PRELOAD", lib)
         .env("FAKETIME", "-5s")
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-    let out = run(cmd);
-    assert_eq!(out.code(), Some(0), "{out:?}");
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .run()
+        .expect(0)
+        .json();
     let clock = v["checks"]
         .as_array()
         .unwrap()
