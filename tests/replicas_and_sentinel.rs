@@ -45,6 +45,27 @@ fn too_few_replica_acknowledgements_release_the_lock_and_exit_69() {
     assert!(!primary.exists("lock:{job}"), "nothing is held");
 }
 
+/// With `--holders N`, each renewal of a slot is acknowledged like a single holder's: a run
+/// that outlasts its TTL several times over keeps its slot and ends with its own status.
+#[test]
+fn a_holders_slot_is_renewed_under_wait_replicas() {
+    let primary = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    wait_until("the replica is in sync", Duration::from_secs(10), || {
+        replica
+            .cmd::<String>(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    });
+    // T = 500 ms, so R = 83 ms: a 1.5 s command lives on about 18 acknowledged renewals.
+    let args = ["--holders", "2", "--wait-replicas", "1", "--ttl", "500ms"];
+    lr().url(&primary.url())
+        .args(args)
+        .job(sh("sleep 1.5; exit 7"))
+        .run()
+        .expect(7);
+    assert!(!primary.exists("holders:{job}"), "the slot was given back");
+}
+
 /// A sentinel that does not answer at all (its host is gone) is given only its share of the
 /// time, so the next one can still say where the primary is.
 #[test]

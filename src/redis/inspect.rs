@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::lock::{ServerLock, expiry};
+use super::lock::ServerLock;
+use super::replies::expiry;
 use super::resp::Reply;
 use super::scripts;
 use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};

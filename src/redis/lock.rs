@@ -5,13 +5,12 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, KEEP_ALIVE, Report, wall_clock_ms,
-};
+use crate::backend::{Attempt, Backend, BackendError, Freed, KEEP_ALIVE, Report, wall_clock_ms};
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
+use crate::redis::replies::{as_flag, parse_attempt};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore};
 
@@ -33,23 +32,12 @@ pub struct ServerLock {
     queued: Cell<bool>,
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
-    token: String,
-    host: String,
-    pid: String,
-    command: String,
+    pub(super) token: String,
+    pub(super) host: String,
+    pub(super) pid: String,
+    pub(super) command: String,
     /// `--wait-replicas`: replicas that must acknowledge a grant, and how long they may take.
     wait_replicas: Option<(u32, Duration)>,
-}
-
-/// What a Redlock renewal found on one server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Here {
-    /// Ours, and extended (or taken again).
-    Ours,
-    /// No key: the server restarted empty, or the key lapsed there.
-    Absent,
-    /// Held by another owner.
-    Other,
 }
 
 impl ServerLock {
@@ -279,14 +267,7 @@ impl ServerLock {
         let wait_command: [&[u8]; 3] = [b"WAIT", count.as_bytes(), ms.as_bytes()];
         let (reply, then) = self
             .node
-            .eval_then(
-                &scripts::RENEW,
-                &keys,
-                &args,
-                timeout,
-                None,
-                &[&wait_command],
-            )
+            .eval_then(script, &keys, &args, timeout, None, &[&wait_command])
             .await?;
         let ours = as_flag(&reply).ok_or_else(|| self.unexpected(&reply))?;
         let acked = match then.first() {
@@ -304,55 +285,6 @@ impl ServerLock {
         Ok(ours)
     }
 
-    /// Redlock's renewal on this server: extended while ours; where the key is absent, taken
-    /// again with `retake` (the fence counter raised to `fence`), else reported as absent.
-    pub(crate) async fn renew_here(
-        &self,
-        timings: &Timings,
-        fence: u64,
-        retake: bool,
-        timeout: Duration,
-    ) -> Result<Here, BackendError> {
-        let (ttl_ms, fence, since) = (
-            timings.ttl_ms(),
-            fence.to_string(),
-            wall_clock_ms().to_string(),
-        );
-        let reply = self
-            .node
-            .eval(
-                &scripts::RENEW_OR_RETAKE,
-                &[&self.lock_key, &self.holder_key, &self.fence_key],
-                &[
-                    &self.token,
-                    &ttl_ms,
-                    &fence,
-                    &self.host,
-                    &self.pid,
-                    &self.command,
-                    &since,
-                    if retake { "1" } else { "0" },
-                ],
-                timeout,
-                None,
-            )
-            .await?;
-        match reply.as_int() {
-            Some(1) => Ok(Here::Ours),
-            Some(2) => {
-                tracing::info!(
-                    "took lock {} again on {}, where its key was gone (restarted empty?)",
-                    self.name,
-                    self.node.address()
-                );
-                Ok(Here::Ours)
-            }
-            Some(-1) => Ok(Here::Absent),
-            Some(0) => Ok(Here::Other),
-            _ => Err(self.unexpected(&reply)),
-        }
-    }
-
     pub(crate) async fn release_within(
         &self,
         keep_for: Option<Duration>,
@@ -362,15 +294,7 @@ impl ServerLock {
             .await
     }
 
-    /// Gives back a Redlock grant that did not make a quorum: compare-and-DEL with no wake-up.
-    /// Waiters (this one too: it listens on every server) must not be woken by a grant nobody
-    /// could use, or they would all try again at once against a quorum still held, as fast as
-    /// the round trips go.
-    pub(crate) async fn give_back_within(&self, timeout: Duration) -> Result<bool, BackendError> {
-        self.release_script(None, "", timeout).await
-    }
-
-    async fn release_script(
+    pub(super) async fn release_script(
         &self,
         keep_for: Option<Duration>,
         publish: &str,
@@ -399,33 +323,6 @@ impl ServerLock {
         } else {
             "PUBLISH"
         }
-    }
-
-    /// Redlock's second phase: raises this server's fence counter to `fence` (never lowers it)
-    /// while the lock here still holds our token. `Ok(true)`: confirmed.
-    pub(crate) async fn raise_fence(
-        &self,
-        fence: u64,
-        timeout: Duration,
-    ) -> Result<bool, BackendError> {
-        let fence = fence.to_string();
-        let reply = self
-            .node
-            .eval(
-                &scripts::RAISE_FENCE,
-                &[&self.lock_key, &self.fence_key, &self.holder_key],
-                &[&self.token, &fence],
-                timeout,
-                None,
-            )
-            .await?;
-        as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
-    }
-
-    /// The same lock with `token` as its owner's token (Redlock: one token on every server).
-    pub(crate) fn with_token(mut self, token: &str) -> ServerLock {
-        self.token = token.to_owned();
-        self
     }
 
     pub(crate) fn node(&self) -> &Node {
@@ -521,101 +418,5 @@ impl Backend for ServerLock {
 
     async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         self.force_release_here(token).await
-    }
-}
-
-pub(super) fn expiry(pttl: i64) -> Expiry {
-    if pttl < 0 {
-        Expiry::Never
-    } else {
-        Expiry::In(Duration::from_millis(pttl as u64))
-    }
-}
-
-fn parse_attempt(reply: &Reply) -> Option<Attempt> {
-    let items = reply.items();
-    match items.first()?.as_int()? {
-        1 => Some(Attempt::Acquired {
-            fence: u64::try_from(items.get(1)?.as_int()?).ok()?,
-        }),
-        0 => Some(Attempt::Busy(Busy {
-            holder: holder_at(items),
-            expiry: expiry(items.get(1)?.as_int()?),
-        })),
-        -1 => Some(Attempt::Mismatch {
-            holders: u32::try_from(items.get(1)?.as_int()?).ok()?,
-        }),
-        2 => Some(Attempt::Busy(Busy {
-            holder: Holder::default(),
-            expiry: Expiry::Queued {
-                retry_in: Duration::from_millis(u64::try_from(items.get(1)?.as_int()?).ok()?),
-                ahead: u32::try_from(items.get(2)?.as_int()?).ok()?,
-            },
-        })),
-        _ => None,
-    }
-}
-
-/// The holder the scripts describe in items 2 to 6 of their reply: host, pid, command, since,
-/// fence (each nil when the holder is not a `locked-run`).
-pub(super) fn holder_at(items: &[Reply]) -> Holder {
-    let text = |i: usize| items.get(i).and_then(Reply::as_text);
-    Holder {
-        host: text(2),
-        pid: text(3).and_then(|p| p.parse().ok()),
-        command: text(4),
-        since_ms: text(5).and_then(|s| s.parse().ok()),
-        fence: text(6).and_then(|f| f.parse().ok()),
-    }
-}
-
-fn as_flag(reply: &Reply) -> Option<bool> {
-    reply.as_int().map(|i| i == 1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bulk(s: &str) -> Reply {
-        Reply::Bulk(Some(s.as_bytes().to_vec()))
-    }
-
-    #[test]
-    fn parses_a_grant() {
-        let reply = Reply::Array(Some(vec![Reply::Int(1), Reply::Int(42)]));
-        assert_eq!(parse_attempt(&reply), Some(Attempt::Acquired { fence: 42 }));
-    }
-
-    #[test]
-    fn parses_a_busy_reply_with_and_without_metadata() {
-        let reply = Reply::Array(Some(vec![
-            Reply::Int(0),
-            Reply::Int(1500),
-            bulk("web-3"),
-            bulk("77"),
-            bulk("backup.sh"),
-            bulk("1764673200000"),
-            bulk("9"),
-        ]));
-        let Some(Attempt::Busy(busy)) = parse_attempt(&reply) else {
-            panic!("not busy")
-        };
-        assert_eq!(busy.expiry, Expiry::In(Duration::from_millis(1500)));
-        assert_eq!(busy.holder.host.as_deref(), Some("web-3"));
-        assert_eq!(busy.holder.pid, Some(77));
-        assert_eq!(busy.holder.fence, Some(9));
-
-        let foreign = Reply::Array(Some(vec![
-            Reply::Int(0),
-            Reply::Int(-1),
-            Reply::Bulk(None),
-            Reply::Bulk(None),
-        ]));
-        let Some(Attempt::Busy(busy)) = parse_attempt(&foreign) else {
-            panic!("not busy")
-        };
-        assert_eq!(busy.expiry, Expiry::Never);
-        assert!(!busy.holder.is_known());
     }
 }

@@ -3,6 +3,7 @@
 //! the fence's two phases, losses) is tested against real servers in tests/redlock.rs.
 
 use super::*;
+use crate::backend::{Holder, Slot};
 use crate::name::LockName;
 use crate::redis::node::Node;
 

@@ -22,11 +22,19 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Holder, Report, Slot, Wakeup, Wakeups,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Wakeup, Wakeups,
 };
 use crate::lease::Timings;
-use crate::redis::lock::{Here, ServerLock};
+use crate::redis::lock::ServerLock;
 use crate::redis::pubsub::Subscription;
+
+mod quorum;
+mod report;
+mod server;
+
+use quorum::{Outcome, Tally, gather};
+use report::{most_common_holder, same_owner, summarize};
+pub use server::Here;
 
 /// A lock on N servers, all with one token.
 pub struct Redlock {
@@ -363,150 +371,6 @@ impl Backend for Redlock {
     }
 }
 
-/// A renewal round's answers so far, counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Tally {
-    /// Ours, extended.
-    ours: usize,
-    /// Held by another, or absent: the lock is not ours there now.
-    not_ours: usize,
-    /// No usable answer.
-    failed: usize,
-}
-
-impl Tally {
-    fn of(answers: &[Option<Result<Here, BackendError>>]) -> Tally {
-        let mut tally = Tally::default();
-        for answer in answers.iter().flatten() {
-            match answer {
-                Ok(Here::Ours) => tally.ours += 1,
-                Ok(Here::Absent | Here::Other) => tally.not_ours += 1,
-                Err(_) => tally.failed += 1,
-            }
-        }
-        tally
-    }
-
-    /// Servers that will not count toward the quorum this round.
-    fn against(&self) -> usize {
-        self.not_ours + self.failed
-    }
-}
-
-/// What the answers so far say about a round.
-enum Outcome {
-    Pending,
-    /// Known: stop now.
-    Known,
-    /// Known, but the others may have this long to finish.
-    KnownAfter(Duration),
-}
-
-/// Runs `futures` concurrently and collects their outputs by position until `done` says the
-/// outcome is known (or all have ended); the rest are dropped (their connections with them).
-async fn gather<T, F: Future<Output = T>>(
-    futures: impl Iterator<Item = F>,
-    done: impl Fn(&[Option<T>]) -> Outcome,
-) -> Vec<Option<T>> {
-    let mut pending: FuturesUnordered<_> = futures
-        .enumerate()
-        .map(|(i, f)| async move { (i, f.await) })
-        .collect();
-    let mut outputs: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
-    let mut until: Option<tokio::time::Instant> = None;
-    loop {
-        let next = match until {
-            None => pending.next().await,
-            Some(until) => tokio::time::timeout_at(until, pending.next())
-                .await
-                .unwrap_or_default(),
-        };
-        let Some((i, output)) = next else { break };
-        outputs[i] = Some(output);
-        match done(&outputs) {
-            Outcome::Pending => {}
-            Outcome::Known => break,
-            Outcome::KnownAfter(grace) => {
-                until.get_or_insert_with(|| tokio::time::Instant::now() + grace);
-            }
-        }
-    }
-    outputs
-}
-
-/// The lock as a quorum of `answered` sees it: held when a quorum holds one owner's value,
-/// until the quorum-th longest of their leases ends; the last fence any of them issued; the
-/// most waiters any of them counts.
-fn summarize(answered: &[&Report], quorum: usize) -> Report {
-    let owner = answered
-        .iter()
-        .filter_map(|r| r.value.as_deref())
-        .find(|v| {
-            answered
-                .iter()
-                .filter(|r| r.value.as_deref() == Some(*v))
-                .count()
-                >= quorum
-        });
-    let holding: Vec<&&Report> = answered
-        .iter()
-        .filter(|r| owner.is_some() && r.value.as_deref() == owner)
-        .collect();
-    let mut expiries: Vec<Expiry> = holding
-        .iter()
-        .filter_map(|r| r.held.as_ref().map(|b| b.expiry))
-        .collect();
-    expiries.sort_by_key(|e| std::cmp::Reverse(e.left()));
-    let held = owner.map(|_| Busy {
-        holder: holding
-            .iter()
-            .filter_map(|r| r.held.as_ref().map(|b| b.holder.clone()))
-            .find(Holder::is_known)
-            .unwrap_or_default(),
-        expiry: expiries
-            .get(quorum - 1)
-            .copied()
-            .unwrap_or(Expiry::In(Duration::ZERO)),
-    });
-    Report {
-        fence: answered.iter().filter_map(|r| r.fence).max(),
-        holders: held
-            .iter()
-            .map(|busy| Slot {
-                token: owner.map(str::to_owned),
-                busy: busy.clone(),
-            })
-            .collect(),
-        limit: held.as_ref().map(|_| 1),
-        held,
-        value: owner.map(str::to_owned),
-        waiters: answered.iter().filter_map(|r| r.waiters).max(),
-        ..Report::default()
-    }
-}
-
-/// Whether two servers report the same holder: one process on one host (its `since` and fence
-/// may differ between servers by a moment). Holders that are not `locked-run`s carry no
-/// metadata and cannot be told apart: they count as one.
-fn same_owner(a: &Holder, b: &Holder) -> bool {
-    a.host == b.host && a.pid == b.pid
-}
-
-/// The holder most servers report (a quorum's holder, when there is one).
-fn most_common_holder(busy: &[Busy]) -> Holder {
-    let mut best: Option<(&Holder, usize)> = None;
-    for b in busy {
-        let count = busy
-            .iter()
-            .filter(|o| same_owner(&o.holder, &b.holder))
-            .count();
-        if best.is_none_or(|(_, c)| count > c) {
-            best = Some((&b.holder, count));
-        }
-    }
-    best.map(|(h, _)| h.clone()).unwrap_or_default()
-}
-
 /// Release messages from any of several servers.
 pub struct AnyOf<W>(Vec<W>);
 
@@ -534,5 +398,4 @@ impl<W: Wakeups> Wakeups for AnyOf<W> {
 }
 
 #[cfg(test)]
-#[path = "redlock_tests.rs"]
 mod tests;

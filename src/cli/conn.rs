@@ -1,0 +1,113 @@
+//! The connection options every subcommand shares: the URLs, the password, TLS, and the
+//! connection timeout; and a `locked-run` command line for the same lock, as it can be pasted.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::DEFAULT_URL;
+use super::values::{parse_duration, shell_word, split_urls};
+use crate::exit::Failure;
+use crate::name::LockName;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConnArgs {
+    /// Redis server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
+    /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...]; three or more
+    /// for Redlock; or file:///DIR for locks on this host only, with no server
+    /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
+    /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH, not on the command line, which `ps`
+    /// shows.
+    #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
+    pub url: Vec<String>,
+
+    /// How long one connection attempt may take
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, global = true)]
+    pub connect_timeout: Duration,
+
+    /// Read the Redis password from FILE (its first line), for URLs that carry none
+    #[arg(long, value_name = "FILE", global = true)]
+    pub password_file: Option<std::path::PathBuf>,
+
+    /// rediss://: trust the CA certificate(s) in this PEM file instead of the system's
+    #[arg(long, value_name = "FILE", global = true)]
+    pub tls_ca_cert: Option<std::path::PathBuf>,
+
+    /// rediss://: a client certificate (PEM), for servers that ask for one
+    #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// rediss://: the client certificate's private key (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl ConnArgs {
+    pub fn tls(&self) -> crate::redis::tls::TlsOptions {
+        crate::redis::tls::TlsOptions {
+            ca_cert: self.tls_ca_cert.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+        }
+    }
+
+    /// The password for URLs that carry none: `--password-file`, else `REDISCLI_AUTH`.
+    pub fn default_password(&self) -> Result<Option<String>, Failure> {
+        if let Some(path) = &self.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(format!(
+                    "cannot read --password-file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let password = text.lines().next().unwrap_or("").to_owned();
+            if password.is_empty() {
+                return Err(Failure::usage(format!(
+                    "--password-file {} is empty",
+                    path.display()
+                )));
+            }
+            return Ok(Some(password));
+        }
+        Ok(crate::backend::env_password())
+    }
+
+    /// Warns when a password was given on the command line, where `ps` shows it to every user.
+    pub fn warn_about_visible_passwords(&self) {
+        if self
+            .url
+            .iter()
+            .any(|u| crate::redis::url::url_has_password(u))
+        {
+            tracing::warn!(
+                "a password given with --url is visible to every user of this machine (ps); \
+                 put the URL in LOCKED_RUN_URL, or the password in --password-file or REDISCLI_AUTH"
+            );
+        }
+    }
+
+    /// `locked-run SUB [-u URL]... NAME` as a user can paste it: with the URLs given with
+    /// `--url`, each without its password (a URL from `LOCKED_RUN_URL` is in the environment
+    /// already, and the default needs none), quoted for a shell.
+    pub fn pasteable(&self, sub: &str, name: &LockName) -> String {
+        let mut line = format!("locked-run {sub}");
+        for url in &self.url {
+            line.push_str(" -u ");
+            line.push_str(&shell_word(&crate::redis::url::printable(url)));
+        }
+        line.push(' ');
+        line.push_str(&shell_word(name.as_str()));
+        line
+    }
+
+    /// The server URLs: `--url`, else `LOCKED_RUN_URL`, else the default.
+    pub fn urls(&self) -> Vec<String> {
+        if !self.url.is_empty() {
+            return self.url.clone();
+        }
+        match std::env::var("LOCKED_RUN_URL") {
+            Ok(value) if !value.trim().is_empty() => split_urls(&value),
+            _ => vec![DEFAULT_URL.to_owned()],
+        }
+    }
+}

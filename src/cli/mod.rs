@@ -1,0 +1,417 @@
+//! The command line: clap definitions (their doc comments are the help text), value parsers,
+//! and the checks that turn arguments into a validated run configuration.
+//!
+//! The wrapped command is taken as `Vec<OsString>` after NAME (`--` optional), so its own flags
+//! never reach clap.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use nix::sys::signal::Signal;
+
+use crate::exit::{Codes, Failure};
+use crate::lease::Timings;
+use crate::name::{LockName, RESERVED};
+use crate::run::RunConfig;
+use crate::wait::Patience;
+
+mod conn;
+mod placement;
+mod values;
+
+pub use conn::ConnArgs;
+pub use placement::shared_options_after_subcommand;
+pub use values::{parse_duration, parse_signal, split_urls};
+
+/// The most holders `--holders` allows (each is a lease of its own, and a `file://` waiter
+/// watches every slot).
+pub const MAX_HOLDERS: u32 = 1000;
+
+/// The default server when neither `--url` nor `LOCKED_RUN_URL` gives one.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// The exit statuses, as `-h` shows them.
+macro_rules! exit_status {
+    () => {
+        "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
+not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
+stopped; 124 --max-run ran out; 69 Redis unreachable or refusing; 2 usage error; 126/127 command \
+not executable/not found."
+    };
+}
+
+/// What `--help` (and so the man page) ends with, as flock(1)'s does.
+macro_rules! examples {
+    () => {
+        "Examples:
+  # cron: every 5 minutes on every host, at most one runs, the others skip silently
+  */5 * * * * locked-run -n sync-inventory -- /usr/local/bin/sync-inventory
+
+  # wait up to 20 minutes for the previous deploy, then deploy (75 if it never came free)
+  locked-run -w 20m deploy-production -- ./deploy.sh
+
+  # one host, no server: the lock is a flock in a directory
+  locked-run -u file:///var/lib/locked-run -n rotate-logs -- /usr/local/bin/rotate-logs
+
+  # Redlock over three independent servers
+  locked-run -u redis://a:6379 -u redis://b:6379 -u redis://c:6379 nightly -- ./nightly.sh
+
+  # who holds it, since when, its fence and time left (exit 0 held, 1 free)
+  locked-run -u redis://redis.internal:6379 status nightly"
+    };
+}
+
+/// Run a command under a distributed lock held in Redis: across a fleet, at most one copy of a
+/// job runs at a time.
+///
+/// The command gets LOCKED_RUN_FENCE, a number that grows with every acquisition of NAME: pass it
+/// to the storage the job writes to, so a stale holder's writes can be refused.
+#[derive(Parser, Debug)]
+#[command(
+    name = "locked-run",
+    version,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run release [--force] [OPTIONS] <NAME>\n       locked-run doctor [OPTIONS]\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
+    after_help = exit_status!(),
+    after_long_help = concat!(exit_status!(), "\n\n", examples!())
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub sub: Option<Sub>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// The connection options, before or after a subcommand alike (global).
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// The logging options, before or after a subcommand alike (global).
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Sub {
+    /// Run a command under the lock (the default; needed when NAME is a subcommand's name)
+    Run(RunArgs),
+    /// Show whether a lock is held, by whom, since when, its fence and time left (exit 0 held, 1 free)
+    Status(StatusArgs),
+    /// Release a stuck lock, whoever holds it (with --force; exit 0 released, 1 was free)
+    Release(ReleaseArgs),
+    /// Check the Redis setup: reachability, role, memory policy, persistence, permissions, clocks
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct LogArgs {
+    /// More logging on stderr (-v: what happens, -vv: debug); LOCKED_RUN_LOG takes a tracing filter
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    /// Only errors on stderr (no warnings)
+    #[arg(short = 'q', long = "quiet", conflicts_with = "verbose", global = true)]
+    pub quiet: bool,
+
+    /// Log lines on stderr as text, or as one JSON object each (for log shippers: every
+    /// milestone of the run, with its figures)
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub conn: ConnArgs,
+
+    /// Lease length T: how long the lock outlives a locked-run that stops renewing it
+    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Renew interval R [default: TTL/6]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub renew_every: Option<Duration>,
+
+    /// Fail at once (status 75) when the lock is held; silent unless -v
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    pub no_wait: bool,
+
+    /// Give up waiting after DUR (status 75) [default: wait forever]
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// Grace K between the kill signal and SIGKILL when the lease is lost [default: TTL/3]
+    #[arg(short = 'k', long, value_name = "DUR", value_parser = parse_duration)]
+    pub kill_after: Option<Duration>,
+
+    /// First signal sent to the command when the lease is lost (TERM, SIGTERM and 15 all work)
+    #[arg(short = 's', long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    pub kill_signal: Signal,
+
+    /// Exit status when the lock was not acquired
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+
+    /// Exit status when the lease was lost and the command stopped
+    #[arg(long, value_name = "N", default_value_t = crate::exit::LOST)]
+    pub lost_exit_code: u8,
+
+    /// Redlock (several URLs): how long each server may take to answer an acquire
+    /// [default: TTL/100, at least 5ms]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub node_timeout: Option<Duration>,
+
+    /// After taking the lock, require N replicas of the server to acknowledge it (WAIT), or
+    /// release it and exit 69: a failover then cannot promote a replica that never saw it
+    #[arg(long, value_name = "N")]
+    pub wait_replicas: Option<u32>,
+
+    /// How long --wait-replicas waits for the acknowledgements
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, requires = "wait_replicas")]
+    pub wait_replicas_timeout: Duration,
+
+    /// Keep the lock at least DUR after it was taken, even if the command ends sooner
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub min_hold: Option<Duration>,
+
+    /// Let up to N runs hold the lock at once (a semaphore); every run of NAME must use the same N
+    #[arg(
+        long,
+        value_name = "N",
+        env = "LOCKED_RUN_HOLDERS",
+        hide_env_values = true,
+        default_value_t = 1
+    )]
+    pub holders: u32,
+
+    /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_run: Option<Duration>,
+
+    /// Waiters race at each release instead of being served in the order they arrived
+    #[arg(long)]
+    pub no_fair: bool,
+
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub log: LogArgs,
+
+    /// Lock name: at most 200 bytes, no braces, whitespace or control characters
+    #[arg(value_name = "NAME", required = true)]
+    pub name: Option<String>,
+
+    /// The command to run, and its arguments
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 1..
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub conn: ConnArgs,
+
+    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}, waiters
+    #[arg(long)]
+    pub json: bool,
+
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub log: LogArgs,
+
+    /// Lock name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReleaseArgs {
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub conn: ConnArgs,
+
+    /// Really delete the lock (never its fence counter); without it, only show who holds it
+    #[arg(long)]
+    pub force: bool,
+
+    /// With --force, of several holders (--holders), free only the one whose LOCKED_RUN_TOKEN
+    /// this is (status shows each holder's token)
+    #[arg(long, value_name = "TOKEN", requires = "force")]
+    pub token: Option<String>,
+
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub log: LogArgs,
+
+    /// Lock name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DoctorArgs {
+    /// The connection options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub conn: ConnArgs,
+
+    /// One JSON object: ok, and checks [{server, check, status, detail}]
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock NAME whose keys the permission checks use
+    #[arg(long, value_name = "NAME", default_value = "doctor")]
+    pub name: String,
+
+    /// The logging options (parsed as global ones, by [`Cli`]).
+    #[arg(skip)]
+    pub log: LogArgs,
+}
+
+/// What the command line asks for.
+pub enum Command {
+    /// `explicit`: written as `locked-run run ...`, so NAME may be a subcommand's name.
+    Run {
+        args: RunArgs,
+        explicit: bool,
+    },
+    Status(StatusArgs),
+    Release(ReleaseArgs),
+    Doctor(DoctorArgs),
+}
+
+impl Cli {
+    /// What to do, with the shared options (given before or after the subcommand) in it.
+    pub fn into_command(self) -> Command {
+        let (conn, log) = (self.conn, self.log);
+        match self.sub {
+            Some(Sub::Run(args)) => Command::Run {
+                args: RunArgs { conn, log, ..args },
+                explicit: true,
+            },
+            Some(Sub::Status(args)) => Command::Status(StatusArgs { conn, log, ..args }),
+            Some(Sub::Release(args)) => Command::Release(ReleaseArgs { conn, log, ..args }),
+            Some(Sub::Doctor(args)) => Command::Doctor(DoctorArgs { conn, log, ..args }),
+            None => Command::Run {
+                args: RunArgs {
+                    conn,
+                    log,
+                    ..self.run
+                },
+                explicit: false,
+            },
+        }
+    }
+}
+
+impl RunArgs {
+    /// Redlock's per-server timeout: `--node-timeout`, else T/100 but at least 5 ms.
+    pub fn node_timeout(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 100).max(Duration::from_millis(5)))
+    }
+
+    pub fn codes(&self) -> Codes {
+        Codes {
+            conflict: self.conflict_exit_code,
+            lost: self.lost_exit_code,
+        }
+    }
+
+    /// Validates everything that can be checked without a server.
+    pub fn config(&self, explicit_run: bool) -> Result<RunConfig, Failure> {
+        let raw = self.name.as_deref().unwrap_or_default();
+        if !explicit_run && RESERVED.contains(&raw) {
+            return Err(Failure::usage(format!(
+                "{raw:?} is a subcommand's name, and the options before it are a run's: write them \
+                 after it if they are its own (`locked-run {raw} [OPTIONS] NAME`; the connection \
+                 and logging options may come before or after), or write `locked-run run {raw} -- \
+                 COMMAND` to use it as a lock NAME"
+            )));
+        }
+        if self.node_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Failure::usage("--node-timeout must be longer than 0s"));
+        }
+        if self.holders == 0 || self.holders > MAX_HOLDERS {
+            return Err(Failure::usage(format!(
+                "--holders {} is out of range: 1 (one holder, the default) to {MAX_HOLDERS}",
+                self.holders
+            )));
+        }
+        if self.max_run.is_some_and(|d| d.is_zero()) {
+            return Err(Failure::usage("--max-run must be longer than 0s"));
+        }
+        if self.conn.connect_timeout.is_zero() {
+            return Err(Failure::usage("--connect-timeout must be longer than 0s"));
+        }
+        let name = LockName::new(raw).map_err(Failure::usage)?;
+        let status_command = self.conn.pasteable("status", &name);
+        if self.command.is_empty() {
+            return Err(Failure::usage("no COMMAND given after NAME"));
+        }
+        let timings =
+            Timings::new(self.ttl, self.renew_every, self.kill_after).map_err(Failure::usage)?;
+        let patience = match (self.no_wait, self.wait) {
+            (true, _) => Patience::NoWait,
+            (false, Some(d)) if d.is_zero() => Patience::NoWait,
+            (false, Some(d)) => Patience::For(d),
+            (false, None) => Patience::Forever,
+        };
+        Ok(RunConfig {
+            name,
+            command: self.command.clone(),
+            timings,
+            patience,
+            kill_signal: self.kill_signal,
+            min_hold: self.min_hold.filter(|d| !d.is_zero()),
+            holders: self.holders,
+            max_run: self.max_run,
+            fair: !self.no_fair,
+            status_command,
+            release_timeout: self.conn.connect_timeout.min(timings.ttl),
+        })
+    }
+}
+
+/// Turns a clap error into one line (`locked-run: ...`), as every other error.
+pub fn one_line(error: &clap::Error) -> String {
+    let text = error.to_string();
+    let mut parts = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if !line.is_empty() {
+            parts.push(line.strip_prefix("error: ").unwrap_or(line));
+        }
+    }
+    let mut message = parts.join(" ");
+    message.push_str(" (see locked-run --help)");
+    message
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! The command line's definitions and value parsers, checked without running anything.
+
+use super::*;
+use clap::CommandFactory;
+
+/// Every long option of every (sub)command appears in its man page, which `cargo xtask
+/// dist` renders the same way from the same definitions.
+#[test]
+fn the_man_pages_document_every_long_option() {
+    // Built, as the man pages are: the global options are then every subcommand's too.
+    let mut root = <Cli as CommandFactory>::command();
+    root.build();
+    let mut commands = vec![root.clone()];
+    commands.extend(
+        root.get_subcommands()
+            .filter(|c| c.get_name() != "help")
+            .cloned(),
+    );
+    for cmd in commands {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .render(&mut page)
+            .unwrap();
+        // roff escapes the hyphens of options: `\-\-ttl`.
+        let page = String::from_utf8(page).unwrap().replace("\\-", "-");
+        let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+        assert!(longs.len() > 1, "{}", cmd.get_name());
+        for long in longs {
+            assert!(
+                page.contains(&format!("--{long}")),
+                "--{long} missing from the {} page",
+                cmd.get_name()
+            );
+        }
+    }
+}
+
+#[test]
+fn clap_definition_is_consistent() {
+    <Cli as CommandFactory>::command().debug_assert();
+}
+
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("locked-run").chain(args.iter().copied()))
+}
+
+#[test]
+fn command_after_name_keeps_its_own_flags() {
+    let cli = parse(&["-n", "job", "ls", "-l", "--color"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert!(args.no_wait);
+    assert_eq!(args.name.as_deref(), Some("job"));
+    assert_eq!(args.command, ["ls", "-l", "--color"]);
+
+    let cli = parse(&["job", "--", "sh", "-c", "exit 3"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert_eq!(args.command, ["sh", "-c", "exit 3"]);
+}
+
+#[test]
+fn subcommands_and_explicit_run() {
+    let cli = parse(&["status", "--json", "job"]).unwrap();
+    assert!(matches!(cli.into_command(), Command::Status(a) if a.json && a.name == "job"));
+    let cli = parse(&["run", "status", "--", "true"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert_eq!(args.name.as_deref(), Some("status"));
+    assert!(args.config(true).is_ok());
+}
+
+#[test]
+fn reserved_names_need_explicit_run() {
+    // Options before a subcommand's name make it the NAME of a run.
+    let cli = parse(&["-q", "release", "job", "true"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert!(
+        args.config(false)
+            .unwrap_err()
+            .message
+            .contains("locked-run run release")
+    );
+    let cli = parse(&["release", "--force", "job"]).unwrap();
+    assert!(matches!(cli.into_command(), Command::Release(a) if a.force && a.name == "job"));
+}
+
+#[test]
+fn missing_command_is_an_error() {
+    let err = parse(&["job"]).unwrap_err();
+    assert!(one_line(&err).contains("<COMMAND>"), "{}", one_line(&err));
+    assert!(!one_line(&err).contains('\n'));
+}
+
+#[test]
+fn durations_need_units() {
+    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert!(parse_duration("30").unwrap_err().contains("30s"));
+    assert!(parse_duration("1.5").unwrap_err().contains("no unit"));
+    assert!(parse_duration("soon").is_err());
+    assert!(parse_duration("").is_err());
+}
+
+#[test]
+fn wait_zero_means_no_wait() {
+    let cli = parse(&["-w", "0s", "job", "true"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert_eq!(args.config(false).unwrap().patience, Patience::NoWait);
+    let cli = parse(&["-w", "5s", "job", "true"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert_eq!(
+        args.config(false).unwrap().patience,
+        Patience::For(Duration::from_secs(5))
+    );
+}
+
+#[test]
+fn signals_by_name_or_number() {
+    assert_eq!(parse_signal("TERM"), Ok(Signal::SIGTERM));
+    assert_eq!(parse_signal("SIGTERM"), Ok(Signal::SIGTERM));
+    assert_eq!(parse_signal("15"), Ok(Signal::SIGTERM));
+    assert_eq!(parse_signal("int"), Ok(Signal::SIGINT));
+    assert_eq!(parse_signal("KILL"), Ok(Signal::SIGKILL));
+    assert!(parse_signal("STOP").is_err());
+    assert!(parse_signal("NOPE").is_err());
+    assert!(parse_signal("99").is_err());
+}
+
+#[test]
+fn url_list_splits_on_whitespace_and_scheme_commas() {
+    assert_eq!(
+        split_urls("redis://a:1 redis://b:2"),
+        ["redis://a:1", "redis://b:2"]
+    );
+    assert_eq!(
+        split_urls("redis://a:1,redis://b:2"),
+        ["redis://a:1", "redis://b:2"]
+    );
+    assert_eq!(split_urls("redis://:pa,ss@a:1"), ["redis://:pa,ss@a:1"]);
+    assert_eq!(split_urls("  redis://a  "), ["redis://a"]);
+}
+
+#[test]
+fn inconsistent_timings_are_usage_errors() {
+    let cli = parse(&[
+        "--ttl",
+        "10s",
+        "--renew-every",
+        "5s",
+        "--kill-after",
+        "5s",
+        "job",
+        "true",
+    ])
+    .unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert!(
+        args.config(false)
+            .unwrap_err()
+            .message
+            .contains("no time is left to retry")
+    );
+    let cli = parse(&["--ttl", "50ms", "job", "true"]).unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert!(
+        args.config(false)
+            .unwrap_err()
+            .message
+            .contains("too short")
+    );
+}

@@ -1,0 +1,86 @@
+//! The values options take: durations (a unit required), signals (only those that end a
+//! process), `LOCKED_RUN_URL`'s list of URLs, and words quoted for a shell.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+/// `word` as one word of a shell command line: as it is when it holds nothing a shell reads
+/// specially, else in single quotes.
+pub(super) fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Splits `LOCKED_RUN_URL`: whitespace separates, and so does a comma directly followed by
+/// `scheme://` (a comma elsewhere may belong to a password or a path).
+pub fn split_urls(value: &str) -> Vec<String> {
+    let mut urls = Vec::new();
+    for word in value.split_whitespace() {
+        let mut start = 0;
+        for (i, _) in word.match_indices(',') {
+            if starts_with_scheme(&word[i + 1..]) {
+                urls.push(&word[start..i]);
+                start = i + 1;
+            }
+        }
+        urls.push(&word[start..]);
+    }
+    urls.into_iter()
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn starts_with_scheme(s: &str) -> bool {
+    let Some((scheme, _)) = s.split_once("://") else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+}
+
+/// A humantime duration; a bare number is refused with a hint, never guessed.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "{t:?} has no unit: write {t}s for seconds or {t}ms for milliseconds"
+        ));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("{t:?} is not a duration ({e}); write e.g. 500ms, 30s, 2m or 1h"))
+}
+
+/// `TERM`, `SIGTERM`, `term` or `15`; only signals whose default action ends a process.
+pub fn parse_signal(s: &str) -> Result<Signal, String> {
+    let signal = match s.parse::<i32>() {
+        Ok(n) => Signal::try_from(n).map_err(|_| format!("{n} is not a signal number"))?,
+        Err(_) => {
+            let upper = s.to_ascii_uppercase();
+            let full = if upper.starts_with("SIG") {
+                upper
+            } else {
+                format!("SIG{upper}")
+            };
+            full.parse::<Signal>().map_err(|_| {
+                format!("unknown signal {s:?}: use a name such as TERM, INT or HUP, or a number")
+            })?
+        }
+    };
+    use Signal::*;
+    if matches!(
+        signal,
+        SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU | SIGCONT | SIGCHLD | SIGURG | SIGWINCH
+    ) {
+        return Err(format!(
+            "{signal} does not end a process; use TERM, INT, HUP, QUIT or KILL"
+        ));
+    }
+    Ok(signal)
+}

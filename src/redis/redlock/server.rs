@@ -1,0 +1,108 @@
+//! What Redlock asks of each of its servers beyond a single server's protocol: one token on
+//! all of them, renewing or taking the lock again where its key is gone, raising the fence
+//! counter to the fence the quorum agreed on, and giving back a grant that made no quorum.
+
+use std::time::Duration;
+
+use crate::backend::{BackendError, wall_clock_ms};
+use crate::lease::Timings;
+use crate::redis::lock::ServerLock;
+use crate::redis::replies::as_flag;
+use crate::redis::scripts;
+
+/// What a Redlock renewal found on one server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Here {
+    /// Ours, and extended (or taken again).
+    Ours,
+    /// No key: the server restarted empty, or the key lapsed there.
+    Absent,
+    /// Held by another owner.
+    Other,
+}
+
+impl ServerLock {
+    /// Redlock's second phase: raises this server's fence counter to `fence` (never lowers it)
+    /// while the lock here still holds our token. `Ok(true)`: confirmed.
+    pub(crate) async fn raise_fence(
+        &self,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        let fence = fence.to_string();
+        let reply = self
+            .node
+            .eval(
+                &scripts::RAISE_FENCE,
+                &[&self.lock_key, &self.fence_key, &self.holder_key],
+                &[&self.token, &fence],
+                timeout,
+                None,
+            )
+            .await?;
+        as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+    }
+
+    /// The same lock with `token` as its owner's token (Redlock: one token on every server).
+    pub(crate) fn with_token(mut self, token: &str) -> ServerLock {
+        self.token = token.to_owned();
+        self
+    }
+
+    /// Redlock's renewal on this server: extended while ours; where the key is absent, taken
+    /// again with `retake` (the fence counter raised to `fence`), else reported as absent.
+    pub(crate) async fn renew_here(
+        &self,
+        timings: &Timings,
+        fence: u64,
+        retake: bool,
+        timeout: Duration,
+    ) -> Result<Here, BackendError> {
+        let (ttl_ms, fence, since) = (
+            timings.ttl_ms(),
+            fence.to_string(),
+            wall_clock_ms().to_string(),
+        );
+        let reply = self
+            .node
+            .eval(
+                &scripts::RENEW_OR_RETAKE,
+                &[&self.lock_key, &self.holder_key, &self.fence_key],
+                &[
+                    &self.token,
+                    &ttl_ms,
+                    &fence,
+                    &self.host,
+                    &self.pid,
+                    &self.command,
+                    &since,
+                    if retake { "1" } else { "0" },
+                ],
+                timeout,
+                None,
+            )
+            .await?;
+        match reply.as_int() {
+            Some(1) => Ok(Here::Ours),
+            Some(2) => {
+                tracing::info!(
+                    "took lock {} again on {}, where its key was gone (restarted empty?)",
+                    self.name,
+                    self.node.address()
+                );
+                Ok(Here::Ours)
+            }
+            Some(-1) => Ok(Here::Absent),
+            Some(0) => Ok(Here::Other),
+            _ => Err(self.unexpected(&reply)),
+        }
+    }
+
+    /// Gives back a Redlock grant that did not make a quorum: compare-and-DEL with no wake-up.
+    /// Waiters (this one too: it listens on every server) must not be woken by a grant nobody
+    /// could use, or they would all try again at once against a quorum still held, as fast as
+    /// the round trips go.
+    pub(crate) async fn give_back_within(&self, timeout: Duration) -> Result<bool, BackendError> {
+        self.release_script(None, "", timeout).await
+    }
+}

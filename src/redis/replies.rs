@@ -1,0 +1,103 @@
+//! What the lock scripts answer, read: an attempt's grant, busy or queued reply, the holder a
+//! reply describes, a key's expiry, a yes-or-no.
+
+use std::time::Duration;
+
+use crate::backend::{Attempt, Busy, Expiry, Holder};
+use crate::redis::resp::Reply;
+
+pub(super) fn expiry(pttl: i64) -> Expiry {
+    if pttl < 0 {
+        Expiry::Never
+    } else {
+        Expiry::In(Duration::from_millis(pttl as u64))
+    }
+}
+
+pub(super) fn parse_attempt(reply: &Reply) -> Option<Attempt> {
+    let items = reply.items();
+    match items.first()?.as_int()? {
+        1 => Some(Attempt::Acquired {
+            fence: u64::try_from(items.get(1)?.as_int()?).ok()?,
+        }),
+        0 => Some(Attempt::Busy(Busy {
+            holder: holder_at(items),
+            expiry: expiry(items.get(1)?.as_int()?),
+        })),
+        -1 => Some(Attempt::Mismatch {
+            holders: u32::try_from(items.get(1)?.as_int()?).ok()?,
+        }),
+        2 => Some(Attempt::Busy(Busy {
+            holder: Holder::default(),
+            expiry: Expiry::Queued {
+                retry_in: Duration::from_millis(u64::try_from(items.get(1)?.as_int()?).ok()?),
+                ahead: u32::try_from(items.get(2)?.as_int()?).ok()?,
+            },
+        })),
+        _ => None,
+    }
+}
+
+/// The holder the scripts describe in items 2 to 6 of their reply: host, pid, command, since,
+/// fence (each nil when the holder is not a `locked-run`).
+fn holder_at(items: &[Reply]) -> Holder {
+    let text = |i: usize| items.get(i).and_then(Reply::as_text);
+    Holder {
+        host: text(2),
+        pid: text(3).and_then(|p| p.parse().ok()),
+        command: text(4),
+        since_ms: text(5).and_then(|s| s.parse().ok()),
+        fence: text(6).and_then(|f| f.parse().ok()),
+    }
+}
+
+pub(super) fn as_flag(reply: &Reply) -> Option<bool> {
+    reply.as_int().map(|i| i == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn parses_a_grant() {
+        let reply = Reply::Array(Some(vec![Reply::Int(1), Reply::Int(42)]));
+        assert_eq!(parse_attempt(&reply), Some(Attempt::Acquired { fence: 42 }));
+    }
+
+    #[test]
+    fn parses_a_busy_reply_with_and_without_metadata() {
+        let reply = Reply::Array(Some(vec![
+            Reply::Int(0),
+            Reply::Int(1500),
+            bulk("web-3"),
+            bulk("77"),
+            bulk("backup.sh"),
+            bulk("1764673200000"),
+            bulk("9"),
+        ]));
+        let Some(Attempt::Busy(busy)) = parse_attempt(&reply) else {
+            panic!("not busy")
+        };
+        assert_eq!(busy.expiry, Expiry::In(Duration::from_millis(1500)));
+        assert_eq!(busy.holder.host.as_deref(), Some("web-3"));
+        assert_eq!(busy.holder.pid, Some(77));
+        assert_eq!(busy.holder.fence, Some(9));
+
+        let foreign = Reply::Array(Some(vec![
+            Reply::Int(0),
+            Reply::Int(-1),
+            Reply::Bulk(None),
+            Reply::Bulk(None),
+        ]));
+        let Some(Attempt::Busy(busy)) = parse_attempt(&foreign) else {
+            panic!("not busy")
+        };
+        assert_eq!(busy.expiry, Expiry::Never);
+        assert!(!busy.holder.is_known());
+    }
+}

@@ -1,0 +1,226 @@
+//! Processes a test starts: the binary under test with no inherited settings, each under a
+//! hard timeout, and waits on their evidence (an exit seen through a pidfd, a file's content).
+
+#[allow(unused_imports)]
+use super::*;
+
+/// A hard limit for any single process a test starts.
+pub const HARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a pid this test started.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// A `locked-run` command with no inherited LOCKED_RUN_* settings.
+pub fn locked_run() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// What a finished process left.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+}
+
+/// A started process whose output is collected in the background.
+pub struct Running {
+    pub child: Child,
+    pub started: Instant,
+    out: mpsc::Receiver<(bool, String)>,
+}
+
+pub fn spawn(mut cmd: Command) -> Running {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let (tx, rx) = mpsc::channel();
+    for (is_err, mut pipe) in [
+        (
+            false,
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        ),
+        (true, Box::new(child.stderr.take().unwrap())),
+    ] {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            let _ = tx.send((is_err, text));
+        });
+    }
+    Running {
+        child,
+        started: Instant::now(),
+        out: rx,
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for the exit (at most `timeout`, else the process is killed and the test fails).
+    pub fn wait_for(mut self, timeout: Duration) -> Output {
+        let status = wait_timeout(&mut self.child, timeout).unwrap_or_else(|| {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!(
+                "process {} still running after {timeout:?}",
+                self.child.id()
+            );
+        });
+        let elapsed = self.started.elapsed();
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        for _ in 0..2 {
+            match self.out.recv_timeout(Duration::from_secs(10)) {
+                Ok((true, text)) => stderr = text,
+                Ok((false, text)) => stdout = text,
+                Err(_) => panic!(
+                    "output pipes of {} still open 10s after its exit",
+                    self.child.id()
+                ),
+            }
+        }
+        Output {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        }
+    }
+
+    pub fn wait(self) -> Output {
+        self.wait_for(HARD_TIMEOUT)
+    }
+}
+
+/// Runs to completion under the hard timeout.
+pub fn run(cmd: Command) -> Output {
+    spawn(cmd).wait()
+}
+
+/// Runs `locked-run ARGS...` to completion (`lr().args(ARGS).run()`).
+pub fn run_args(args: &[&str]) -> Output {
+    lr().args(args).run()
+}
+
+/// Waits for `child` to exit, up to `timeout`, without polling: a pidfd becomes readable when
+/// the process exits.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    if !wait_pid_exit(child.id() as i32, timeout) {
+        return None;
+    }
+    Some(child.wait().expect("wait"))
+}
+
+/// Blocks until process `pid` (not necessarily our child) has exited, up to `timeout`; true if
+/// it did. The instant this returns is the exit's evidence.
+pub fn wait_pid_exit(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open(2) returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return true; // already gone (and reaped)
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 {
+            return false;
+        }
+    }
+}
+
+/// Waits until `path` holds content for which `ready` is true, re-reading it every few ms, up
+/// to `timeout`: the file is the child's own evidence of where it is.
+pub fn wait_for_file(path: &Path, timeout: Duration, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if ready(&text) {
+                return text;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} not ready after {timeout:?}",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until a condition on Redis (or anything else) holds, re-checking every few ms.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not true after {timeout:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether a process exists (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, Some(Some('Z')) | Some(Some('X')))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Starts `locked-run -u URL EXTRA job sh -c '<record pid> ; CHILD'` and returns it with the
+/// pid of its child (the shell, which `exec`s into whatever CHILD runs last).
+pub fn start_job(url: &str, dir: &Path, extra: &[&str], child: &str) -> (Running, i32) {
+    let pid_file = dir.join("pid");
+    let running = lr()
+        .url(url)
+        .args(extra)
+        .name("job")
+        .sh(&format!(
+            "echo $$ > {p}.tmp; mv {p}.tmp {p}; {child}",
+            p = path_str(&pid_file)
+        ))
+        .spawn();
+    let pid = wait_for_file(&pid_file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap();
+    (running, pid)
+}
