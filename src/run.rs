@@ -96,10 +96,13 @@ pub async fn run<B: Backend>(
     let (mut child, target) = match spawned {
         Ok(spawned) => spawned,
         Err(failure) => {
+            if let Some(watcher) = &watcher {
+                watcher.disarm();
+            }
+            release(backend, cfg, None, false).await;
             if let Some(watcher) = watcher {
                 watcher.dismiss();
             }
-            release(backend, cfg, None, false).await;
             return Err(failure);
         }
     };
@@ -175,8 +178,8 @@ pub async fn run<B: Backend>(
         )
         .await;
         // Nothing of the job is left for the watcher to kill.
-        if let Some(watcher) = watcher {
-            watcher.dismiss();
+        if let Some(watcher) = &watcher {
+            watcher.disarm();
         }
         status
     };
@@ -195,6 +198,10 @@ pub async fn run<B: Backend>(
         .and_then(|hold| hold.checked_sub(clock.now().saturating_sub(acquired.sent)))
         .filter(|rest| !rest.is_zero());
     let still_ours = release(backend, cfg, keep_for, stopper.reason.get().is_some()).await;
+    // Let go once the lock is free: the next holder need not wait for this process to exit.
+    if let Some(watcher) = watcher {
+        watcher.dismiss();
+    }
 
     let status =
         status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;

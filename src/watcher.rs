@@ -115,9 +115,20 @@ impl Watcher {
         &self.shared.pgid
     }
 
-    /// The job is gone: the watcher is told to leave the group alone, and reaped.
-    pub fn dismiss(mut self) {
+    /// The job is gone: from now on the watcher leaves the group alone, should the wrapper
+    /// die. One store to shared memory, so it costs nothing before the release; the watcher
+    /// itself is let go later ([`Watcher::dismiss`]), off the path to the next holder.
+    pub fn disarm(&self) {
         self.shared.pgid.store(0, Ordering::SeqCst);
+    }
+
+    /// Tells the watcher to exit (end of file on its pipe), after [`Watcher::disarm`] if it
+    /// was not called, and reaps it.
+    ///
+    /// For `file://` the watcher's copy of the lock's descriptor does not keep the lock: the
+    /// release unlocks it (`LOCK_UN`), which frees it for every descriptor sharing it.
+    pub fn dismiss(mut self) {
+        self.disarm();
         drop(self.write.take());
         let mut status = 0;
         // SAFETY: waits for our own clone child (__WALL: it has no exit signal); it exits as
