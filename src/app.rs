@@ -9,7 +9,7 @@ use crate::cli::{Cli, Command, ConnArgs};
 use crate::exit::{Codes, Exit, Failure};
 use crate::lease::show;
 use crate::name::LockName;
-use crate::open::{Opened, open_backend, runtime};
+use crate::open::{Opened, open_backend, runtime, with_backend};
 use crate::{child, cli, doctor, log, release, run, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
@@ -31,7 +31,7 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.name,
                 "release",
                 async |opened, name| {
-                    crate::with_backend!(opened, |b| release::release(
+                    with_backend!(opened, |b| release::release(
                         &b,
                         name,
                         force,
@@ -49,7 +49,7 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.name,
                 "status",
                 async |opened, name| {
-                    crate::with_backend!(opened, |b| status::status(&b, name, json).await)
+                    with_backend!(opened, |b| status::status(&b, name, json).await)
                 },
             )
         }

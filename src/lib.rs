@@ -5,7 +5,8 @@
 //! # Layout
 //!
 //! - [`app`]: what the command line asks for, carried out, and how it ends (the exit).
-//! - [`cli`]: the command line (clap), value parsers, validation into a [`run::RunConfig`].
+//! - [`cli`]: the command line (clap), value parsers, validation into a [`config::RunConfig`].
+//! - [`config`]: what a run needs besides the backend ([`config::RunConfig`], how long to wait).
 //! - [`open`]: opening the backend the URLs name, and the runtime.
 //! - [`run`]: the run loop: take the lock, run the child under the lease, release.
 //! - [`wait`]: waiting for a held lock without polling.
@@ -29,6 +30,7 @@ pub mod app;
 pub mod backend;
 pub mod child;
 pub mod cli;
+pub mod config;
 pub mod doctor;
 pub mod exit;
 pub mod file;

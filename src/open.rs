@@ -123,8 +123,6 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 /// Evaluates `$body` with `$backend` bound to whichever backend `$opened` holds: each kind is
 /// its own type, and the code that uses them (`run`, `status`, `release`) is generic.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! with_backend {
     ($opened:expr, |$backend:ident| $body:expr) => {
         match $opened {
@@ -140,3 +138,4 @@ macro_rules! with_backend {
         }
     };
 }
+pub(crate) use with_backend;

@@ -2,7 +2,6 @@
 //! and say how it ended. It does not care which backend holds the lock.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::OsString;
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -14,34 +13,13 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::child::{self, Child, Target};
+use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
 use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Timings, Why, show};
-use crate::name::LockName;
 use crate::notify;
 use crate::signals::{Event, Incoming, Signals};
-use crate::wait::{self, Patience};
+use crate::wait;
 use crate::watcher::Watcher;
-
-/// Everything a run needs besides the backend.
-#[derive(Clone, Debug)]
-pub struct RunConfig {
-    pub name: LockName,
-    pub command: Vec<OsString>,
-    pub timings: Timings,
-    pub patience: Patience,
-    pub kill_signal: Signal,
-    pub min_hold: Option<Duration>,
-    /// `--holders N`: up to N runs hold NAME at once.
-    pub holders: u32,
-    /// `--max-run`: the command is stopped once it has run this long.
-    pub max_run: Option<Duration>,
-    /// Waiters are served in arrival order (not `--no-fair`), where the backend keeps a queue.
-    pub fair: bool,
-    /// `locked-run status ...` for this lock, as the user can paste it into a shell.
-    pub status_command: String,
-    /// How long the final release may take.
-    pub release_timeout: Duration,
-}
 
 /// Runs `cfg.command`, found at `program` ([`child::resolve`]), under the lock held by
 /// `backend`.

@@ -7,23 +7,13 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, KEEP_ALIVE, Wakeup, Wakeups};
+use crate::config::Patience;
+use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
 use crate::lease::{Clock, show};
 use crate::name::LockName;
 use crate::notify;
-use crate::run::RunConfig;
 use crate::signals::Signals;
-
-/// How long to wait for a held lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Patience {
-    /// `-n`, `-w 0s`: fail at once (75), silently unless `-v`.
-    NoWait,
-    /// `-w DUR`.
-    For(Duration),
-    /// The default.
-    Forever,
-}
 
 /// A lock just taken.
 #[derive(Clone, Copy, Debug)]

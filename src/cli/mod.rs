@@ -10,11 +10,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
+use crate::config::{Patience, RunConfig};
 use crate::exit::{Codes, Failure};
 use crate::lease::Timings;
 use crate::name::{LockName, RESERVED};
-use crate::run::RunConfig;
-use crate::wait::Patience;
 
 mod conn;
 mod placement;

@@ -28,3 +28,44 @@ pub mod semaphore;
 pub mod sentinel;
 pub mod tls;
 pub mod url;
+
+use scripts::Script;
+
+/// Every script of the protocol, for the tests that check their SHA1s against their sources
+/// and against a server's `SCRIPT LOAD`.
+pub const SCRIPTS: [&Script; 10] = [
+    &scripts::ACQUIRE,
+    &scripts::RENEW,
+    &scripts::RENEW_OR_RETAKE,
+    &scripts::RELEASE,
+    &scripts::RAISE_FENCE,
+    &scripts::FORCE_RELEASE,
+    &scripts::LEAVE,
+    &semaphore::ACQUIRE,
+    &semaphore::RENEW,
+    &semaphore::RELEASE,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A constant SHA1 that is not its source's would cost two round trips a call (NOSCRIPT,
+    /// then EVAL): each is checked here, and against a server's SCRIPT LOAD by a test.
+    #[test]
+    fn every_scripts_sha1_is_its_sources() {
+        for script in SCRIPTS {
+            let digest = ring::digest::digest(
+                &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+                script.source.as_bytes(),
+            );
+            let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(
+                hex,
+                script.sha1,
+                "{}",
+                &script.source[..script.source.len().min(400)]
+            );
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! What a run needs besides the backend: the lock's name, the command, the lease's timings, how
+//! long to wait and how the run may end. The command line builds it; waiting and running read it.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::lease::Timings;
+use crate::name::LockName;
+
+/// Everything a run needs besides the backend.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub name: LockName,
+    pub command: Vec<OsString>,
+    pub timings: Timings,
+    pub patience: Patience,
+    pub kill_signal: Signal,
+    pub min_hold: Option<Duration>,
+    /// `--holders N`: up to N runs hold NAME at once.
+    pub holders: u32,
+    /// `--max-run`: the command is stopped once it has run this long.
+    pub max_run: Option<Duration>,
+    /// Waiters are served in arrival order (not `--no-fair`), where the backend keeps a queue.
+    pub fair: bool,
+    /// `locked-run status ...` for this lock, as the user can paste it into a shell.
+    pub status_command: String,
+    /// How long the final release may take.
+    pub release_timeout: Duration,
+}
+
+/// How long to wait for a held lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Patience {
+    /// `-n`, `-w 0s`: fail at once (75), silently unless `-v`.
+    NoWait,
+    /// `-w DUR`.
+    For(Duration),
+    /// The default.
+    Forever,
+}
