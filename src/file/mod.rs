@@ -164,6 +164,20 @@ impl FileLock {
         self.unlock();
         e
     }
+
+    /// What a lock file says once this run holds it with `fence` (`limit`: a semaphore slot's N).
+    fn granted(&self, fence: u64, limit: Option<u32>) -> Meta {
+        Meta {
+            holder: Holder {
+                since_ms: Some(wall_clock_ms()),
+                fence: Some(fence),
+                ..self.holder.clone()
+            },
+            token: Some(self.token.clone()),
+            not_before: None,
+            limit,
+        }
+    }
 }
 
 /// The directory exists, or is created (0755) when its parent does.
@@ -281,16 +295,7 @@ impl Backend for FileLock {
             .paths
             .raise_fence_locked(&dir)
             .map_err(|e| self.refused(e))?;
-        let meta = Meta {
-            holder: Holder {
-                since_ms: Some(wall_clock_ms()),
-                fence: Some(fence),
-                ..self.holder.clone()
-            },
-            token: Some(self.token.clone()),
-            not_before: None,
-            limit: None,
-        };
+        let meta = self.granted(fence, None);
         let written = meta.write(&*self.file()?);
         written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
         drop(dir);

@@ -16,7 +16,7 @@ use super::FileLock;
 use super::files::{Paths, flock, open_existing, open_lock_file, refused};
 use super::meta::{Meta, NotBefore};
 use super::proc_locks::{holder_of, is_locked};
-use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, wall_clock_ms};
+use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder};
 
 impl FileLock {
     /// One attempt at a slot of a semaphore.
@@ -55,16 +55,7 @@ impl FileLock {
                 .paths
                 .raise_fence_locked(&dir)
                 .inspect_err(|_| drop(flock(&file, libc::LOCK_UN)))?;
-            let meta = Meta {
-                holder: Holder {
-                    since_ms: Some(wall_clock_ms()),
-                    fence: Some(fence),
-                    ..self.holder.clone()
-                },
-                token: Some(self.token.clone()),
-                not_before: None,
-                limit: Some(self.holders),
-            };
+            let meta = self.granted(fence, Some(self.holders));
             if let Err(e) = meta.write(&file) {
                 let _ = flock(&file, libc::LOCK_UN);
                 return Err(refused(&path, "write", &e));
