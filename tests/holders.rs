@@ -75,10 +75,15 @@ fn two_of_three(url: &str) {
         fences[2] > fences[0].max(fences[1]),
         "fences grow: {fences:?}"
     );
-    for name in ["b", "c"] {
-        std::fs::write(d.join(format!("{name}.go")), "").unwrap();
-    }
+    // The third waited on both slots; the slot it did not take is not kept by that wait once
+    // its holder lets go: a fourth run takes it while the third still runs.
+    std::fs::write(d.join("b.go"), "").unwrap();
     b.wait().expect(0);
+    lr().url(url)
+        .args(["--holders", "2", "-w", "5s", "job", "true"])
+        .run()
+        .expect(0);
+    std::fs::write(d.join("c.go"), "").unwrap();
     c.wait().expect(0);
     assert_eq!(status_json(url, "job")["held"], false);
 }

@@ -356,7 +356,7 @@ pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
 /// Threads blocked in `flock(LOCK_EX)`, each on a descriptor of its own, on the lock file
 /// (or each slot of a semaphore): when one returns, a holder has let go, and the waiter tries
 /// again. A thread whose file was let go is started again at the next wait; the others keep
-/// waiting. (They stay blocked, holding nothing, until the process exits.)
+/// waiting, holding nothing, until the process exits (one woken meanwhile lets go at once).
 pub struct FileWakeups<'a> {
     lock: &'a FileLock,
     pending: Vec<(PathBuf, oneshot::Receiver<io::Result<()>>)>,
@@ -414,9 +414,11 @@ impl Wakeups for FileWakeups<'_> {
     }
 }
 
-/// Starts a thread that opens the lock file, blocks until it can lock it, and closes it at
+/// Starts a thread that opens the lock file, blocks until it can lock it, and unlocks it at
 /// once: it never keeps the lock, so a wait that ends another way (a deadline, a signal)
-/// leaves nothing held even while the thread is still blocked.
+/// leaves nothing held even while the thread is still blocked. Unlocked, not only closed: the
+/// watcher started after the grant holds a copy of this descriptor, which would keep the lock
+/// (a slot this run never took) until the run ends.
 fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
@@ -426,7 +428,10 @@ fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
             // Signals are the main thread's business.
             let _ = nix::sys::signal::SigSet::all().thread_block();
             // Open for writing: NFS locks only such files exclusively.
-            let waited = open_existing(&path, true).and_then(|file| flock(&file, libc::LOCK_EX));
+            let waited = open_existing(&path, true).and_then(|file| {
+                flock(&file, libc::LOCK_EX)?;
+                flock(&file, libc::LOCK_UN)
+            });
             let _ = tx.send(waited);
         });
     if let Err(e) = spawned {
