@@ -209,3 +209,47 @@ fn doctor_warns_about_a_server_whose_clock_is_off() {
     let (checks, _) = doctor(&[redis.url()]);
     assert_eq!(status_of(&checks, "clock").0, "OK");
 }
+
+/// The README's least ACL user passes the permissions check, and the same user without the
+/// fair-waiting queue's keys fails it, named: every key and command a run uses is checked, not
+/// only the lock's own.
+#[test]
+fn doctor_checks_every_key_a_run_uses_with_the_readmes_least_acl() {
+    if skip_unless(
+        server_kind().valkey || server_kind().version >= (7, 0),
+        "no ACL DRYRUN to check permissions with (Redis 6)",
+    ) {
+        return;
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let least = readme
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER locked-run "))
+        .expect("the README's least ACL user");
+    let redis = Redis::start();
+    for (user, without) in [("least", None), ("noqueue", Some("~queue:*"))] {
+        let args: Vec<&str> = least
+            .split_whitespace()
+            .map(|w| match w {
+                "locked-run" => user,
+                ">PASSWORD" => ">pw",
+                w => w,
+            })
+            .filter(|w| Some(*w) != without)
+            // What doctor itself reads, so that it checks this user's permissions.
+            .chain(["+acl|whoami", "+acl|dryrun", "+info", "+config|get"])
+            .collect();
+        let _: String = redis.cmd(&args);
+        let (checks, code) = doctor(&[format!("redis://{user}:pw@127.0.0.1:{}", redis.port)]);
+        let (level, detail) = status_of(&checks, "permissions");
+        match without {
+            None => assert_eq!((level, code), ("OK", Some(0)), "{detail}"),
+            Some(_) => {
+                assert_eq!((level, code), ("FAIL", Some(1)), "{detail}");
+                assert!(detail.contains("ZADD queue:{doctor}"), "{detail}");
+                assert!(!detail.contains("lock:{doctor}"), "{detail}");
+            }
+        }
+    }
+}

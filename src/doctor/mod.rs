@@ -9,6 +9,7 @@
 
 mod across;
 mod dir;
+mod permissions;
 mod server;
 
 use std::collections::HashMap;

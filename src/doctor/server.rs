@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::{Check, Facts, Level, parse_info};
+use super::{Check, Facts, Level, parse_info, permissions};
 use crate::lease::{Timings, show};
 use crate::name::LockName;
 use crate::redis::node::Node;
@@ -212,109 +212,8 @@ pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, F
     }
 
     // Permissions: every command the lock's scripts and waiters use, on its keys.
-    let (lock, fence, holder, channel) = (
-        name.lock_key(),
-        name.fence_key(),
-        name.holder_key(),
-        name.channel(),
-    );
-    let (publish, subscribe): (&str, &str) = if node.sharded_pubsub() {
-        ("SPUBLISH", "SSUBSCRIBE")
-    } else {
-        ("PUBLISH", "SUBSCRIBE")
-    };
-    let needed: Vec<Vec<&str>> = vec![
-        vec!["EVALSHA", "0", "0"],
-        vec!["EVAL", "return 1", "0"],
-        vec!["SET", &lock, "x"],
-        vec!["GET", &lock],
-        vec!["DEL", &lock],
-        vec!["PEXPIRE", &lock, "1"],
-        vec!["PTTL", &lock],
-        vec!["INCR", &fence],
-        vec!["TYPE", &fence],
-        vec!["HSET", &holder, "f", "v"],
-        vec!["HMGET", &holder, "f"],
-        vec![publish, &channel, "x"],
-        vec![subscribe, &channel],
-    ];
-    let whoami = node
-        .exchange(&[&[b"ACL", b"WHOAMI"]], timeout, None)
-        .await
-        .map(|mut r| r.remove(0));
-    match whoami {
-        Ok(Reply::Error(e)) if e.contains("unknown") => add(
-            "permissions",
-            Level::Ok,
-            "no ACLs on this server (before Redis 6): everything is permitted".into(),
-        ),
-        Ok(Reply::Error(_)) | Err(_) => add(
-            "permissions",
-            Level::Warn,
-            "cannot run ACL WHOAMI: permissions not checked (see the README's ACL section)".into(),
-        ),
-        Ok(user) if kind.as_ref().is_some_and(|k| !k.has(Feature::AclDryRun)) => add(
-            "permissions",
-            Level::Warn,
-            format!(
-                "user {}: permissions not checked ({} has no ACL DRYRUN); see the README's ACL section",
-                user.as_text().unwrap_or_else(|| "default".into()),
-                kind.as_ref().map_or_else(String::new, Server::to_string)
-            ),
-        ),
-        Ok(user) => {
-            let user = user.as_text().unwrap_or_else(|| "default".into());
-            let dry: Vec<Vec<&[u8]>> = needed
-                .iter()
-                .map(|cmd| {
-                    let mut args: Vec<&[u8]> = vec![b"ACL", b"DRYRUN", user.as_bytes()];
-                    args.extend(cmd.iter().map(|a| a.as_bytes()));
-                    args
-                })
-                .collect();
-            let batch: Vec<&[&[u8]]> = dry.iter().map(Vec::as_slice).collect();
-            match node.exchange(&batch, timeout, None).await {
-                Ok(replies) => {
-                    let denied: Vec<String> = needed
-                        .iter()
-                        .zip(&replies)
-                        .filter(|(_, r)| !matches!(r, Reply::Status(s) if s == "OK"))
-                        .map(|(cmd, r)| match r {
-                            Reply::Error(e) if e.starts_with("NOPERM") && cmd[0] == "EVALSHA" => {
-                                "ACL DRYRUN itself".to_owned()
-                            }
-                            _ => cmd[0].to_owned(),
-                        })
-                        .collect();
-                    if denied.iter().any(|d| d == "ACL DRYRUN itself") {
-                        add(
-                            "permissions",
-                            Level::Warn,
-                            format!(
-                                "user {user} may not run ACL DRYRUN: permissions not checked (see the README's ACL section)"
-                            ),
-                        );
-                    } else if denied.is_empty() {
-                        add(
-                            "permissions",
-                            Level::Ok,
-                            format!("user {user} may run every command the lock uses, on its keys"),
-                        );
-                    } else {
-                        add(
-                            "permissions",
-                            Level::Fail,
-                            format!(
-                                "user {user} may not run {} on the lock's keys or channel; see the README's ACL section",
-                                denied.join(", ")
-                            ),
-                        );
-                    }
-                }
-                Err(e) => add("permissions", Level::Warn, e.to_string()),
-            }
-        }
-    }
+    let (level, detail) = permissions::check(node, name, kind.as_ref(), timeout).await;
+    add("permissions", level, detail);
 
     // The server's clock against this host's.
     let before = crate::backend::wall_clock_ms() as i64;
