@@ -272,3 +272,30 @@ fn through_sentinels_holders_run_on_the_primary() {
     a.wait().expect(0);
     assert!(!watched.primary.exists("holders:{job}"));
 }
+
+/// On `file://`, `release --force` of slots of which one is a live holder's frees nothing and
+/// says so: a slot kept only by a `--min-hold` beside it is not emptied first.
+#[test]
+fn release_force_on_file_frees_nothing_while_a_slot_has_a_live_holder() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let dir = scratch();
+    let d = dir.path();
+    // Slot 0: kept by --min-hold after its run ended; slot 1: a live holder.
+    lr().url(&url)
+        .args(["--holders", "2", "--min-hold", "60s", "job", "true"])
+        .run()
+        .expect(0);
+    let live = holder(&url, "2", d, "live", &[]);
+    started(d, "live");
+    lr().args(["release", "--force", "-u", &url, "job"])
+        .run()
+        .expect_with(2, "only its process");
+    // Still kept: a third run finds no free slot.
+    lr().url(&url)
+        .args(["--holders", "2", "-n", "job", "true"])
+        .run()
+        .expect(75);
+    std::fs::write(d.join("live.go"), "").unwrap();
+    live.wait().expect(0);
+}

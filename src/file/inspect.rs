@@ -105,30 +105,31 @@ pub fn force_release(
     token: Option<&str>,
 ) -> Result<Freed, BackendError> {
     let fence = paths.read_fence()?;
+    let chosen: Vec<_> = files(paths)?
+        .into_iter()
+        .filter(|kept| token.is_none_or(|t| kept.meta.token.as_deref() == Some(t)))
+        .collect();
+    // All or nothing: a live holder among them is reported before anything is freed.
+    if let Some(live) = chosen
+        .iter()
+        .find(|kept| kept.expiry == Some(Expiry::WithHolder))
+    {
+        let busy = Busy {
+            holder: holder_of(&live.file, live.meta.holder.clone()),
+            expiry: Expiry::WithHolder,
+        };
+        return Ok(Freed::Kept(only_its_process_frees(name, &busy)));
+    }
     let mut released = Vec::new();
-    for kept in files(paths)? {
-        if token.is_some_and(|t| kept.meta.token.as_deref() != Some(t)) {
+    for kept in chosen {
+        if kept.expiry.is_none() {
             continue;
         }
-        match kept.expiry {
-            None => {}
-            Some(Expiry::WithHolder) => {
-                let busy = Busy {
-                    holder: holder_of(&kept.file, kept.meta.holder),
-                    expiry: Expiry::WithHolder,
-                };
-                return Ok(Freed::Kept(only_its_process_frees(name, &busy)));
-            }
-            Some(_) => {
-                let file =
-                    open_existing(&kept.path, true).map_err(|e| refused(&kept.path, "open", &e))?;
-                flock(&file, libc::LOCK_EX | libc::LOCK_NB)
-                    .map_err(|e| refused(&kept.path, "lock", &e))?;
-                file.set_len(0)
-                    .map_err(|e| refused(&kept.path, "write", &e))?;
-                released.push(kept.meta.holder);
-            }
-        }
+        let file = open_existing(&kept.path, true).map_err(|e| refused(&kept.path, "open", &e))?;
+        flock(&file, libc::LOCK_EX | libc::LOCK_NB).map_err(|e| refused(&kept.path, "lock", &e))?;
+        file.set_len(0)
+            .map_err(|e| refused(&kept.path, "write", &e))?;
+        released.push(kept.meta.holder);
     }
     Ok(Freed::Released {
         holders: released,
