@@ -36,6 +36,18 @@ fn usage_errors_are_status_2_with_one_line() {
             "no time is left to retry",
         ),
         (&["--ttl", "50ms", "job", "true"], "too short"),
+        (
+            &["--connect-timeout", "0s", "job", "true"],
+            "must be longer than 0s",
+        ),
+        (
+            &["--connect-timeout", "0s", "status", "job"],
+            "must be longer than 0s",
+        ),
+        (
+            &["release", "--connect-timeout", "0s", "job"],
+            "must be longer than 0s",
+        ),
         (&["--renew-every", "5ms", "job", "true"], "too short"),
         (&["-s", "STOP", "job", "true"], "does not end a process"),
         (&["-n", "-w", "5s", "job", "true"], "cannot be used with"),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::DEFAULT_URL;
-use super::values::{parse_duration, shell_word, split_urls};
+use super::values::{parse_positive_duration, shell_word, split_urls};
 use crate::exit::Failure;
 use crate::name::LockName;
 
@@ -22,7 +22,7 @@ pub struct ConnArgs {
     pub url: Vec<String>,
 
     /// How long one connection attempt may take
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
     /// Read the Redis password from FILE (its first line), for URLs that carry none

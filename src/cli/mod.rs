@@ -362,9 +362,6 @@ impl RunArgs {
         if self.max_run.is_some_and(|d| d.is_zero()) {
             return Err(Failure::usage("--max-run must be longer than 0s"));
         }
-        if self.conn.connect_timeout.is_zero() {
-            return Err(Failure::usage("--connect-timeout must be longer than 0s"));
-        }
         let name = LockName::new(raw).map_err(Failure::usage)?;
         let status_command = self.conn.pasteable("status", &name);
         if self.command.is_empty() {

@@ -57,6 +57,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{t:?} is not a duration ({e}); write e.g. 500ms, 30s, 2m or 1h"))
 }
 
+/// [`parse_duration`], longer than zero: a time limit that has always run out.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).and_then(|d| match d.is_zero() {
+        true => Err("must be longer than 0s".into()),
+        false => Ok(d),
+    })
+}
+
 /// `TERM`, `SIGTERM`, `term` or `15`; only signals whose default action ends a process.
 pub fn parse_signal(s: &str) -> Result<Signal, String> {
     let signal = match s.parse::<i32>() {
