@@ -86,14 +86,28 @@ impl ConnArgs {
         }
     }
 
-    /// `locked-run SUB [-u URL]... NAME` as a user can paste it: with the URLs given with
-    /// `--url`, each without its password (a URL from `LOCKED_RUN_URL` is in the environment
-    /// already, and the default needs none), quoted for a shell.
+    /// `locked-run SUB [-u URL]... [FILE OPTIONS] NAME` as a user can paste it: with the URLs
+    /// given with `--url`, each without its password (a URL from `LOCKED_RUN_URL` is in the
+    /// environment already, and the default needs none), and the files the connection needs
+    /// (`--password-file`, the TLS certificates and key: paths, never their contents), quoted
+    /// for a shell.
     pub fn pasteable(&self, sub: &str, name: &LockName) -> String {
         let mut line = format!("locked-run {sub}");
         for url in &self.url {
             line.push_str(" -u ");
             line.push_str(&shell_word(&crate::redis::url::printable(url)));
+        }
+        let files = [
+            ("--password-file", &self.password_file),
+            ("--tls-ca-cert", &self.tls_ca_cert),
+            ("--tls-cert", &self.tls_cert),
+            ("--tls-key", &self.tls_key),
+        ];
+        for (option, path) in files {
+            if let Some(path) = path {
+                line.push_str(&format!(" {option} "));
+                line.push_str(&shell_word(&path.to_string_lossy()));
+            }
         }
         line.push(' ');
         line.push_str(&shell_word(name.as_str()));

@@ -183,3 +183,33 @@ fn inconsistent_timings_are_usage_errors() {
             .contains("too short")
     );
 }
+
+/// The hint's command carries what the connection needs besides the URL, so that it works
+/// when pasted against a private CA or with a password file: the files' paths, quoted, and
+/// never a password.
+#[test]
+fn the_pasteable_status_command_names_the_connections_files() {
+    let cli = parse(&[
+        "-u",
+        "rediss://:secret@h:6380",
+        "--tls-ca-cert",
+        "/etc/ca dir/ca.pem",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--password-file",
+        "/run/pw",
+        "job",
+        "true",
+    ])
+    .unwrap();
+    let Command::Run { args, .. } = cli.into_command() else {
+        panic!()
+    };
+    assert_eq!(
+        args.config(false).unwrap().status_command,
+        "locked-run status -u rediss://h:6380 --password-file /run/pw --tls-ca-cert \
+         '/etc/ca dir/ca.pem' --tls-cert c.pem --tls-key k.pem job"
+    );
+}
