@@ -31,7 +31,7 @@ pub async fn run<B: Backend>(
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     let clock = BootClock;
-    let acquired = wait::acquire(backend, &clock, &cfg.name, cfg, &mut signals).await?;
+    let acquired = wait::acquire(backend, &clock, cfg, &mut signals).await?;
     tracing::info!(
         event = "acquired",
         fence = acquired.fence,

@@ -37,11 +37,10 @@ const SAFETY_NAP: Duration = Duration::from_secs(60);
 pub async fn acquire<B: Backend, C: Clock>(
     backend: &B,
     clock: &C,
-    name: &LockName,
     cfg: &RunConfig,
     signals: &mut Signals,
 ) -> Result<Acquired, Failure> {
-    let (patience, timings, holders) = (cfg.patience, cfg.timings, cfg.holders);
+    let (name, patience, timings, holders) = (&cfg.name, cfg.patience, cfg.timings, cfg.holders);
     let start = clock.now();
     let deadline = match patience {
         Patience::For(d) => Some(start + d),

@@ -120,10 +120,6 @@ impl FileLock {
         self
     }
 
-    pub fn name(&self) -> &LockName {
-        &self.name
-    }
-
     /// The lock file, opened (created) if it is not yet.
     fn file(&self) -> Result<Ref<'_, File>, BackendError> {
         if self.file.borrow().is_none() {
