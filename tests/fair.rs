@@ -77,10 +77,15 @@ fn waiters_are_served_in_arrival_order_and_no_wait_runs_never_barge() {
     std::fs::write(dir.path().join("go"), "").unwrap();
     // Meanwhile -n runs keep arriving: none may take the lock while anyone waits.
     let mut no_waits = 0;
+    let drained_by = Instant::now() + Duration::from_secs(60);
     while waiters
         .iter_mut()
         .any(|w| w.child.try_wait().unwrap().is_none())
     {
+        assert!(
+            Instant::now() < drained_by,
+            "the queue did not drain in 60 s"
+        );
         let mut cmd = locked_run();
         cmd.args(["-u", &redis.url(), "-n", "job"])
             .args(sh(&format!(

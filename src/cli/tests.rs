@@ -75,7 +75,8 @@ fn subcommands_and_explicit_run() {
 
 #[test]
 fn reserved_names_need_explicit_run() {
-    // Options before a subcommand's name make it the NAME of a run.
+    // Parsed as clap parses (main first moves shared options after a subcommand's name, see
+    // placement.rs): options before a subcommand's name make it a run's NAME, refused with a hint.
     let cli = parse(&["-q", "release", "job", "true"]).unwrap();
     let Command::Run { args, .. } = cli.into_command() else {
         panic!()

@@ -17,6 +17,11 @@ fn contended(url: &str) -> Figure {
     assert!(codes.iter().all(|&c| c == 0), "{codes:?}");
     let (sections, most) = check_concurrency(&log, 3);
     assert_eq!(sections, 120);
+    // A semaphore that admitted one at a time would pass the limit; it must admit several.
+    assert!(
+        most >= 2,
+        "never more than one at once: --holders 3 not honoured"
+    );
     Figure::Note(format!(
         "120 runs, at most {most} at once, fences unique, {}",
         ms(started.elapsed())

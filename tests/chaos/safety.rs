@@ -180,11 +180,12 @@ pub fn redlock_renewal_retakes_restarted_servers() -> Figure {
     five.servers[0].restart_empty();
     five.servers[1].restart_empty();
     // A renewal round finds the restarted servers' connections broken; a round after it
-    // reaches them, empty. Given those rounds (about 1 s), the third server freezes.
-    let restarted = Instant::now();
-    while five.holding(token) < 5 && restarted.elapsed() < Duration::from_millis(1_500) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // reaches them, empty, and takes them again (about 1 s). Then the third server freezes.
+    wait_until(
+        "the renewals take the two restarted servers again",
+        Duration::from_secs(5),
+        || five.holding(token) == 5,
+    );
     five.servers[2].pause();
     let paused = Instant::now();
     while paused.elapsed() < Duration::from_millis(2_500) {
