@@ -299,3 +299,37 @@ fn release_force_on_file_frees_nothing_while_a_slot_has_a_live_holder() {
     std::fs::write(d.join("live.go"), "").unwrap();
     live.wait().expect(0);
 }
+
+/// `release --force` on Redis does not report a holder whose lease already ended (its wrapper
+/// SIGKILLed, its slot not yet dropped by anyone; the key lives on with another holder's
+/// renewals): it drops it, and reports only the holder it took the lock from.
+#[test]
+fn release_force_does_not_report_a_holder_whose_lease_ended() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let dir = scratch();
+    let live = holder(&url, "2", dir.path(), "live", &["--ttl", "1s"]);
+    let gone = holder(&url, "2", dir.path(), "gone", &["--ttl", "1s"]);
+    started(dir.path(), "live");
+    started(dir.path(), "gone");
+    signal(gone.pid(), libc::SIGKILL);
+    let _ = gone.wait();
+    wait_until("its lease ended", Duration::from_secs(5), || {
+        status_json(&url, "job")["holders"]
+            .as_array()
+            .is_some_and(|h| h.len() == 1)
+    });
+    let listed: i64 = redis.cmd(&["ZCARD", "holders:{job}"]);
+    assert_eq!(listed, 2, "still listed, past its lease");
+    let out = lr()
+        .args(["release", "--force", "-u", &url, "job"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stdout.contains("held by") && !out.stdout.contains("2 holders"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(live.wait().code(), Some(76), "the live one was robbed");
+    assert!(!redis.exists("holders:{job}"), "nothing left");
+}

@@ -24,8 +24,12 @@ pub struct Script {
 ///   themselves, as Redis 5 and later do by default);
 /// - `prune(queue, alive, now)`: drops the waiters whose keep-alive ended (a SIGKILLed
 ///   waiter), from both keys;
+/// - `outlive(keys, ms)`: makes each key live at least `ms` longer;
 /// - `enqueue(queue, alive, token, now, ms)`: joins the queue at its end (or keeps its place),
 ///   alive `ms` longer; both keys outlive every member;
+/// - `drop_lapsed(holders, meta, now)`: drops the semaphore holders whose lease ended (a
+///   SIGKILLed holder), from both keys;
+/// - `fields(meta)`: a semaphore holder's packed metadata, `host pid command since fence`;
 /// - `dequeue(queue, alive, token)`: leaves it (deleting both keys once empty);
 /// - `announce(command, channel, message)`: publishes a release, falling back to PUBLISH on a
 ///   Redis 6 Cluster (no SPUBLISH there; its PUBLISH reaches every node); a user that may not
@@ -51,17 +55,30 @@ local function prune(queue, alive, now)
     redis.call('ZREM', queue, unpack(dead))
   end
 end
+local function outlive(keys, ms)
+  for _, key in ipairs(keys) do
+    if redis.call('PTTL', key) < ms then
+      redis.call('PEXPIRE', key, ms)
+    end
+  end
+end
 local function enqueue(queue, alive, token, now, ms)
   if not redis.call('ZSCORE', queue, token) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     redis.call('ZADD', queue, (tonumber(last[2]) or 0) + 1, token)
   end
   redis.call('ZADD', alive, now + ms, token)
-  for _, key in ipairs({queue, alive}) do
-    if redis.call('PTTL', key) < ms then
-      redis.call('PEXPIRE', key, ms)
-    end
+  outlive({queue, alive}, ms)
+end
+local function drop_lapsed(holders, meta, now)
+  local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    redis.call('HDEL', meta, unpack(gone))
   end
+end
+local function fields(meta)
+  return string.match(meta or '', '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)$')
 end
 local function dequeue(queue, alive, token)
   redis.call('ZREM', queue, token)
@@ -152,7 +169,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6]}
 "#
     ),
-    sha1: "184a8e4ac6df0c47622003459229a2033652746b",
+    sha1: "e416d95ba3e2c7352d10c5131c036d47cee8c0e1",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -242,7 +259,7 @@ end
 return 1
 "#
     ),
-    sha1: "633d06fabcbccf9f6e7e4f6013f38677237184af",
+    sha1: "a4c70feca3f6b075fe64d2c842ffc14cbfaabcbc",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -266,7 +283,8 @@ return 1
 
 /// KEYS: lock, holder, fence, holders, holders-meta. ARGV: channel, publish command, token
 /// (empty: every holder). `release --force`, for one holder and for a semaphore alike: deletes
-/// the holder whose token it is given (or every one), never the fence counter, and wakes the
+/// the holder whose token it is given (or every one whose lease has not ended: those that
+/// have are dropped unreported), never the fence counter, and wakes the
 /// waiters. Returns `{last fence, {{token, host, pid, command, since, fence}, ...}}` of what it
 /// released (fields false where the holder is not a `locked-run`).
 pub const FORCE_RELEASE: Script = Script {
@@ -286,6 +304,7 @@ if value and (ARGV[3] == '' or ARGV[3] == value) then
   redis.call('DEL', KEYS[1], KEYS[2])
   table.insert(released, {value, meta[2], meta[3], meta[4], meta[5], meta[6]})
 end
+drop_lapsed(KEYS[4], KEYS[5], clock())
 local members
 if ARGV[3] == '' then
   members = redis.call('ZRANGE', KEYS[4], 0, -1)
@@ -295,8 +314,7 @@ else
   members = {}
 end
 for _, member in ipairs(members) do
-  local meta = redis.call('HGET', KEYS[5], member) or ''
-  local h, p, c, s, f = string.match(meta, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)$')
+  local h, p, c, s, f = fields(redis.call('HGET', KEYS[5], member))
   redis.call('ZREM', KEYS[4], member)
   redis.call('HDEL', KEYS[5], member)
   table.insert(released, {member, h or false, p or false, c or false, s or false, f or false})
@@ -310,7 +328,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "b3bd9d4680d88f93a9c254407a4a9ba094cc1813",
+    sha1: "e8910d2e6df38473155c8a61a6b9ee3273ce495e",
 };
 
 /// KEYS: queue, queue-alive, lock. ARGV: token, channel, publish command. A fair waiter that
@@ -332,5 +350,5 @@ end
 return 1
 "#
     ),
-    sha1: "0e87985c62e4de1f37524c3ea086683f73bcf128",
+    sha1: "d69e84bc289670a510b759e11c69847821990a8b",
 };

@@ -37,29 +37,15 @@ if fence_type ~= 'none' and fence_type ~= 'string' then
 end
 local now = clock()
 local ttl = tonumber(ARGV[2])
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-if #gone > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  redis.call('HDEL', KEYS[4], unpack(gone))
-end
+drop_lapsed(KEYS[3], KEYS[4], now)
 local count = redis.call('ZCARD', KEYS[3])
 local limit = tonumber(redis.call('HGET', KEYS[4], 'limit'))
 if count > 0 and limit and limit ~= tonumber(ARGV[3]) then
   return {-1, limit}
 end
-local function outlive(ms)
-  for _, key in ipairs({KEYS[3], KEYS[4]}) do
-    if redis.call('PTTL', key) < ms then
-      redis.call('PEXPIRE', key, ms)
-    end
-  end
-end
-local function fields(meta)
-  return string.match(meta or '', '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)$')
-end
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[1])
-  outlive(ttl)
+  outlive({KEYS[3], KEYS[4]}, ttl)
   dequeue(KEYS[5], KEYS[6], ARGV[1])
   local _, _, _, _, fence = fields(redis.call('HGET', KEYS[4], ARGV[1]))
   return {1, tonumber(fence) or tonumber(redis.call('GET', KEYS[2]))}
@@ -100,12 +86,12 @@ end
 redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 redis.call('HSET', KEYS[4], 'limit', ARGV[3],
            ARGV[1], ARGV[4] .. '\t' .. ARGV[5] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. fence)
-outlive(ttl)
+outlive({KEYS[3], KEYS[4]}, ttl)
 dequeue(KEYS[5], KEYS[6], ARGV[1])
 return {1, fence}
 "#
     ),
-    sha1: "6c5808e8c4090241d32ed9f02db49e520306450b",
+    sha1: "69a86444f2da0d583b0071a93478028f46cd7613",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,15 +107,11 @@ if not ok or not score or tonumber(score) <= now then
 end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-for _, key in ipairs(KEYS) do
-  if redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIRE', key, ttl)
-  end
-end
+outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "08a66fcbe45970f642b9a2dd0f3f270c6cb2266b",
+    sha1: "2191711a335060f4e09e78d8a9ad57d6edfac4a8",
 };
 
 /// KEYS: holders, meta (then the queue's two, unused). ARGV: token, keep ms (0: free the slot
@@ -149,11 +131,7 @@ end
 local keep = tonumber(ARGV[2])
 if keep > 0 then
   redis.call('ZADD', KEYS[1], 'XX', now + keep, ARGV[1])
-  for _, key in ipairs({KEYS[1], KEYS[2]}) do
-    if redis.call('PTTL', key) < keep then
-      redis.call('PEXPIRE', key, keep)
-    end
-  end
+  outlive({KEYS[1], KEYS[2]}, keep)
   return 1
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -165,5 +143,5 @@ announce(ARGV[4], ARGV[3], 'released')
 return 1
 "#
     ),
-    sha1: "209128b71ed1fecc3d5bf5e9bcfd6c59057c903f",
+    sha1: "414fdf89de06d887fb917335457ba39ba7ac97a5",
 };
