@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::lock::ServerLock;
-use super::replies::expiry;
+use super::replies::{expiry, holder};
 use super::resp::Reply;
 use super::scripts;
 use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
@@ -194,23 +194,6 @@ fn hash(reply: &Reply) -> HashMap<String, String> {
         .chunks(2)
         .filter_map(|pair| Some((pair.first()?.as_text()?, pair.get(1)?.as_text()?)))
         .collect()
-}
-
-/// A holder from its metadata's fields, each missing when the holder is not a `locked-run`.
-fn holder(
-    host: Option<String>,
-    pid: Option<String>,
-    command: Option<String>,
-    since: Option<String>,
-    fence: Option<String>,
-) -> Holder {
-    Holder {
-        host,
-        pid: pid.and_then(|p| p.parse().ok()),
-        command,
-        since_ms: since.and_then(|s| s.parse().ok()),
-        fence: fence.and_then(|f| f.parse().ok()),
-    }
 }
 
 /// A semaphore holder's metadata: host, pid, command, since and fence, tab-separated.

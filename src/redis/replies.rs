@@ -42,12 +42,23 @@ pub(super) fn parse_attempt(reply: &Reply) -> Option<Attempt> {
 /// fence (each nil when the holder is not a `locked-run`).
 fn holder_at(items: &[Reply]) -> Holder {
     let text = |i: usize| items.get(i).and_then(Reply::as_text);
+    holder(text(2), text(3), text(4), text(5), text(6))
+}
+
+/// A holder from the fields the scripts and the holder hash keep as text (nil: not known).
+pub(super) fn holder(
+    host: Option<String>,
+    pid: Option<String>,
+    command: Option<String>,
+    since: Option<String>,
+    fence: Option<String>,
+) -> Holder {
     Holder {
-        host: text(2),
-        pid: text(3).and_then(|p| p.parse().ok()),
-        command: text(4),
-        since_ms: text(5).and_then(|s| s.parse().ok()),
-        fence: text(6).and_then(|f| f.parse().ok()),
+        host,
+        pid: pid.and_then(|p| p.parse().ok()),
+        command,
+        since_ms: since.and_then(|s| s.parse().ok()),
+        fence: fence.and_then(|f| f.parse().ok()),
     }
 }
 
