@@ -81,19 +81,21 @@ pub(super) fn existing_slots(paths: &Paths) -> impl Iterator<Item = PathBuf> + '
 /// The N of runs that hold NAME with another N than `ours` (called under the flock on DIR): a
 /// one-holder run (1), or a semaphore slot whose metadata names another N.
 pub(super) fn other_holders(paths: &Paths, ours: u32) -> Option<u32> {
-    if ours > 1 && held_with(&paths.lock).is_some_and(|meta| meta.token.is_some()) {
+    if ours > 1 && held_with(&paths.lock, |meta| meta.token.is_some()).is_some() {
         return Some(1);
     }
     existing_slots(paths).find_map(|path| {
-        let limit = held_with(&path)?.limit?;
-        (limit != ours).then_some(limit)
+        held_with(&path, |meta| meta.limit.is_some_and(|limit| limit != ours))?.limit
     })
 }
 
-/// What a file that a process holds says (`None` when no process holds it).
-fn held_with(path: &std::path::Path) -> Option<Meta> {
+/// What a file says when it says what `telling` looks for and a process holds it. The metadata
+/// is read first: a holder empties its file before letting it go, so whether a process still
+/// holds it (`/proc/locks`) is asked only of a file that names a holder of interest.
+fn held_with(path: &std::path::Path, telling: impl Fn(&Meta) -> bool) -> Option<Meta> {
     let file = open_existing(path, false).ok()?;
-    is_locked(&file).unwrap_or(false).then(|| Meta::read(&file))
+    let meta = Meta::read(&file);
+    (telling(&meta) && is_locked(&file).unwrap_or(false)).then_some(meta)
 }
 
 /// Whether `file` (a slot) is kept only by a `--min-hold` deadline, and for how long.
