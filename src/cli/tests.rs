@@ -214,3 +214,84 @@ fn the_pasteable_status_command_names_the_connections_files() {
          '/etc/ca dir/ca.pem' --tls-cert c.pem --tls-key k.pem job"
     );
 }
+
+/// The shared options that may stand before a subcommand are exactly clap's global options,
+/// so that a new one cannot be left out of the reordering unnoticed.
+#[test]
+fn the_shared_options_before_a_subcommand_are_claps_global_ones() {
+    let mut root = <Cli as CommandFactory>::command();
+    root.build();
+    let globals: Vec<&clap::Arg> = root.get_arguments().filter(|a| a.is_global_set()).collect();
+    let mut longs: Vec<String> = Vec::new();
+    for arg in &globals {
+        let takes_value = arg.get_action().takes_values();
+        if let Some(long) = arg.get_long() {
+            longs.push(format!("--{long}"));
+            let listed = match takes_value {
+                true => placement::SHARED_WITH_VALUE.contains(&format!("--{long}").as_str()),
+                false => placement::SHARED_FLAGS.contains(&format!("--{long}").as_str()),
+            };
+            assert!(
+                listed,
+                "--{long} is global but not moved before a subcommand"
+            );
+        }
+        if let Some(short) = arg.get_short() {
+            match takes_value {
+                true => assert_eq!(short, placement::SHORT_WITH_VALUE),
+                false => assert!(placement::SHORT_FLAGS.contains(&short), "-{short}"),
+            }
+        }
+    }
+    for listed in placement::SHARED_WITH_VALUE
+        .iter()
+        .chain(&placement::SHARED_FLAGS)
+    {
+        assert!(
+            longs.iter().any(|l| l == listed),
+            "{listed} is not a global option"
+        );
+    }
+}
+
+#[test]
+fn shared_options_move_after_the_subcommand_they_stand_before() {
+    let moved = |args: &[&str]| -> Vec<String> {
+        let args = std::iter::once("locked-run")
+            .chain(args.iter().copied())
+            .map(OsString::from)
+            .collect();
+        shared_options_after_subcommand(args)
+            .into_iter()
+            .skip(1)
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        moved(&["-u", "U", "status", "job"]),
+        ["status", "-u", "U", "job"]
+    );
+    assert_eq!(
+        moved(&["-vu", "U", "release", "job"]),
+        ["release", "-vu", "U", "job"]
+    );
+    assert_eq!(
+        moved(&["-vq", "--url=U", "doctor"]),
+        ["doctor", "-vq", "--url=U"]
+    );
+    assert_eq!(
+        moved(&["-uU", "run", "job", "true"]),
+        ["run", "-uU", "job", "true"]
+    );
+    // Not shared, not before a subcommand, or `help`: left as written.
+    assert_eq!(
+        moved(&["--ttl", "5s", "status", "true"]),
+        ["--ttl", "5s", "status", "true"]
+    );
+    assert_eq!(
+        moved(&["-u", "U", "job", "true"]),
+        ["-u", "U", "job", "true"]
+    );
+    assert_eq!(moved(&["-v", "help"]), ["-v", "help"]);
+    assert_eq!(moved(&["-vn", "status", "true"]), ["-vn", "status", "true"]);
+}
