@@ -184,3 +184,36 @@ fn help_has_examples_and_names_the_environment_variables_only() {
         "an empty value shown"
     );
 }
+
+/// The password file before a subcommand is the connection's, as after it: without it the
+/// server refuses (69), with it `status` answers about the lock.
+#[test]
+fn the_password_file_works_before_a_subcommand() {
+    let redis = Redis::start_with(&["--requirepass", "hunter2"]);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let dir = scratch();
+    let password = dir.path().join("pw");
+    std::fs::write(&password, "hunter2\n").unwrap();
+    lr().args(["-u", &url, "status", "job"]).run().expect(69);
+    for args in [
+        [
+            "--password-file",
+            path_str(&password),
+            "-u",
+            &url,
+            "status",
+            "job",
+        ],
+        [
+            "-u",
+            &url,
+            "status",
+            "--password-file",
+            path_str(&password),
+            "job",
+        ],
+    ] {
+        let out = lr().args(args).run().expect(1);
+        assert!(out.stdout.contains("job: free"), "{}", out.stdout);
+    }
+}

@@ -152,10 +152,18 @@ fn a_waiter_starts_right_after_the_release() {
 #[test]
 fn a_waiter_sends_a_handful_of_commands_not_hundreds() {
     // The waiter waits 4 s; a client polling every 10 ms would send 400 commands. A fair
-    // waiter keeps its place in the queue alive (an attempt every 2 s / 3): 6 more.
-    for (mode, most) in [(None, 5), (Some("--no-fair"), 5)] {
+    // waiter keeps its place in the queue alive (an attempt every 2 s / 3): 6 more. With
+    // --holders 2, two holders hold both slots and each may renew once meanwhile.
+    let holders_2: &[&str] = &["--holders", "2"];
+    for (mode, holders, most) in [
+        (&[][..], 1, 5 + 6),
+        (&["--no-fair"][..], 1, 5),
+        (holders_2, 2, 6 + 6),
+    ] {
         let redis = Redis::start();
-        let holder = Holder::start(&redis, "job", &[]);
+        let holding: Vec<Holder> = (0..holders)
+            .map(|_| Holder::start(&redis, "job", if holders > 1 { mode } else { &[] }))
+            .collect();
         let _: String = redis.cmd(&["CONFIG", "RESETSTAT"]);
         let waiter = lr().url(&redis.url()).args(mode).job(["true"]).spawn();
         wait_until("the waiter subscribed", Duration::from_secs(10), || {
@@ -163,11 +171,12 @@ fn a_waiter_sends_a_handful_of_commands_not_hundreds() {
         });
         std::thread::sleep(Duration::from_secs(4));
         let during = command_stats(&redis, &["evalsha", "eval", "subscribe"], "calls");
-        holder.finish().expect(0);
+        for holder in holding {
+            holder.finish().expect(0);
+        }
         waiter.wait().expect(0);
-        // 2 acquire attempts and SUBSCRIBE from the waiter, at most one renewal from the
+        // 2 acquire attempts and SUBSCRIBE from the waiter, at most one renewal from each
         // holder; and the keep-alive of a fair one.
-        let most = most + if mode.is_none() { 6 } else { 0 };
         assert!(
             during <= most,
             "{mode:?}: {during} commands while waiting:\n{}",
@@ -193,8 +202,8 @@ fn a_signal_ends_the_wait_with_nothing_run_and_nothing_held() {
             .url(&redis.url())
             .job(["touch", path_str(&marker)])
             .spawn();
-        wait_until("the waiter subscribed", Duration::from_secs(10), || {
-            subscribers(&redis, "job") == 1
+        wait_until("the waiter queued", Duration::from_secs(10), || {
+            subscribers(&redis, "job") == 1 && redis.exists("queue:{job}")
         });
         signal(waiter.pid(), sig);
         let out = waiter
@@ -208,6 +217,10 @@ fn a_signal_ends_the_wait_with_nothing_run_and_nothing_held() {
         );
         assert!(!marker.exists(), "{name}: the command did not run");
         assert_eq!(subscribers(&redis, "job"), 0, "{name}: the waiter left");
+        assert!(
+            !redis.exists("queue:{job}"),
+            "{name}: and its place in the queue"
+        );
         assert_eq!(
             redis.get("lock:{job}"),
             Some(token.clone()),
