@@ -14,15 +14,22 @@ use locked_run::cli::Cli;
 /// (no filling, one per line, as in flock(1)).
 fn sections_of_the_extra(page: &std::path::Path) -> std::io::Result<()> {
     let text = std::fs::read_to_string(page)?;
-    let Some((before, extra)) = text.split_once(".SH EXTRA\n") else {
-        return Ok(());
+    let missing = |what: &str| {
+        std::io::Error::other(format!(
+            "{}: no {what} in the page clap_mangen rendered; the man page's EXIT STATUS and \
+             EXAMPLES would be lost",
+            page.display()
+        ))
     };
+    let (before, extra) = text
+        .split_once(".SH EXTRA\n")
+        .ok_or_else(|| missing("EXTRA section"))?;
     let (extra, after) = extra
         .split_once("\n.SH ")
         .map_or((extra, String::new()), |(e, a)| (e, format!("\n.SH {a}")));
-    let Some((status, examples)) = extra.split_once("\nExamples:\n") else {
-        return Ok(());
-    };
+    let (status, examples) = extra
+        .split_once("\nExamples:\n")
+        .ok_or_else(|| missing("Examples: in its EXTRA section"))?;
     let examples = examples.trim_end().replace("\n\n", "\n.sp\n");
     let page_text = format!(
         "{before}.SH \"EXIT STATUS\"\n{}\n.SH EXAMPLES\n.nf\n{examples}\n.fi{after}",
