@@ -80,20 +80,22 @@ fn a_holder_killed_mid_run_frees_the_lock_at_once_and_its_fence_is_kept() {
     waiter.wait().expect(0);
     let _ = holder.wait();
 
-    // And without a waiter: a -n run right after the holder's death gets the lock.
+    // And without a waiter: a run right after the holder's death gets the lock, once its job
+    // is gone (the watcher keeps the lock until then, and lets go as it exits: so -w, not -n,
+    // which could come in the instant between the job's death and the watcher's).
     let dir2 = scratch();
     let (holder, child) = start_job(&url, dir2.path(), &[], "exec sleep 60");
     signal(holder.pid(), libc::SIGKILL);
     assert!(wait_pid_exit(holder.pid(), Duration::from_secs(5)));
+    assert!(wait_pid_exit(child, Duration::from_secs(5)));
     let out = lr()
-        .arg("-n")
+        .args(["-w", "2s"])
         .url(&url)
         .job(sh("echo $LOCKED_RUN_FENCE"))
         .run()
         .expect(0);
     assert_eq!(out.stdout, "4\n", "fences 1..3 were issued before, durably");
     assert_eq!(fence_file(locks.path(), "job"), "4\n");
-    assert!(wait_pid_exit(child, Duration::from_secs(5)));
     let _ = holder.wait();
 }
 
