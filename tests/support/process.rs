@@ -113,6 +113,21 @@ impl Running {
     }
 }
 
+/// A process a test started and did not wait for (the test failed first, say) is not left
+/// running: SIGTERM (`locked-run` passes it on to its job and releases), SIGKILL 5 s later.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        signal(self.pid(), libc::SIGTERM);
+        if wait_timeout(&mut self.child, Duration::from_secs(5)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Runs to completion under the hard timeout.
 pub fn run(cmd: Command) -> Output {
     spawn(cmd).wait()
