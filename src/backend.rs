@@ -190,22 +190,31 @@ pub trait Backend {
     /// Whether the lock is a lease that expires unless renewed (false for `flock`).
     fn has_lease(&self) -> bool;
 
-    /// Whether a waiter keeps a place in a queue (fair waiting), which it must keep alive by
-    /// asking again at least every [`KEEP_ALIVE`]`/3`, and leave when it gives up.
+    /// Whether the last attempt holds a place in a queue (fair waiting, or a `--no-fair` waiter
+    /// behind fair ones), which the waiter must keep alive by asking again at least every
+    /// [`KEEP_ALIVE`]`/3`.
     fn queues(&self) -> bool {
         false
     }
 
-    /// Leaves the queue at once (a waiter that gives up), if this attempt joined one.
-    fn leave(&self) -> impl Future<Output = ()> {
-        async {}
+    /// Whether this waiter races on each release (`--no-fair`), rather than wait for its turn.
+    fn races(&self) -> bool {
+        false
     }
+
+    /// A waiter that ends without the lock, or with a grant it cannot use, gives back whatever
+    /// its attempts may have taken (the lock, a slot, a place in the queue), also should an
+    /// attempt still be on its way: one that lands later must not take the lock for a run that
+    /// is gone or has gone on. Later attempts carry a fresh token. `Ok(true)` when something
+    /// was held.
+    fn give_back(&self, timeout: Duration) -> impl Future<Output = Result<bool, BackendError>>;
 
     /// Where the lock lives (`lock:{NAME}`), for the child's `LOCKED_RUN_KEY`.
     fn key(&self) -> &str;
 
-    /// The owner's unique token, for the child's `LOCKED_RUN_TOKEN`.
-    fn token(&self) -> &str;
+    /// The owner's unique token, for the child's `LOCKED_RUN_TOKEN` (it changes only when a
+    /// waiter gives back what it may hold).
+    fn token(&self) -> String;
 
     /// One acquisition attempt. With `listen`, the backend may subscribe to release messages
     /// first, in the same round trip, so that a waiter is listening before it tries. An
@@ -265,21 +274,27 @@ pub enum Wakeup {
     /// A release that hands the lock to the waiter at the head of the queue, by its token: the
     /// others need not ask (fair waiting).
     Turn(String),
+    /// A release whose next turn is a `--no-fair` waiter's: the racers before the first fair
+    /// waiter may ask.
+    Race,
 }
 
 impl Wakeup {
-    /// A release message: `released` for anyone, else the token whose turn it is.
+    /// A release message: `released` for anyone, `race` for the racers, else the token whose
+    /// turn it is.
     pub fn from_message(payload: &[u8]) -> Wakeup {
         match payload {
             b"" | b"released" => Wakeup::Anyone,
+            b"race" => Wakeup::Race,
             token => Wakeup::Turn(String::from_utf8_lossy(token).into_owned()),
         }
     }
 
-    /// Whether the waiter with `token` should try again.
-    pub fn for_me(&self, token: &str) -> bool {
+    /// Whether the waiter with `token` (a racer: `--no-fair`) should try again.
+    pub fn for_me(&self, token: &str, racer: bool) -> bool {
         match self {
             Wakeup::Anyone => true,
+            Wakeup::Race => racer,
             Wakeup::Turn(turn) => turn == token,
         }
     }

@@ -55,7 +55,7 @@ impl Lock {
     }
 
     /// The owner's unique token: the value of `lock:{NAME}` while we hold it.
-    pub fn token(&self) -> &str {
+    pub fn token(&self) -> String {
         self.server.token()
     }
 

@@ -83,6 +83,11 @@ impl LockName {
         format!("queue-alive:{{{}}}", self.0)
     }
 
+    /// Tokens given back, buried for a while so that a late attempt of theirs is refused.
+    pub fn gone_key(&self) -> String {
+        format!("gone:{{{}}}", self.0)
+    }
+
     /// The channel a release is published on, in the same hash slot as the keys.
     pub fn channel(&self) -> String {
         format!("released:{{{}}}", self.0)

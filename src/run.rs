@@ -278,7 +278,10 @@ fn forward(target: Target, incoming: Incoming, interactive: bool) {
     target.forward(incoming.signal);
 }
 
-/// After the child's exit: whatever is left of the job gets the kill signal, SIGKILL K later
+/// How long the sweep waits for processes on their way out of the job's group.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// After the child's exit, and a short settle: whatever is left of the job gets the kill signal, SIGKILL K later
 /// (again at every wake-up, for anything forked meanwhile), while the lease is still kept;
 /// returns only once nothing is left, so the lock is never released under a live process.
 async fn drain<F: Future<Output = ()>>(
@@ -296,8 +299,27 @@ async fn drain<F: Future<Output = ()>>(
     if !left(child) {
         return;
     }
-    tracing::info!(
-        "the command exited and left processes behind; sending them {}",
+    // A process on its way out of the group (`setsid -f`, `cmd &` then `setsid`) may not have
+    // left it yet when the main process exits: give it a moment, and let go of what left.
+    let settled = Instant::now() + SETTLE;
+    loop {
+        tokio::select! {
+            () = keeper.as_mut() => {}
+            event = signals.next_event() => {
+                if let Event::Signal(incoming) = event {
+                    forward(target, incoming, interactive);
+                }
+            }
+            () = tokio::time::sleep_until(settled) => break,
+        }
+    }
+    if !left(child) {
+        return;
+    }
+    tracing::warn!(
+        "the command exited and left processes behind: {}; sending them {} (a process meant to \
+         outlive the job must call setsid)",
+        target.leftovers(),
         cfg.kill_signal
     );
     target.terminate(cfg.kill_signal);

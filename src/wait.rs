@@ -81,11 +81,12 @@ pub async fn acquire<B: Backend, C: Clock>(
                     });
                 }
                 // Too little of the lease is left to run anything: give it back now rather
-                // than hold it while running nothing, then try again.
-                if let Err(e) = backend.release(None, GIVE_BACK_TIMEOUT).await {
+                // than hold it while running nothing, then try again, with a fresh token (the
+                // give-back may land late: it must not delete what the next attempt takes).
+                if let Err(e) = backend.give_back(GIVE_BACK_TIMEOUT).await {
                     tracing::info!("could not give back lock {name} granted too late: {e}");
-                    waiter.maybe_held = true;
                 }
+                waiter.maybe_held = false;
                 Err(BackendError::Transient(format!(
                     "Redis took {} to grant lock {name}, leaving {} of the lease, less than \
                      --renew-every + --kill-after",
@@ -216,7 +217,7 @@ pub async fn acquire<B: Backend, C: Clock>(
                 }
                 woke = next_wakeup(&mut wakeups) => match woke {
                     // Another waiter's turn: only it need ask; this one sleeps on.
-                    Ok(wakeup) if !wakeup.for_me(backend.token()) => continue,
+                    Ok(wakeup) if !wakeup.for_me(&backend.token(), backend.races()) => continue,
                     Ok(_) => break,
                     Err(e) => {
                         // Resubscribe after a pause, not at once: a subscription that breaks
@@ -238,8 +239,9 @@ pub async fn acquire<B: Backend, C: Clock>(
     }
 }
 
-/// Gives back, on every way out without the lock, what an unanswered attempt may have taken:
-/// the release compares our token, so it is harmless when nothing was taken.
+/// Gives back, on every way out without the lock, what an unanswered attempt may have taken
+/// and the place in the queue it may hold: the give-back compares our token, so it is harmless
+/// when nothing was taken, and buries the token, so an attempt still on its way takes nothing.
 struct Waiter<'a, B> {
     backend: &'a B,
     name: &'a LockName,
@@ -249,16 +251,17 @@ struct Waiter<'a, B> {
 impl<B: Backend> Waiter<'_, B> {
     async fn give_back(&self, failure: Failure) -> Failure {
         // A place in the queue is left at once: the next waiter need not wait for it to lapse.
-        self.backend.leave().await;
-        if self.maybe_held {
-            match self.backend.release(None, GIVE_BACK_TIMEOUT).await {
+        if self.maybe_held || self.backend.queues() {
+            match self.backend.give_back(GIVE_BACK_TIMEOUT).await {
                 Ok(true) => {
                     tracing::info!("released lock {} taken by an unanswered attempt", self.name)
                 }
                 Ok(false) => {}
                 Err(e) => tracing::info!(
-                    "could not give back what an unanswered attempt may have taken of lock {}: {e}",
-                    self.name
+                    "could not give back what this run may hold of lock {} ({e}); a place in \
+                     the queue lapses within {}, a lock taken within the lease",
+                    self.name,
+                    show(KEEP_ALIVE)
                 ),
             }
         }

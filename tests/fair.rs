@@ -197,16 +197,20 @@ fn a_holder_using_the_plain_protocol_is_waited_for() {
 }
 
 #[test]
-fn no_fair_waiters_keep_no_queue_and_neither_does_redlock() {
+fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
     let holder = hold(&redis.url(), dir.path());
     let w = waiter(&redis.url(), &log, "w", &["--no-fair"]);
-    wait_until("the waiter subscribed", Duration::from_secs(10), || {
-        subscribers(&redis, "job") == 1
+    wait_until("the waiter queued", Duration::from_secs(10), || {
+        queued(&redis) == 1
     });
-    assert!(!redis.exists("queue:{job}"), "--no-fair keeps no queue");
+    let members: Vec<String> = redis.cmd(&["ZRANGE", "queue:{job}", "0", "-1"]);
+    assert!(
+        members[0].starts_with('~'),
+        "a --no-fair waiter's place is a racer's: {members:?}"
+    );
     std::fs::write(dir.path().join("go"), "").unwrap();
     assert_eq!(holder.wait().code(), Some(0));
     assert_eq!(w.wait().code(), Some(0));

@@ -41,7 +41,7 @@ async fn the_seeds_verify_the_behavior_script() {
     );
     assert_eq!(
         redis.get("lock:{seat-42}").as_deref(),
-        Some(b.token()),
+        Some(b.token().as_str()),
         "B's lock is untouched"
     );
 

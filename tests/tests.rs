@@ -20,6 +20,7 @@ mod redlock;
 mod release;
 mod replicas_and_sentinel;
 mod running;
+mod second_review;
 mod secrets_and_tls;
 mod signals;
 mod status;

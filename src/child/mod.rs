@@ -20,7 +20,7 @@ mod spawn;
 mod tree;
 
 pub use spawn::spawn;
-use tree::job_processes;
+use tree::{describe, job_processes};
 
 /// Finds `program` as the shell would (on PATH unless it has a slash), before any lock is
 /// taken: not found is 127, found but not executable 126.
@@ -212,6 +212,17 @@ impl Target {
         if signal != Signal::SIGKILL && signal != Signal::SIGCONT {
             self.signal(Signal::SIGCONT);
         }
+    }
+
+    /// The job's live processes, as "pid (program), ...", for the line that says what the
+    /// sweep stops.
+    pub fn leftovers(&self) -> String {
+        let mut processes = job_processes();
+        if let Target::Group(pgid) = self {
+            // Members first: they are what the group kill reaches.
+            processes.sort_by_key(|p| p.pgid != *pgid);
+        }
+        describe(&processes)
     }
 
     /// Whether anything of the job is still alive, given whether we still have children at

@@ -37,6 +37,23 @@ pub fn job_processes() -> Vec<Process> {
     job
 }
 
+/// "1234 (sleep), 1240 (backupd)": the job's live processes, for the line that says what the
+/// sweep stops.
+pub fn describe(processes: &[Process]) -> String {
+    let named: Vec<String> = processes
+        .iter()
+        .filter(|p| !p.zombie)
+        .map(|p| {
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", p.pid)).unwrap_or_default();
+            match comm.trim() {
+                "" => p.pid.to_string(),
+                name => format!("{} ({name})", p.pid),
+            }
+        })
+        .collect();
+    named.join(", ")
+}
+
 /// The children of `pid`, from `/proc/PID/task/*/children` (one file per thread: orphans are
 /// re-parented to whichever of our threads).
 fn children(pid: Pid) -> Vec<Pid> {

@@ -191,13 +191,10 @@ pub struct RunArgs {
     pub min_hold: Option<Duration>,
 
     /// Let up to N runs hold the lock at once (a semaphore); every run of NAME must use the same N
-    #[arg(
-        long,
-        value_name = "N",
-        env = "LOCKED_RUN_HOLDERS",
-        hide_env_values = true,
-        default_value_t = 1
-    )]
+    ///
+    /// No environment variable sets it: the command gets LOCKED_RUN_HOLDERS to read, and a
+    /// locked-run that the command starts must not take the outer run's N as its own.
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub holders: u32,
 
     /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)

@@ -121,7 +121,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         "PEXPIRE 1",
         "DEL",
     ];
-    let by_key: [(String, &[&str]); 7] = [
+    let by_key: [(String, &[&str]); 8] = [
         (
             name.lock_key(),
             &["SET x", "GET", "EXISTS", "TYPE", "PTTL", "PEXPIRE 1", "DEL"],
@@ -132,6 +132,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         (name.holders_meta_key(), hash),
         (name.queue_key(), sorted_set),
         (name.queue_alive_key(), sorted_set),
+        (name.gone_key(), sorted_set),
     ];
     let words = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
     let mut needed = vec![

@@ -216,8 +216,13 @@ impl Backend for FileLock {
         &self.key
     }
 
-    fn token(&self) -> &str {
-        &self.token
+    fn token(&self) -> String {
+        self.token.clone()
+    }
+
+    /// Nothing can be on its way to a kernel lock: what may be held is released.
+    async fn give_back(&self, timeout: Duration) -> Result<bool, BackendError> {
+        self.release(None, timeout).await
     }
 
     async fn try_acquire(

@@ -85,7 +85,7 @@ impl ServerLock {
             self.holders_key.as_bytes(),
             self.holders_meta_key.as_bytes(),
         );
-        let queue = self.queue_key.as_bytes();
+        let alive = self.queue_alive_key.as_bytes();
         let commands: [&[&[u8]]; 10] = [
             &[b"MULTI"],
             &[b"GET", lock],
@@ -95,7 +95,7 @@ impl ServerLock {
             &[b"TIME"],
             &[b"ZRANGE", holders, b"0", b"-1", b"WITHSCORES"],
             &[b"HGETALL", meta],
-            &[b"ZCARD", queue],
+            &[b"ZRANGE", alive, b"0", b"-1", b"WITHSCORES"],
             &[b"EXEC"],
         ];
         let replies = self
@@ -109,8 +109,20 @@ impl ServerLock {
         let [value, pttl, holder_hash, fence, time, members, meta, queued] = exec.items() else {
             return Err(self.unexpected(&exec));
         };
-        // Fair waiters in the queue (one SIGKILLed counts until its place lapses, 2 s).
-        let waiters = queued.as_int().map(|n| n as u64);
+        let now_ms = match time.items() {
+            [secs, micros] => {
+                secs.as_int().unwrap_or(0) * 1000 + micros.as_int().unwrap_or(0) / 1000
+            }
+            _ => return Err(self.unexpected(&exec)),
+        };
+        // The live waiters in the queue: a place whose keep-alive ended (a SIGKILLed waiter)
+        // is not counted, though no attempt has dropped it yet.
+        let waiters = Some(
+            scored(queued)
+                .iter()
+                .filter(|(_, ends)| *ends as i64 > now_ms)
+                .count() as u64,
+        );
         let fence = fence.as_text().and_then(|f| f.parse().ok());
         if let Some(value) = value.as_text() {
             let fields = hash(holder_hash);
@@ -143,27 +155,10 @@ impl ServerLock {
                 ..Report::default()
             });
         }
-        let now_ms = match time.items() {
-            [secs, micros] => {
-                secs.as_int().unwrap_or(0) * 1000 + micros.as_int().unwrap_or(0) / 1000
-            }
-            _ => return Err(self.unexpected(&exec)),
-        };
         let meta = hash(meta);
-        // WITHSCORES: flat pairs in RESP2, an array of [member, score] in RESP3.
-        let flat: Vec<&Reply> = members
-            .items()
-            .iter()
-            .flat_map(|m| match m {
-                Reply::Array(Some(pair)) => pair.iter().collect(),
-                other => vec![other],
-            })
-            .collect();
-        let slots: Vec<Slot> = flat
-            .chunks(2)
-            .filter_map(|pair| {
-                let token = pair.first()?.as_text()?;
-                let ends: f64 = pair.get(1)?.as_text()?.parse().ok()?;
+        let slots: Vec<Slot> = scored(members)
+            .into_iter()
+            .filter_map(|(token, ends)| {
                 let left = ends as i64 - now_ms;
                 (left > 0).then(|| Slot {
                     busy: Busy {
@@ -185,6 +180,25 @@ impl ServerLock {
             ..Report::default()
         })
     }
+}
+
+/// A sorted set's members with their scores (`ZRANGE ... WITHSCORES`: flat pairs in RESP2, an
+/// array of [member, score] in RESP3).
+fn scored(reply: &Reply) -> Vec<(String, f64)> {
+    let flat: Vec<&Reply> = reply
+        .items()
+        .iter()
+        .flat_map(|m| match m {
+            Reply::Array(Some(pair)) => pair.iter().collect(),
+            other => vec![other],
+        })
+        .collect();
+    flat.chunks(2)
+        .filter_map(|pair| {
+            let score = pair.get(1)?.as_text()?.parse().ok()?;
+            Some((pair.first()?.as_text()?, score))
+        })
+        .collect()
 }
 
 /// A hash's reply (a flat list of fields and values) as a map.

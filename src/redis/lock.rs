@@ -2,7 +2,7 @@
 //! Sentinel or in a Cluster), through the Lua scripts of the protocol. It keeps no lease length
 //! of its own: every grant and renewal is given the run's [`Timings`].
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Freed, KEEP_ALIVE, Report, wall_clock_ms};
@@ -10,9 +10,18 @@ use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
-use crate::redis::replies::{as_flag, parse_attempt};
+use crate::redis::replies::{as_flag, parse_attempt, queued};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore};
+
+/// How long a token given back stays buried: an attempt of it that reaches the server later
+/// than this (held up in a proxy, a stalled network) could still take the lock.
+pub const BURY_FOR: Duration = Duration::from_secs(600);
+
+/// A fresh owner's token.
+pub(crate) fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {
@@ -25,14 +34,20 @@ pub struct ServerLock {
     pub(super) holders_meta_key: String,
     pub(super) queue_key: String,
     pub(super) queue_alive_key: String,
+    pub(super) gone_key: String,
     pub(super) channel: String,
     /// Fair waiting (the default; not for Redlock): a waiter keeps a place in the queue.
     fair: bool,
-    /// This lock's last attempt joined the queue (or kept its place there).
+    /// Whether waiters use the queue at all (not on Redlock's servers, whose waiters race).
+    queueing: bool,
+    /// This lock's last attempt may have joined the queue (or kept its place there): set
+    /// before a listening attempt is sent, cleared by a reply that says otherwise.
     queued: Cell<bool>,
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
-    pub(super) token: String,
+    /// The owner's unique token. A token that was given back is buried on the server and
+    /// never used again: the run goes on with a fresh one ([`ServerLock::retire_token`]).
+    token: RefCell<String>,
     pub(super) host: String,
     pub(super) pid: String,
     pub(super) command: String,
@@ -53,13 +68,15 @@ impl ServerLock {
             holders_meta_key: name.holders_meta_key(),
             queue_key: name.queue_key(),
             queue_alive_key: name.queue_alive_key(),
+            gone_key: name.gone_key(),
             channel: name.channel(),
             fair: false,
+            queueing: true,
             queued: Cell::new(false),
             holders: 1,
             node,
             name,
-            token: uuid::Uuid::new_v4().to_string(),
+            token: RefCell::new(new_token()),
             host,
             pid: std::process::id().to_string(),
             // A semaphore's metadata is tab-separated: no control character in a field.
@@ -82,6 +99,13 @@ impl ServerLock {
         self
     }
 
+    /// Waiters keep no place in the queue and race at every release, whatever other runs do
+    /// (Redlock's servers: its waiters wake on any server's release).
+    pub(crate) fn without_queue(mut self) -> ServerLock {
+        self.queueing = false;
+        self
+    }
+
     /// Up to `holders` runs may hold the lock at once (a semaphore; 1 is one holder).
     pub fn with_holders(mut self, holders: u32) -> ServerLock {
         self.holders = holders;
@@ -93,8 +117,13 @@ impl ServerLock {
     }
 
     /// The owner's unique token: the value of `lock:{NAME}` while we hold it.
-    pub fn token(&self) -> &str {
-        &self.token
+    pub fn token(&self) -> String {
+        self.token.borrow().clone()
+    }
+
+    /// Takes `token` as the owner's token from now on (Redlock: one token on every server).
+    pub(crate) fn set_token(&self, token: &str) {
+        token.clone_into(&mut self.token.borrow_mut());
     }
 
     /// The server's URL without its password.
@@ -128,13 +157,18 @@ impl ServerLock {
         let since = wall_clock_ms().to_string();
         let ttl_ms = timings.ttl_ms();
         let keep_alive = KEEP_ALIVE.as_millis().to_string();
-        // `-n` never queues and never goes before a waiter; a fair waiter queues.
-        let mode = match (listen, self.fair) {
-            (false, _) => "peek",
-            (true, true) => "queue",
-            (true, false) => "race",
+        // `-n` never queues and never goes before a waiter; a fair waiter queues, and so does
+        // a `--no-fair` one that finds the lock busy (it races only other racers).
+        let mode = match (listen, self.queueing, self.fair) {
+            (false, _, _) => "peek",
+            (true, false, _) => "any",
+            (true, true, true) => "queue",
+            (true, true, false) => "race",
         };
         let listen = listen.then_some(self.channel.as_str());
+        let token = self.token();
+        // Set before the request leaves: a run interrupted before the reply may hold a place.
+        self.queued.set(mode == "queue" || mode == "race");
         let reply = if self.holders == 1 {
             let keys = [
                 self.lock_key.as_str(),
@@ -144,9 +178,10 @@ impl ServerLock {
                 &self.holders_meta_key,
                 &self.queue_key,
                 &self.queue_alive_key,
+                &self.gone_key,
             ];
             let args = [
-                self.token.as_str(),
+                token.as_str(),
                 &ttl_ms,
                 &self.host,
                 &self.pid,
@@ -167,10 +202,11 @@ impl ServerLock {
                 &self.holders_meta_key,
                 &self.queue_key,
                 &self.queue_alive_key,
+                &self.gone_key,
             ];
             let limit = self.holders.to_string();
             let args = [
-                self.token.as_str(),
+                token.as_str(),
                 &ttl_ms,
                 &limit,
                 &self.host,
@@ -185,9 +221,17 @@ impl ServerLock {
                 .eval(script, &keys, &args, timeout, listen)
                 .await?
         };
+        if reply.items().first().and_then(Reply::as_int) == Some(3) {
+            // Our own token, buried: every give-back is followed by a fresh token, so only a
+            // bug (or another program reusing the token) gets here. Say so, rather than wait.
+            return Err(BackendError::Refused(format!(
+                "Redis at {} refused lock {}: its token was already given back",
+                self.node.address(),
+                self.name
+            )));
+        }
         let attempt = parse_attempt(&reply).ok_or_else(|| self.unexpected(&reply))?;
-        self.queued
-            .set(mode == "queue" && matches!(attempt, Attempt::Busy(_)));
+        self.queued.set(queued(&reply));
         if let (Attempt::Acquired { .. }, Some((replicas, wait))) = (&attempt, self.wait_replicas) {
             self.replicas_acknowledge(replicas, wait).await?;
         }
@@ -222,7 +266,12 @@ impl ServerLock {
         match acked {
             Ok(acked) if acked >= i64::from(replicas) => Ok(()),
             other => {
-                let _ = self.release_within(None, self.node.connect_timeout()).await;
+                // The grant is given back and its token retired: a WAIT that timed out may
+                // leave the give-back unconfirmed, and the next attempt must not be "ours".
+                let _ = self
+                    .give_back_within(self.publish_command(), self.node.connect_timeout())
+                    .await;
+                self.set_token(&new_token());
                 Err(match other {
                     Ok(acked) => BackendError::Refused(format!(
                         "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged lock {} \
@@ -255,7 +304,8 @@ impl ServerLock {
                 [self.holders_key.as_str(), &self.holders_meta_key],
             ),
         };
-        let args = [self.token.as_str(), ttl_ms.as_str()];
+        let token = self.token();
+        let args = [token.as_str(), ttl_ms.as_str()];
         let Some((replicas, wait)) = self.wait_replicas else {
             let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
             return as_flag(&reply).ok_or_else(|| self.unexpected(&reply));
@@ -310,8 +360,38 @@ impl ServerLock {
             ),
         };
         let keys = [key.as_str(), meta, &self.queue_key, &self.queue_alive_key];
-        let args = [self.token.as_str(), &keep_ms, &self.channel, publish];
+        let token = self.token();
+        let args = [token.as_str(), &keep_ms, &self.channel, publish];
         let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
+        as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+    }
+
+    /// Gives back everything the current token may hold or have queued, and buries it (see
+    /// `scripts::GIVE_BACK`); `publish` empty wakes nobody. The caller takes a fresh token.
+    pub(crate) async fn give_back_within(
+        &self,
+        publish: &str,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        self.queued.set(false);
+        let token = self.token();
+        let bury_ms = BURY_FOR.as_millis().to_string();
+        let keys = [
+            self.lock_key.as_str(),
+            &self.holder_key,
+            &self.holders_key,
+            &self.holders_meta_key,
+            &self.queue_key,
+            &self.queue_alive_key,
+            &self.gone_key,
+        ];
+        let args = [token.as_str(), &self.channel, publish, &bury_ms];
+        // In one request: the give-back's reply may be lost too, and a NOSCRIPT that never
+        // came back would leave the EVAL after it unsent.
+        let reply = self
+            .node
+            .eval_in_one(&scripts::GIVE_BACK, &keys, &args, timeout)
+            .await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
@@ -352,8 +432,8 @@ impl Backend for ServerLock {
         &self.lock_key
     }
 
-    fn token(&self) -> &str {
-        &self.token
+    fn token(&self) -> String {
+        ServerLock::token(self)
     }
 
     async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
@@ -381,30 +461,17 @@ impl Backend for ServerLock {
     }
 
     fn queues(&self) -> bool {
-        self.fair
+        self.queued.get()
     }
 
-    async fn leave(&self) {
-        if !self.queued.replace(false) {
-            return;
-        }
-        let left = self
-            .node
-            .eval(
-                &scripts::LEAVE,
-                &[&self.queue_key, &self.queue_alive_key, &self.lock_key],
-                &[&self.token, &self.channel, self.publish_command()],
-                self.node.connect_timeout().min(Duration::from_secs(1)),
-                None,
-            )
-            .await;
-        if let Err(e) = left {
-            tracing::info!(
-                "could not leave the queue of lock {} ({e}); the place lapses within {}",
-                self.name,
-                crate::lease::show(KEEP_ALIVE)
-            );
-        }
+    fn races(&self) -> bool {
+        !self.fair
+    }
+
+    async fn give_back(&self, timeout: Duration) -> Result<bool, BackendError> {
+        let given = self.give_back_within(self.publish_command(), timeout).await;
+        self.set_token(&new_token());
+        given
     }
 
     async fn inspect(&self) -> Result<Report, BackendError> {

@@ -40,7 +40,7 @@ pub const SCRIPTS: [&Script; 10] = [
     &scripts::RELEASE,
     &scripts::RAISE_FENCE,
     &scripts::FORCE_RELEASE,
-    &scripts::LEAVE,
+    &scripts::GIVE_BACK,
     &semaphore::ACQUIRE,
     &semaphore::RENEW,
     &semaphore::RELEASE,

@@ -62,6 +62,18 @@ pub(super) fn holder(
     }
 }
 
+/// Whether an attempt's busy or queued reply says it holds a place in the queue (its last
+/// item; a grant never does).
+pub(super) fn queued(reply: &Reply) -> bool {
+    let items = reply.items();
+    let at = match items.first().and_then(Reply::as_int) {
+        Some(0) => 7,
+        Some(2) => 3,
+        _ => return false,
+    };
+    items.get(at).and_then(Reply::as_int) == Some(1)
+}
+
 pub(super) fn as_flag(reply: &Reply) -> Option<bool> {
     reply.as_int().map(|i| i == 1)
 }

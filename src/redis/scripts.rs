@@ -25,18 +25,31 @@ pub struct Script {
 /// - `prune(queue, alive, now)`: drops the waiters whose keep-alive ended (a SIGKILLed
 ///   waiter), from both keys;
 /// - `outlive(keys, ms)`: makes each key live at least `ms` longer;
-/// - `enqueue(queue, alive, token, now, ms)`: joins the queue at its end (or keeps its place),
+/// - `member(token, racer)`, `is_racer(member)`: a waiter's place in the queue is its token, or
+///   `~` and its token for a `--no-fair` waiter (a racer);
+/// - `enqueue(queue, alive, member, now, ms)`: joins the queue at its end (or keeps its place),
 ///   alive `ms` longer; both keys outlive every member;
+/// - `may_take(queue, member, free)`: whether a waiter may take one of `free` free places: a
+///   fair waiter when fewer than `free` waiters (of either kind) came before it, a racer when
+///   fewer than `free` fair waiters did (racers race among themselves, never past a fair waiter
+///   that came first);
+/// - `turn(queue)`: the release message: the head's token (only it need ask), `race` when the
+///   head is a racer (every racer before the first fair waiter may ask), `released` without a
+///   queue;
 /// - `drop_lapsed(holders, meta, now)`: drops the semaphore holders whose lease ended (a
 ///   SIGKILLed holder), from both keys;
 /// - `fields(meta)`: a semaphore holder's packed metadata, `host pid command since fence`;
-/// - `dequeue(queue, alive, token)`: leaves it (deleting both keys once empty);
+/// - `dequeue(queue, alive, member)`: leaves it (deleting both keys once empty);
+/// - `bury(gone, token, now, ms)`, `buried(gone, token)`: a token given back is kept in
+///   `gone:{NAME}` for `ms`, and an attempt that carries it is refused: a request still on its
+///   way when its run gave up must not take the lock (or a place in the queue) for a run that
+///   has gone on without it;
 /// - `announce(command, channel, message)`: publishes a release, falling back to PUBLISH on a
 ///   Redis 6 Cluster (no SPUBLISH there; its PUBLISH reaches every node); a user that may not
 ///   publish still releases (its waiters poll).
 ///
-/// The queue is `queue:{NAME}`, tokens scored by arrival, and `queue-alive:{NAME}`, the same
-/// tokens scored by the end of their keep-alive on the server's clock.
+/// The queue is `queue:{NAME}`, members scored by arrival, and `queue-alive:{NAME}`, the same
+/// members scored by the end of their keep-alive on the server's clock.
 macro_rules! lua_helpers {
     () => {
         r#"
@@ -62,13 +75,59 @@ local function outlive(keys, ms)
     end
   end
 end
-local function enqueue(queue, alive, token, now, ms)
-  if not redis.call('ZSCORE', queue, token) then
-    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', queue, (tonumber(last[2]) or 0) + 1, token)
+local function member(token, racer)
+  if racer then
+    return '~' .. token
   end
-  redis.call('ZADD', alive, now + ms, token)
+  return token
+end
+local function is_racer(m)
+  return string.sub(m, 1, 1) == '~'
+end
+local function enqueue(queue, alive, m, now, ms)
+  if not redis.call('ZSCORE', queue, m) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', queue, (tonumber(last[2]) or 0) + 1, m)
+  end
+  redis.call('ZADD', alive, now + ms, m)
   outlive({queue, alive}, ms)
+end
+local function may_take(queue, m, free)
+  local ahead = redis.call('ZRANK', queue, m) or redis.call('ZCARD', queue)
+  if ahead < free then
+    return true
+  end
+  if not is_racer(m) then
+    return false
+  end
+  local fair = 0
+  for _, other in ipairs(redis.call('ZRANGE', queue, 0, ahead - 1)) do
+    if not is_racer(other) then
+      fair = fair + 1
+      if fair >= free then
+        return false
+      end
+    end
+  end
+  return true
+end
+local function turn(queue)
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not head then
+    return 'released'
+  end
+  if is_racer(head) then
+    return 'race'
+  end
+  return head
+end
+local function bury(gone, token, now, ms)
+  redis.call('ZREMRANGEBYSCORE', gone, '-inf', now)
+  redis.call('ZADD', gone, now + ms, token)
+  outlive({gone}, ms)
+end
+local function buried(gone, token)
+  return redis.call('EXISTS', gone) == 1 and redis.call('ZSCORE', gone, token) ~= false
 end
 local function drop_lapsed(holders, meta, now)
   local gone = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
@@ -80,9 +139,9 @@ end
 local function fields(meta)
   return string.match(meta or '', '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)$')
 end
-local function dequeue(queue, alive, token)
-  redis.call('ZREM', queue, token)
-  redis.call('ZREM', alive, token)
+local function dequeue(queue, alive, m)
+  redis.call('ZREM', queue, m)
+  redis.call('ZREM', alive, m)
   if redis.call('ZCARD', queue) == 0 then
     redis.call('DEL', queue, alive)
   end
@@ -97,21 +156,28 @@ end
 }
 pub(crate) use lua_helpers;
 
-/// KEYS: lock, fence, holder, holders, holders-meta, queue, queue-alive. ARGV: token, ttl ms,
-/// host, pid, command, since ms, mode, keep-alive ms. The mode: `queue` (a fair waiter: the
-/// lock is taken only when nobody waits before us, else we join or keep our place), `peek`
+/// KEYS: lock, fence, holder, holders, holders-meta, queue, queue-alive, gone. ARGV: token,
+/// ttl ms, host, pid, command, since ms, mode, keep-alive ms. The mode: `queue` (a fair waiter:
+/// the lock is taken only when nobody waits before us, else we join or keep our place), `peek`
 /// (`-n`: taken only when nobody waits at all; never queues), `race` (`--no-fair`: taken
-/// whenever free).
+/// whenever free and no fair waiter came first; a racer that finds it busy queues too, so that
+/// it is never served after a fair waiter that came later), `any` (Redlock's servers: taken
+/// whenever free; the queue is neither read nor joined).
 ///
 /// Returns `{1, fence}` when acquired (or when the lock already holds our token: an earlier
-/// attempt whose reply was lost), else `{0, pttl, host, pid, command, since, fence}` describing
-/// the holder (metadata fields are nil when the holder is not a `locked-run`), `{2, ms, k}` when
-/// it is free but k waiters come first (ms: until the first one's keep-alive ends), or `{-1, N}`
-/// while runs with `--holders N` hold it (see `semaphore`).
+/// attempt whose reply was lost), else `{0, pttl, host, pid, command, since, fence, queued}`
+/// describing the holder (metadata fields are nil when the holder is not a `locked-run`;
+/// queued is 1 when this attempt holds a place in the queue), `{2, ms, k, queued}` when it is
+/// free but k waiters come first (ms: until the first one's keep-alive ends), `{-1, N}` while
+/// runs with `--holders N` hold it (see `semaphore`), or `{3}` when the token was given back
+/// (an attempt that arrived after its run gave up on it).
 pub const ACQUIRE: Script = Script {
     source: concat!(
         lua_helpers!(),
         r#"
+if buried(KEYS[8], ARGV[1]) then
+  return {3}
+end
 if redis.call('EXISTS', KEYS[4]) == 1 then
   if redis.call('ZCOUNT', KEYS[4], '(' .. clock(), '+inf') > 0 then
     return {-1, tonumber(redis.call('HGET', KEYS[5], 'limit')) or 0}
@@ -122,14 +188,19 @@ if fence_type ~= 'none' and fence_type ~= 'string' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
 end
 local mode = ARGV[7]
+local m = member(ARGV[1], mode == 'race')
 local now = 0
-local head = false
-if mode ~= 'race' and redis.call('EXISTS', KEYS[6]) == 1 then
+local allowed = true
+if mode ~= 'any' and redis.call('EXISTS', KEYS[6]) == 1 then
   now = clock()
   prune(KEYS[6], KEYS[7], now)
-  head = redis.call('ZRANGE', KEYS[6], 0, 0)[1] or false
+  if mode == 'peek' then
+    allowed = redis.call('ZCARD', KEYS[6]) == 0
+  else
+    allowed = may_take(KEYS[6], m, 1)
+  end
 end
-if (not head or head == ARGV[1]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if allowed and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
   if not ok then
     redis.call('DEL', KEYS[1])
@@ -139,8 +210,8 @@ if (not head or head == ARGV[1]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', '
   redis.call('HSET', KEYS[3], 'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4],
              'command', ARGV[5], 'since', ARGV[6], 'fence', fence)
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  if head then
-    dequeue(KEYS[6], KEYS[7], ARGV[1])
+  if now > 0 then
+    dequeue(KEYS[6], KEYS[7], m)
   end
   return {1, fence}
 end
@@ -149,27 +220,30 @@ local meta = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'command', 'si
 if value == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  dequeue(KEYS[6], KEYS[7], ARGV[1])
+  dequeue(KEYS[6], KEYS[7], m)
   return {1, tonumber(meta[6] or redis.call('GET', KEYS[2]))}
 end
-if mode == 'queue' then
+local queued = 0
+if mode == 'queue' or mode == 'race' then
   if now == 0 then
     now = clock()
   end
-  enqueue(KEYS[6], KEYS[7], ARGV[1], now, tonumber(ARGV[8]))
+  enqueue(KEYS[6], KEYS[7], m, now, tonumber(ARGV[8]))
+  queued = 1
 end
 if not value then
-  local ahead = redis.call('ZRANK', KEYS[6], ARGV[1]) or redis.call('ZCARD', KEYS[6])
+  local ahead = redis.call('ZRANK', KEYS[6], m) or redis.call('ZCARD', KEYS[6])
+  local head = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
   local alive = head and tonumber(redis.call('ZSCORE', KEYS[7], head)) or now
-  return {2, math.max(alive - now, 0), ahead}
+  return {2, math.max(alive - now, 0), ahead, queued}
 end
 if meta[1] ~= value then
   meta = {false, false, false, false, false, false}
 end
-return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6]}
+return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "e416d95ba3e2c7352d10c5131c036d47cee8c0e1",
+    sha1: "05b499ca472562f6073ae5fecbaa73b3ce8cb2fd",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -230,8 +304,8 @@ return 2
 /// KEYS: lock, holder, queue, queue-alive. ARGV: token, keep ms (0: delete now), channel, and
 /// the publish command (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in
 /// the lock's slot; empty for a Redlock grant given back without waking anyone).
-/// Compare-and-DEL plus a publish that wakes waiters: the message is the token of the first
-/// fair waiter (only it need ask), or `released` for anyone; or, with keep > 0,
+/// Compare-and-DEL plus a publish that wakes waiters (the message is the queue's `turn`); or,
+/// with keep > 0,
 /// compare-and-PEXPIRE to the rest of `--min-hold`. 1 when the lock was ours, else 0.
 pub const RELEASE: Script = Script {
     source: concat!(
@@ -252,14 +326,14 @@ if ARGV[4] ~= '' then
   local message = 'released'
   if redis.call('EXISTS', KEYS[3]) == 1 then
     prune(KEYS[3], KEYS[4], clock())
-    message = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or 'released'
+    message = turn(KEYS[3])
   end
   announce(ARGV[4], ARGV[3], message)
 end
 return 1
 "#
     ),
-    sha1: "a4c70feca3f6b075fe64d2c842ffc14cbfaabcbc",
+    sha1: "4480711b89f21876db8c7096a901774b478a3a35",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -328,27 +402,55 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "e8910d2e6df38473155c8a61a6b9ee3273ce495e",
+    sha1: "87d1e7eddc82bbef7cc360c9646fc4664d3d9eab",
 };
 
-/// KEYS: queue, queue-alive, lock. ARGV: token, channel, publish command. A fair waiter that
-/// gives up (`-w` ran out, a signal) leaves the queue at once; if the lock is free, the next
-/// waiter is told its turn has come, rather than wait for our keep-alive to end.
-pub const LEAVE: Script = Script {
+/// KEYS: lock, holder, holders, holders-meta, queue, queue-alive, gone. ARGV: token, channel,
+/// publish command (empty: wake nobody, for a Redlock grant that made no quorum), ms to keep
+/// the token buried. A waiter that ends without the lock (or a grant it cannot use) gives back
+/// everything its token may hold, in one step: its place in the queue, the lock or its
+/// semaphore slot, and buries the token so that an attempt of it still on its way is refused
+/// when it lands (the run goes on, if it does, with a fresh token). If the lock is then free,
+/// the waiters whose turn it is are told. 1 when the lock or a slot was ours, else 0.
+pub const GIVE_BACK: Script = Script {
     source: concat!(
         lua_helpers!(),
         r#"
-local was_head = redis.call('ZRANGE', KEYS[1], 0, 0)[1] == ARGV[1]
-dequeue(KEYS[1], KEYS[2], ARGV[1])
-if was_head and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[1]) == 1 then
-  prune(KEYS[1], KEYS[2], clock())
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-  if head then
-    announce(ARGV[3], ARGV[2], head)
-  end
+local now = clock()
+local token = ARGV[1]
+bury(KEYS[7], token, now, tonumber(ARGV[4]))
+local was_head = false
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  was_head = head == token or head == member(token, true)
+  dequeue(KEYS[5], KEYS[6], token)
+  dequeue(KEYS[5], KEYS[6], member(token, true))
 end
-return 1
+local released = 0
+local message = nil
+local ok, value = pcall(redis.call, 'GET', KEYS[1])
+if ok and value == token then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  released = 1
+end
+local counted, score = pcall(redis.call, 'ZSCORE', KEYS[3], token)
+if counted and score then
+  redis.call('ZREM', KEYS[3], token)
+  redis.call('HDEL', KEYS[4], token)
+  if redis.call('ZCARD', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[3], KEYS[4])
+  end
+  released = 1
+  message = 'released'
+end
+if ARGV[3] ~= '' and (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    prune(KEYS[5], KEYS[6], now)
+  end
+  announce(ARGV[3], ARGV[2], message or turn(KEYS[5]))
+end
+return released
 "#
     ),
-    sha1: "d69e84bc289670a510b759e11c69847821990a8b",
+    sha1: "6029d6bc557269993b94405c227a22a126000551",
 };

@@ -16,18 +16,24 @@
 
 use super::scripts::{Script, lua_helpers};
 
-/// KEYS: lock, fence, holders, meta, queue, queue-alive. ARGV: token, ttl ms, N, host, pid,
-/// command, since ms, mode, keep-alive ms (the mode and the queue as for one holder's
-/// `scripts::ACQUIRE`: of k free slots, the first k fair waiters may take one).
+/// KEYS: lock, fence, holders, meta, queue, queue-alive, gone. ARGV: token, ttl ms, N, host,
+/// pid, command, since ms, mode, keep-alive ms (the mode and the queue as for one holder's
+/// `scripts::ACQUIRE`: of k free slots, a fair waiter may take one when fewer than k waiters
+/// came before it, a racer when fewer than k fair waiters did). Lapsed places in the queue are
+/// dropped at every attempt, also while every slot is taken.
 ///
 /// `{1, fence}` when a slot is taken (or already ours: an earlier attempt whose reply was
-/// lost); `{0, ms until the soonest lease ends, host, pid, command, since, fence}` of that
-/// holder when all N are held; `{2, ms, k}` when a slot is free but k waiters come first;
-/// `{-1, M}` when the current holders use another N (M; 1 for a one-holder lock).
+/// lost); `{0, ms until the soonest lease ends, host, pid, command, since, fence, queued}` of
+/// that holder when all N are held; `{2, ms, k, queued}` when a slot is free but k waiters
+/// come first; `{-1, M}` when the current holders use another N (M; 1 for a one-holder lock);
+/// `{3}` when the token was given back.
 pub const ACQUIRE: Script = Script {
     source: concat!(
         lua_helpers!(),
         r#"
+if buried(KEYS[7], ARGV[1]) then
+  return {3}
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {-1, 1}
 end
@@ -37,6 +43,8 @@ if fence_type ~= 'none' and fence_type ~= 'string' then
 end
 local now = clock()
 local ttl = tonumber(ARGV[2])
+local mode = ARGV[8]
+local m = member(ARGV[1], mode == 'race')
 drop_lapsed(KEYS[3], KEYS[4], now)
 local count = redis.call('ZCARD', KEYS[3])
 local limit = tonumber(redis.call('HGET', KEYS[4], 'limit'))
@@ -46,38 +54,35 @@ end
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[1])
   outlive({KEYS[3], KEYS[4]}, ttl)
-  dequeue(KEYS[5], KEYS[6], ARGV[1])
+  dequeue(KEYS[5], KEYS[6], m)
   local _, _, _, _, fence = fields(redis.call('HGET', KEYS[4], ARGV[1]))
   return {1, tonumber(fence) or tonumber(redis.call('GET', KEYS[2]))}
 end
 local free = tonumber(ARGV[3]) - count
-local mode = ARGV[8]
 local allowed = free > 0
-if allowed and mode ~= 'race' and redis.call('EXISTS', KEYS[5]) == 1 then
+if mode ~= 'any' and redis.call('EXISTS', KEYS[5]) == 1 then
   prune(KEYS[5], KEYS[6], now)
-  local waiting = redis.call('ZCARD', KEYS[5])
-  local rank = redis.call('ZRANK', KEYS[5], ARGV[1])
-  if mode == 'peek' then
-    allowed = waiting == 0
-  else
-    allowed = waiting == 0 or (rank ~= false and rank < free)
+  if allowed and mode == 'peek' then
+    allowed = redis.call('ZCARD', KEYS[5]) == 0
+  elseif allowed then
+    allowed = may_take(KEYS[5], m, free)
   end
 end
 if not allowed then
-  if mode == 'queue' then
-    enqueue(KEYS[5], KEYS[6], ARGV[1], now, tonumber(ARGV[9]))
+  local queued = 0
+  if mode == 'queue' or mode == 'race' then
+    enqueue(KEYS[5], KEYS[6], m, now, tonumber(ARGV[9]))
+    queued = 1
   end
   if free > 0 then
-    local ahead = redis.call('ZRANK', KEYS[5], ARGV[1]) or redis.call('ZCARD', KEYS[5])
+    local ahead = redis.call('ZRANK', KEYS[5], m) or redis.call('ZCARD', KEYS[5])
     local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
     local alive = tonumber(head and redis.call('ZSCORE', KEYS[6], head)) or now
-    return {2, math.max(alive - now, 0), ahead}
+    return {2, math.max(alive - now, 0), ahead, queued}
   end
-end
-if free <= 0 then
   local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   local h, p, c, s, f = fields(redis.call('HGET', KEYS[4], first[1]))
-  return {0, math.max(tonumber(first[2]) - now, 0), h or false, p or false, c or false, s or false, f or false}
+  return {0, math.max(tonumber(first[2]) - now, 0), h or false, p or false, c or false, s or false, f or false, queued}
 end
 local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
 if not ok then
@@ -87,11 +92,11 @@ redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 redis.call('HSET', KEYS[4], 'limit', ARGV[3],
            ARGV[1], ARGV[4] .. '\t' .. ARGV[5] .. '\t' .. ARGV[6] .. '\t' .. ARGV[7] .. '\t' .. fence)
 outlive({KEYS[3], KEYS[4]}, ttl)
-dequeue(KEYS[5], KEYS[6], ARGV[1])
+dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "69a86444f2da0d583b0071a93478028f46cd7613",
+    sha1: "bf2022abfa8bddf8661cf5797884537b0a6046ac",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -111,7 +116,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "2191711a335060f4e09e78d8a9ad57d6edfac4a8",
+    sha1: "ce147bbae3389fd983e9a49d0a1dbb1a7405d910",
 };
 
 /// KEYS: holders, meta (then the queue's two, unused). ARGV: token, keep ms (0: free the slot
@@ -143,5 +148,5 @@ announce(ARGV[4], ARGV[3], 'released')
 return 1
 "#
     ),
-    sha1: "414fdf89de06d887fb917335457ba39ba7ac97a5",
+    sha1: "48e932e7fa9c90bd8127e248eb5b4e7de564d15f",
 };

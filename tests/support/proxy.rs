@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -27,6 +27,12 @@ struct Shared {
     mode: Mutex<Mode>,
     conns: Mutex<Vec<TcpStream>>,
     stop: AtomicBool,
+    /// Each open connection's own delay of its requests (client to server), set by
+    /// [`Proxy::delay_requests_of_open_connections`]; new connections start without.
+    request_delays: Mutex<Vec<Arc<Mutex<Option<Duration>>>>>,
+    /// Request chunks held back by such a delay right now, and those passed on after one.
+    held: AtomicUsize,
+    passed_late: AtomicUsize,
 }
 
 pub struct Proxy {
@@ -43,6 +49,9 @@ impl Proxy {
             mode: Mutex::new(Mode::Pass),
             conns: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            request_delays: Mutex::new(Vec::new()),
+            held: AtomicUsize::new(0),
+            passed_late: AtomicUsize::new(0),
         });
         let s = shared.clone();
         thread::spawn(move || {
@@ -66,13 +75,15 @@ impl Proxy {
                     conns.push(client.try_clone().unwrap());
                     conns.push(server.try_clone().unwrap());
                 }
+                let delay = Arc::new(Mutex::new(None));
+                s.request_delays.lock().unwrap().push(delay.clone());
                 pump(
                     s.clone(),
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
-                    false,
+                    Some(delay),
                 );
-                pump(s.clone(), server, client, true);
+                pump(s.clone(), server, client, None);
             }
         });
         Proxy { port, shared }
@@ -80,6 +91,25 @@ impl Proxy {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// From now on, the requests of every connection open now (one client's, say) are held
+    /// `delay` each before they reach the server, even once the client gave up on them;
+    /// connections opened later pass as the mode says.
+    pub fn delay_requests_of_open_connections(&self, delay: Duration) {
+        for conn in self.shared.request_delays.lock().unwrap().iter() {
+            *conn.lock().unwrap() = Some(delay);
+        }
+    }
+
+    /// Request chunks being held back now by [`Proxy::delay_requests_of_open_connections`].
+    pub fn held(&self) -> usize {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+
+    /// Request chunks passed on to the server after being held back.
+    pub fn passed_late(&self) -> usize {
+        self.shared.passed_late.load(Ordering::SeqCst)
     }
 
     pub fn set(&self, mode: Mode) {
@@ -103,8 +133,15 @@ impl Drop for Proxy {
     }
 }
 
-/// Copies `from` to `to` as the mode says; `replies` is the server-to-client direction.
-fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream, replies: bool) {
+/// Copies `from` to `to` as the mode says; `delay` is given for the client-to-server direction
+/// (requests), and holds each chunk that long while it is set.
+fn pump(
+    shared: Arc<Shared>,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    delay: Option<Arc<Mutex<Option<Duration>>>>,
+) {
+    let replies = delay.is_none();
     thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -121,7 +158,17 @@ fn pump(shared: Arc<Shared>, mut from: TcpStream, mut to: TcpStream, replies: bo
                 Mode::Latency(d) => thread::sleep(d),
                 Mode::Reset => break,
             }
-            if to.write_all(&buf[..n]).is_err() {
+            let held = delay.as_ref().and_then(|d| *d.lock().unwrap());
+            if let Some(d) = held {
+                shared.held.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(d);
+            }
+            let written = to.write_all(&buf[..n]);
+            if held.is_some() {
+                shared.passed_late.fetch_add(1, Ordering::SeqCst);
+                shared.held.fetch_sub(1, Ordering::SeqCst);
+            }
+            if written.is_err() {
                 break;
             }
         }

@@ -351,6 +351,30 @@ impl Node {
         Ok(reply)
     }
 
+    /// [`Node::eval`] in one request whatever the server's script cache holds (EVAL with the
+    /// source, never EVALSHA then EVAL): for a request that must land whole or not at all,
+    /// such as a give-back whose reply may never come.
+    pub async fn eval_in_one(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<Reply, BackendError> {
+        let numkeys = keys.len().to_string();
+        let mut command: Vec<&[u8]> = vec![b"EVAL", script.source.as_bytes(), numkeys.as_bytes()];
+        command.extend(keys.iter().map(|k| k.as_bytes()));
+        command.extend(args.iter().map(|a| a.as_bytes()));
+        let mut replies = self.exchange(&[&command], timeout, None).await?;
+        match replies.pop().unwrap_or(Reply::Array(None)) {
+            Reply::Error(e) => {
+                self.forget().await;
+                Err(self.refused(&e))
+            }
+            reply => Ok(reply),
+        }
+    }
+
     /// [`Node::eval`], with `then` sent right after the script in the same write (`WAIT`,
     /// whose count covers the script's writes): the script's reply, and the replies to `then`.
     pub async fn eval_then(

@@ -25,7 +25,7 @@ use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Wakeup, Wakeups,
 };
 use crate::lease::Timings;
-use crate::redis::lock::ServerLock;
+use crate::redis::lock::{ServerLock, new_token};
 use crate::redis::pubsub::Subscription;
 
 mod quorum;
@@ -47,7 +47,7 @@ pub struct Redlock {
 impl Redlock {
     /// `locks` on distinct servers (at least 3), each with the same token.
     pub fn new(locks: Vec<ServerLock>, node_timeout: Duration) -> Redlock {
-        let token = uuid::Uuid::new_v4().to_string();
+        let token = new_token();
         let locks: Vec<ServerLock> = locks.into_iter().map(|l| l.with_token(&token)).collect();
         Redlock {
             locks,
@@ -67,6 +67,27 @@ impl Redlock {
     fn servers(&self) -> usize {
         self.locks.len()
     }
+
+    /// Gives back, on every server, whatever the current token may hold (`publish`: with a
+    /// wake-up, or none for a grant that made no quorum), and goes on with a fresh token: a
+    /// give-back that lands late must not delete a lock taken again since.
+    async fn retire_token(&self, wake: bool) -> usize {
+        let given = join_all(self.locks.iter().map(|l| async move {
+            match wake {
+                true => {
+                    l.give_back_within(l.publish_command(), self.node_timeout)
+                        .await
+                }
+                false => l.give_back_quietly(self.node_timeout).await,
+            }
+        }))
+        .await;
+        let token = new_token();
+        for lock in &self.locks {
+            lock.set_token(&token);
+        }
+        given.iter().filter(|g| matches!(g, Ok(true))).count()
+    }
 }
 
 impl Backend for Redlock {
@@ -80,7 +101,7 @@ impl Backend for Redlock {
         self.locks[0].key()
     }
 
-    fn token(&self) -> &str {
+    fn token(&self) -> String {
         self.locks[0].token()
     }
 
@@ -126,26 +147,18 @@ impl Backend for Redlock {
                 self.fence.set(fence);
                 return Ok(Attempt::Acquired { fence });
             }
-            // A quorum's grant that cannot be used: released everywhere, with the wake-up
+            // A quorum's grant that cannot be used: given back everywhere, with the wake-up
             // (others may be waiting on it), also where no answer came.
-            join_all(
-                self.locks
-                    .iter()
-                    .map(|l| l.release_within(None, self.node_timeout)),
-            )
-            .await;
+            self.retire_token(true).await;
             return Err(BackendError::Transient(format!(
                 "the fence {fence} was confirmed by {confirmed} of {n} servers, not a quorum of {quorum}"
             )));
         }
-        // No quorum: what we got is given back without a wake-up (see `give_back_within`),
-        // where we got it or may have; a server that answered busy holds another token.
-        join_all(
-            maybe_ours
-                .iter()
-                .map(|&i| self.locks[i].give_back_within(self.node_timeout)),
-        )
-        .await;
+        // No quorum: what we got is given back without a wake-up (see `give_back_quietly`),
+        // where we got it or may have, and the next attempt carries a fresh token.
+        if !maybe_ours.is_empty() {
+            self.retire_token(false).await;
+        }
         if let Some(holders) = mismatch {
             return Ok(Attempt::Mismatch { holders });
         }
@@ -282,6 +295,10 @@ impl Backend for Redlock {
             Some(e) if ours == 0 => Err(e),
             _ => Ok(ours >= quorum),
         }
+    }
+
+    async fn give_back(&self, _timeout: Duration) -> Result<bool, BackendError> {
+        Ok(self.retire_token(true).await > 0)
     }
 
     /// Held when a quorum holds one owner's token; each server's own state in `servers`.

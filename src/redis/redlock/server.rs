@@ -35,7 +35,7 @@ impl ServerLock {
             .eval(
                 &scripts::RAISE_FENCE,
                 &[&self.lock_key, &self.fence_key, &self.holder_key],
-                &[&self.token, &fence],
+                &[&self.token(), &fence],
                 timeout,
                 None,
             )
@@ -44,9 +44,9 @@ impl ServerLock {
     }
 
     /// The same lock with `token` as its owner's token (Redlock: one token on every server).
-    pub(crate) fn with_token(mut self, token: &str) -> ServerLock {
-        self.token = token.to_owned();
-        self
+    pub(crate) fn with_token(self, token: &str) -> ServerLock {
+        self.set_token(token);
+        self.without_queue()
     }
 
     /// Redlock's renewal on this server: extended while ours; where the key is absent, taken
@@ -69,7 +69,7 @@ impl ServerLock {
                 &scripts::RENEW_OR_RETAKE,
                 &[&self.lock_key, &self.holder_key, &self.fence_key],
                 &[
-                    &self.token,
+                    &self.token(),
                     &ttl_ms,
                     &fence,
                     &self.host,
@@ -98,11 +98,11 @@ impl ServerLock {
         }
     }
 
-    /// Gives back a Redlock grant that did not make a quorum: compare-and-DEL with no wake-up.
-    /// Waiters (this one too: it listens on every server) must not be woken by a grant nobody
-    /// could use, or they would all try again at once against a quorum still held, as fast as
-    /// the round trips go.
-    pub(crate) async fn give_back_within(&self, timeout: Duration) -> Result<bool, BackendError> {
-        self.release_script(None, "", timeout).await
+    /// Gives back a Redlock grant that did not make a quorum, and buries its token (see
+    /// `scripts::GIVE_BACK`), with no wake-up. Waiters (this one too: it listens on every
+    /// server) must not be woken by a grant nobody could use, or they would all try again at
+    /// once against a quorum still held, as fast as the round trips go.
+    pub(crate) async fn give_back_quietly(&self, timeout: Duration) -> Result<bool, BackendError> {
+        self.give_back_within("", timeout).await
     }
 }
