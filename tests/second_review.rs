@@ -194,18 +194,15 @@ fn a_no_fair_waiter_is_not_passed_by_fair_waiters_that_came_after_it() {
             ))
             .spawn()
     };
+    // Each has asked once, and listens, before the next one comes.
+    let server = &redis;
+    let listening = |n: i64| move || subscribers(server, "job") == n;
     let first = waiter("fair-1", &[]);
-    wait_until("fair-1 queued", Duration::from_secs(10), || {
-        queued(&redis) == 1
-    });
+    wait_until("fair-1 waits", Duration::from_secs(10), listening(1));
     let racer = waiter("racer", &["--no-fair"]);
-    wait_until("the racer queued", Duration::from_secs(10), || {
-        queued(&redis) == 2
-    });
+    wait_until("the racer waits", Duration::from_secs(10), listening(2));
     let second = waiter("fair-2", &[]);
-    wait_until("fair-2 queued", Duration::from_secs(10), || {
-        queued(&redis) == 3
-    });
+    wait_until("fair-2 waits", Duration::from_secs(10), listening(3));
     std::fs::write(dir.path().join("go"), "").unwrap();
     for running in [holder, first, racer, second] {
         running.wait().expect(0);
