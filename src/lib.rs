@@ -9,7 +9,7 @@
 //! - [`config`]: what a run needs besides the backend ([`config::RunConfig`], how long to wait).
 //! - [`open`]: opening the backend the URLs name, and the runtime.
 //! - [`run`]: the run loop: take the lock, run the child under the lease, release.
-//! - [`wait`]: waiting for a held lock without polling.
+//! - [`session`]: one run's session with its lock: waiting (a pure waiter and its driver).
 //! - [`lease`]: the lease clock (a pure state machine) and the loop that keeps the lease; the
 //!   lease's timings, owned by [`lease::Timings`].
 //! - [`backend`]: the interface every backend implements (acquire, renew, release, wake-ups,
@@ -43,9 +43,10 @@ pub mod open;
 pub mod redis;
 pub mod release;
 pub mod run;
+pub mod session;
 pub mod signals;
 pub mod status;
-pub mod wait;
+
 pub mod watcher;
 
 pub use crate::app::{Outcome, execute};

@@ -17,8 +17,8 @@ use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
 use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Timings, Why, show};
 use crate::notify;
+use crate::session;
 use crate::signals::{Event, Incoming, Signals};
-use crate::wait;
 use crate::watcher::Watcher;
 
 /// Runs `cfg.command`, found at `program` ([`child::resolve`]), under the lock held by
@@ -31,7 +31,7 @@ pub async fn run<B: Backend>(
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     let clock = BootClock;
-    let acquired = wait::acquire(backend, &clock, cfg, &mut signals).await?;
+    let acquired = session::acquire(backend, &clock, cfg, &mut signals).await?;
     tracing::info!(
         event = "acquired",
         fence = acquired.fence,

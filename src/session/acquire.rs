@@ -1,0 +1,136 @@
+//! Taking the lock: the driver of the pure [`Waiter`]. It sends what the waiter asks for
+//! (attempts, a subscription, a give-back), sleeps on the [`Clock`] until the waiter's next
+//! reading, a release message for this run or a signal, and reports back. No polling: a waiter
+//! asks the server again only when something may have changed.
+
+use std::future::Future;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::backend::{Backend, Wakeups};
+use crate::config::RunConfig;
+use crate::exit::Failure;
+use crate::lease::{Clock, show};
+use crate::signals::Signals;
+
+use super::waiter::{Acquired, Facts, Next, Waiter, Woke};
+
+/// How long a give-back may take when leaving without the lock.
+pub const GIVE_BACK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The signals that end a wait (TERM, INT, HUP, QUIT).
+pub trait Interrupts {
+    fn next_ending_wait(&mut self) -> impl Future<Output = Signal>;
+}
+
+impl Interrupts for Signals {
+    async fn next_ending_wait(&mut self) -> Signal {
+        Signals::next_ending_wait(self).await
+    }
+}
+
+/// Takes the lock, waiting as `cfg.patience` allows. A grant that leaves less of the lease than
+/// R + K (a server that took that long to answer) is given back and counts as a failure.
+pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
+    backend: &B,
+    clock: &C,
+    cfg: &RunConfig,
+    interrupts: &mut I,
+) -> Result<Acquired, Failure> {
+    let mut waiter = Waiter::new(cfg, clock.now());
+    let mut wakeups: Option<B::Wakeups<'_>> = None;
+    let mut next = Next::Try;
+    loop {
+        next = match next {
+            Next::Try => {
+                waiter.sending(clock.now());
+                tokio::select! {
+                    biased;
+                    // The attempt in flight may have been granted.
+                    signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, true)),
+                    attempt = backend.try_acquire(&cfg.timings, waiter.listens()) => {
+                        let facts = Facts { lease: backend.has_lease(), queued: backend.queues() };
+                        waiter.answered(clock.now(), attempt, facts)
+                    }
+                }
+            }
+            Next::Subscribe => tokio::select! {
+                biased;
+                signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, false)),
+                subscribed = backend.subscribe() => {
+                    let covered = subscribed.map(|(w, covered)| {
+                        wakeups = Some(w);
+                        covered
+                    });
+                    waiter.subscribed(clock.now(), covered)
+                }
+            },
+            Next::GiveBack => {
+                if let Err(e) = backend.give_back(GIVE_BACK_TIMEOUT).await {
+                    tracing::info!(
+                        "could not give back lock {} granted too late: {e}",
+                        cfg.name
+                    );
+                }
+                waiter.gave_back(clock.now())
+            }
+            Next::Sleep(until) => {
+                let why = tokio::select! {
+                    biased;
+                    signal = interrupts.next_ending_wait() => {
+                        next = Next::Fail(waiter.interrupted(signal, false));
+                        continue;
+                    }
+                    woke = next_for_me(backend, &mut wakeups) => woke,
+                    () = clock.sleep_until(until) => Woke::Time,
+                };
+                waiter.woke(clock.now(), why)
+            }
+            Next::Hold(acquired) => return Ok(acquired),
+            Next::Fail(failure) => return Err(give_back(backend, cfg, &waiter, failure).await),
+        };
+        if !waiter.listening() {
+            wakeups = None;
+        }
+    }
+}
+
+/// The next release message meant for this run (another waiter's turn is slept through); never,
+/// when not listening.
+async fn next_for_me<B: Backend>(backend: &B, wakeups: &mut Option<B::Wakeups<'_>>) -> Woke {
+    let Some(w) = wakeups else {
+        return std::future::pending().await;
+    };
+    loop {
+        match w.next().await {
+            Ok(wakeup) if wakeup.for_me(&backend.token(), backend.races()) => return Woke::Message,
+            Ok(_) => continue,
+            Err(e) => return Woke::Broke(e),
+        }
+    }
+}
+
+/// On every way out without the lock: what an unanswered attempt may have taken, and the
+/// place in the queue, are given back (harmless when nothing was taken), and the token is
+/// buried, so an attempt still on its way takes nothing.
+async fn give_back<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    waiter: &Waiter<'_>,
+    failure: Failure,
+) -> Failure {
+    if waiter.must_give_back() {
+        match backend.give_back(GIVE_BACK_TIMEOUT).await {
+            Ok(true) => tracing::info!("released lock {} taken by an unanswered attempt", cfg.name),
+            Ok(false) => {}
+            Err(e) => tracing::info!(
+                "could not give back what this run may hold of lock {} ({e}); a place in the \
+                 queue lapses within {}, a lock taken within the lease",
+                cfg.name,
+                show(crate::backend::KEEP_ALIVE)
+            ),
+        }
+    }
+    failure
+}

@@ -1,0 +1,263 @@
+//! A backend with scripted answers, a clock and signals for paused-time tests of the session:
+//! every attempt, give-back and release is recorded with its clock reading and token, and
+//! release messages are published by the test.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::time::Instant;
+
+use crate::backend::{Attempt, Backend, BackendError, Freed, Report, Wakeup, Wakeups};
+use crate::config::{Patience, RunConfig};
+use crate::lease::{Clock, Timings};
+use crate::name::LockName;
+
+use super::acquire::Interrupts;
+
+/// The clock of a paused-time test: readings since its creation.
+pub struct TestClock(Instant);
+
+impl TestClock {
+    pub fn new() -> TestClock {
+        TestClock(Instant::now())
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+
+    async fn sleep_until(&self, deadline: Duration) {
+        tokio::time::sleep_until(self.0 + deadline).await;
+    }
+}
+
+/// One scripted answer to an attempt: what, and how long it takes to come (`None`: never).
+pub struct Answer(pub Result<Attempt, BackendError>, pub Option<Duration>);
+
+pub fn after(delay_ms: u64, answer: Result<Attempt, BackendError>) -> Answer {
+    Answer(answer, Some(Duration::from_millis(delay_ms)))
+}
+
+/// What the fake saw, with the clock reading (ms since the test's start) and the token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    Attempt { at: u64, token: String },
+    Subscribed { at: u64 },
+    GaveBack { at: u64, token: String },
+    Released { at: u64, token: String },
+    Renewed { at: u64 },
+}
+
+pub struct Fake {
+    start: Instant,
+    answers: RefCell<VecDeque<Answer>>,
+    /// Whether a subscription covers the attempt before it (one answer per subscription;
+    /// true once they run out).
+    covers: RefCell<VecDeque<bool>>,
+    messages: RefCell<VecDeque<Result<Wakeup, BackendError>>>,
+    arrived: tokio::sync::Notify,
+    pub seen: RefCell<Vec<Seen>>,
+    token: RefCell<String>,
+    tokens: Cell<u32>,
+    pub lease: bool,
+    pub queued: Cell<bool>,
+}
+
+impl Fake {
+    pub fn new(answers: Vec<Answer>) -> Fake {
+        Fake {
+            start: Instant::now(),
+            answers: RefCell::new(answers.into()),
+            covers: RefCell::new(VecDeque::new()),
+            messages: RefCell::new(VecDeque::new()),
+            arrived: tokio::sync::Notify::new(),
+            seen: RefCell::new(Vec::new()),
+            token: RefCell::new("t0".into()),
+            tokens: Cell::new(0),
+            lease: true,
+            queued: Cell::new(false),
+        }
+    }
+
+    pub fn covering(self, covers: &[bool]) -> Fake {
+        self.covers.replace(covers.iter().copied().collect());
+        self
+    }
+
+    /// A release message for the waiters (delivered once a subscription exists).
+    pub fn publish(&self, wakeup: Wakeup) {
+        self.messages.borrow_mut().push_back(Ok(wakeup));
+        self.arrived.notify_waiters();
+    }
+
+    fn ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn see(&self, seen: Seen) {
+        self.seen.borrow_mut().push(seen);
+    }
+
+    pub fn attempts(&self) -> Vec<(u64, String)> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Attempt { at, token } => Some((*at, token.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn gave_back(&self) -> Vec<(u64, String)> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::GaveBack { at, token } => Some((*at, token.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+pub struct FakeWakeups<'a>(&'a Fake);
+
+impl Wakeups for FakeWakeups<'_> {
+    async fn next(&mut self) -> Result<Wakeup, BackendError> {
+        loop {
+            let arrived = self.0.arrived.notified();
+            if let Some(message) = self.0.messages.borrow_mut().pop_front() {
+                return message;
+            }
+            arrived.await;
+        }
+    }
+}
+
+impl Backend for Fake {
+    type Wakeups<'a> = FakeWakeups<'a>;
+
+    fn has_lease(&self) -> bool {
+        self.lease
+    }
+
+    fn queues(&self) -> bool {
+        self.queued.get()
+    }
+
+    async fn give_back(&self, _timeout: Duration) -> Result<bool, BackendError> {
+        self.see(Seen::GaveBack {
+            at: self.ms(),
+            token: self.token(),
+        });
+        self.tokens.set(self.tokens.get() + 1);
+        self.token.replace(format!("t{}", self.tokens.get()));
+        Ok(false)
+    }
+
+    fn key(&self) -> &str {
+        "lock:{job}"
+    }
+
+    fn token(&self) -> String {
+        self.token.borrow().clone()
+    }
+
+    async fn try_acquire(
+        &self,
+        _timings: &Timings,
+        _listen: bool,
+    ) -> Result<Attempt, BackendError> {
+        self.see(Seen::Attempt {
+            at: self.ms(),
+            token: self.token(),
+        });
+        let Some(Answer(answer, delay)) = self.answers.borrow_mut().pop_front() else {
+            panic!("no answer scripted for attempt {}", self.attempts().len());
+        };
+        match delay {
+            Some(delay) => tokio::time::sleep(delay).await,
+            None => std::future::pending().await,
+        }
+        answer
+    }
+
+    async fn renew(&self, _timings: &Timings, _timeout: Duration) -> Result<bool, BackendError> {
+        self.see(Seen::Renewed { at: self.ms() });
+        Ok(true)
+    }
+
+    async fn release(
+        &self,
+        _keep_for: Option<Duration>,
+        _timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        self.see(Seen::Released {
+            at: self.ms(),
+            token: self.token(),
+        });
+        Ok(true)
+    }
+
+    async fn inspect(&self) -> Result<Report, BackendError> {
+        Ok(Report::default())
+    }
+
+    async fn force_release(&self, _token: Option<&str>) -> Result<Freed, BackendError> {
+        Ok(Freed::Kept("a fake".into()))
+    }
+
+    async fn subscribe(&self) -> Result<(FakeWakeups<'_>, bool), BackendError> {
+        self.see(Seen::Subscribed { at: self.ms() });
+        let covered = self.covers.borrow_mut().pop_front().unwrap_or(true);
+        Ok((FakeWakeups(self), covered))
+    }
+}
+
+/// Signals that end a wait: none, or SIGTERM once at an instant.
+pub struct SignalAt(Option<Instant>);
+
+impl SignalAt {
+    pub fn never() -> SignalAt {
+        SignalAt(None)
+    }
+
+    pub fn after(ms: u64) -> SignalAt {
+        SignalAt(Some(Instant::now() + Duration::from_millis(ms)))
+    }
+}
+
+impl Interrupts for SignalAt {
+    async fn next_ending_wait(&mut self) -> Signal {
+        match self.0 {
+            Some(at) => {
+                tokio::time::sleep_until(at).await;
+                self.0 = None;
+                Signal::SIGTERM
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A run's configuration for `job` with T = 30 s (R = 5 s, K = 10 s, D = 302 ms).
+pub fn config(patience: Patience) -> RunConfig {
+    RunConfig {
+        name: LockName::new("job").expect("a valid name"),
+        command: vec!["true".into()],
+        timings: Timings::new(Duration::from_secs(30), None, None).expect("valid timings"),
+        patience,
+        kill_signal: Signal::SIGTERM,
+        min_hold: None,
+        holders: 1,
+        max_run: None,
+        fair: true,
+        status_command: "locked-run status job".into(),
+        release_timeout: Duration::from_secs(5),
+    }
+}
