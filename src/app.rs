@@ -10,7 +10,7 @@ use crate::exit::{Codes, Exit, Failure};
 use crate::lease::show;
 use crate::name::LockName;
 use crate::open::{Opened, open_backend, runtime, with_backend};
-use crate::{child, cli, doctor, log, release, run, status};
+use crate::{child, cli, doctor, log, release, session, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {
@@ -132,13 +132,13 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
                     Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
                     None => lock,
                 };
-                runtime()?.block_on(run::run(&lock, &cfg, &path))
+                runtime()?.block_on(session::run(&lock, &cfg, &path))
             }
-            Opened::Many(redlock) => runtime()?.block_on(run::run(&redlock, &cfg, &path)),
+            Opened::Many(redlock) => runtime()?.block_on(session::run(&redlock, &cfg, &path)),
             Opened::File(lock) => {
                 let lock = lock.with_holders(cfg.holders);
                 lock.prepare()?;
-                runtime()?.block_on(run::run(&lock, &cfg, &path))
+                runtime()?.block_on(session::run(&lock, &cfg, &path))
             }
         }
     });

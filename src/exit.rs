@@ -89,7 +89,7 @@ fn signal_status(sig: i32) -> u8 {
 /// A run that did not end with the child's own status: the status and the one line that says
 /// what happened and what to do. `quiet` lines are only printed with `-v` (a conflict the user
 /// asked not to wait for must not mail cron every minute).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Failure {
     pub exit: Exit,
     pub message: String,

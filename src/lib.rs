@@ -8,8 +8,8 @@
 //! - [`cli`]: the command line (clap), value parsers, validation into a [`config::RunConfig`].
 //! - [`config`]: what a run needs besides the backend ([`config::RunConfig`], how long to wait).
 //! - [`open`]: opening the backend the URLs name, and the runtime.
-//! - [`run`]: the run loop: take the lock, run the child under the lease, release.
-//! - [`session`]: one run's session with its lock: waiting (a pure waiter and its driver).
+//! - [`session`]: one run's session with its lock: waiting, the job, its stop and its ending
+//!   (pure cores and small drivers).
 //! - [`lease`]: the lease clock (a pure state machine) and the loop that keeps the lease; the
 //!   lease's timings, owned by [`lease::Timings`].
 //! - [`backend`]: the interface every backend implements (acquire, renew, release, wake-ups,
@@ -42,7 +42,6 @@ pub mod notify;
 pub mod open;
 pub mod redis;
 pub mod release;
-pub mod run;
 pub mod session;
 pub mod signals;
 pub mod status;

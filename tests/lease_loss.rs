@@ -152,7 +152,7 @@ fn a_deleted_key_stops_the_child_at_the_next_renewal() {
     );
     let out = running.wait().expect_with(9, "--lost-exit-code");
     assert!(
-        out.stderr.contains("Redis says it is no longer ours"),
+        out.stderr.contains("the server says it is no longer ours"),
         "{}",
         out.stderr
     );

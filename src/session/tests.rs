@@ -259,3 +259,25 @@ async fn a_run_with_other_holders_is_a_usage_error() {
     assert_eq!(failure.exit, Exit::Usage);
     assert!(failure.message.contains("--holders 3"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
+    let fake = Fake::new(vec![]);
+    let cfg = config(Patience::Forever);
+    let acquired = super::Acquired {
+        fence: 1,
+        sent: Duration::ZERO,
+        waited: Duration::ZERO,
+    };
+    let program = std::path::Path::new("/nonexistent/locked-run-test-program");
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired)
+        .await
+        .err()
+        .expect("the spawn fails");
+    assert_eq!(failure.exit, Exit::NotFound);
+    let seen = fake.seen.borrow().clone();
+    assert!(
+        matches!(&seen[..], [Seen::Released { .. }]),
+        "released, and nothing else: {seen:?}"
+    );
+}

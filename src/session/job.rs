@@ -1,0 +1,146 @@
+//! The job: the command started under the lock (its environment, the watcher that outlives a
+//! SIGKILLed wrapper, the spawn), and its one finish, which owns the order of the last steps:
+//! the watcher disarmed once nothing of the job is left, the lock released (or left to expire
+//! at the end of `--min-hold`), the watcher dismissed once the lock is free.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::child::{self, Child, Target};
+use crate::config::RunConfig;
+use crate::exit::Failure;
+use crate::lease::show;
+use crate::watcher::Watcher;
+
+use super::Acquired;
+
+/// A command running under the lock.
+pub struct Job {
+    pub child: Child,
+    pub target: Target,
+    pub interactive: bool,
+    watcher: Option<Watcher>,
+}
+
+impl Job {
+    /// Starts `cfg.command` (found at `program`) with the lock's environment. A spawn that
+    /// fails releases the lock before its failure is returned.
+    pub async fn start<B: Backend>(
+        backend: &B,
+        cfg: &RunConfig,
+        program: &Path,
+        acquired: &Acquired,
+    ) -> Result<Job, Failure> {
+        let interactive = child::interactive();
+        child::become_subreaper();
+        // Read by the command, never read back by a locked-run it starts (no option of ours
+        // has an environment variable of these names).
+        let env = [
+            ("LOCKED_RUN_FENCE", acquired.fence.to_string()),
+            ("LOCKED_RUN_NAME", cfg.name.to_string()),
+            ("LOCKED_RUN_KEY", backend.key().to_owned()),
+            ("LOCKED_RUN_TOKEN", backend.token()),
+            ("LOCKED_RUN_TTL_MS", cfg.timings.ttl.as_millis().to_string()),
+            ("LOCKED_RUN_HOLDERS", cfg.holders.to_string()),
+        ];
+        // In a terminal the job shares our group, which is the terminal's to handle.
+        let watcher = match interactive {
+            true => None,
+            false => Watcher::start()
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        "cannot start the watcher ({e}): should locked-run be SIGKILLed, \
+                         processes its command started may outlive it"
+                    )
+                })
+                .ok(),
+        };
+        let group = watcher.as_ref().map(Watcher::group);
+        match child::spawn(program, &cfg.command, &env, interactive, group) {
+            Ok((child, target)) => Ok(Job {
+                child,
+                target,
+                interactive,
+                watcher,
+            }),
+            Err(failure) => {
+                finish(backend, cfg, watcher, None, false).await;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Nothing of the job is left for the watcher to kill: from now on it leaves the group
+    /// alone, should the wrapper die before the release.
+    pub fn disarm(&self) {
+        if let Some(watcher) = &self.watcher {
+            watcher.disarm();
+        }
+    }
+
+    /// Releases (or leaves to expire after `keep_for`) and lets the watcher go; returns
+    /// whether the lock was still ours, when known.
+    pub async fn finish<B: Backend>(
+        self,
+        backend: &B,
+        cfg: &RunConfig,
+        keep_for: Option<Duration>,
+        lost: bool,
+    ) -> Option<bool> {
+        finish(backend, cfg, self.watcher, keep_for, lost).await
+    }
+}
+
+/// Disarm, release, dismiss, in that order: the watcher must not kill a group that is gone
+/// (its pids may be reused), and the next holder need not wait for this process to exit.
+async fn finish<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    watcher: Option<Watcher>,
+    keep_for: Option<Duration>,
+    lost: bool,
+) -> Option<bool> {
+    if let Some(watcher) = &watcher {
+        watcher.disarm();
+    }
+    let still_ours = release(backend, cfg, keep_for, lost).await;
+    if let Some(watcher) = watcher {
+        watcher.dismiss();
+    }
+    still_ours
+}
+
+/// Releases (or, with `keep_for`, leaves to expire later); a failure is only a warning, since
+/// the lease expires by itself, and not even that after a loss, which has its own line.
+async fn release<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    keep_for: Option<Duration>,
+    lost: bool,
+) -> Option<bool> {
+    match backend.release(keep_for, cfg.release_timeout).await {
+        Ok(ours) => {
+            tracing::debug!(
+                event = "released",
+                still_ours = ours,
+                kept_ms = keep_for.map(|d| d.as_millis() as u64),
+                "released lock {} (ours: {ours})",
+                cfg.name
+            );
+            Some(ours)
+        }
+        Err(e) if lost => {
+            tracing::info!("could not release lock {}: {e}", cfg.name);
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                "could not release lock {}: {e}; it expires by itself within {}",
+                cfg.name,
+                show(cfg.timings.ttl.max(keep_for.unwrap_or_default()))
+            );
+            None
+        }
+    }
+}

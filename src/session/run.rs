@@ -1,0 +1,174 @@
+//! The run: take the lock, run the job under the lease, sweep what it leaves, finish, and say
+//! how it ended. It does not care which backend holds the lock.
+
+use std::cell::RefCell;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::pin::pin;
+use std::process::ExitStatus;
+
+use crate::backend::Backend;
+use crate::config::RunConfig;
+use crate::exit::{Exit, Failure};
+use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Why, show};
+use crate::notify;
+use crate::signals::{Event, Signals};
+
+use super::ending::{Context, ended, ending};
+use super::job::Job;
+use super::stop::{Cause, ChildStopper};
+use super::sweep::{drain, forward};
+use super::{Acquired, acquire};
+
+/// Runs `cfg.command`, found at `program` ([`crate::child::resolve`]), under the lock held by
+/// `backend`.
+pub async fn run<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    program: &Path,
+) -> Result<Exit, Failure> {
+    let mut signals = Signals::install()
+        .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
+    let clock = BootClock;
+    let acquired = acquire(backend, &clock, cfg, &mut signals).await?;
+    tracing::info!(
+        event = "acquired",
+        fence = acquired.fence,
+        waited_ms = acquired.waited.as_millis() as u64,
+        "acquired lock {} with fence {} after waiting {}",
+        cfg.name,
+        acquired.fence,
+        show(acquired.waited)
+    );
+    let mut job = Job::start(backend, cfg, program, &acquired).await?;
+    let stopper = ChildStopper::new(job.target, cfg.kill_signal);
+    let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
+    notify::send(&format!(
+        "READY=1\nSTATUS=holding lock {} (fence {})",
+        cfg.name, acquired.fence
+    ));
+    let status = supervise(backend, cfg, &lease, &stopper, &mut job, &mut signals).await;
+    if let Ok(status) = &status {
+        tracing::info!(
+            event = "child_exited",
+            status = status.code(),
+            signal = status.signal(),
+            "the command {}",
+            ended(status)
+        );
+    }
+    let stopping = stopper.stopping();
+    let still_ours = job
+        .finish(
+            backend,
+            cfg,
+            keep_for(cfg, &clock, &acquired),
+            stopping.is_some(),
+        )
+        .await;
+    let status =
+        status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;
+    let lease = lease.borrow();
+    let cx = Context {
+        name: &cfg.name,
+        kill_signal: cfg.kill_signal,
+        max_run: cfg.max_run,
+        last_error: lease.last_error(),
+    };
+    ending(stopping, status, still_ours, &cx)
+}
+
+/// The rest of `--min-hold` past now, if any: the lock is then left to expire, not deleted.
+fn keep_for(
+    cfg: &RunConfig,
+    clock: &BootClock,
+    acquired: &Acquired,
+) -> Option<std::time::Duration> {
+    cfg.min_hold
+        .and_then(|hold| hold.checked_sub(clock.now().saturating_sub(acquired.sent)))
+        .filter(|rest| !rest.is_zero())
+}
+
+/// Keeps the lease and the `--max-run` limit while the command runs, passes signals on, and
+/// once the command has exited sweeps what it left; returns the command's status once nothing
+/// of the job is left (the watcher disarmed).
+async fn supervise<B: Backend>(
+    backend: &B,
+    cfg: &RunConfig,
+    lease: &RefCell<LeaseClock>,
+    stopper: &ChildStopper,
+    job: &mut Job,
+    signals: &mut Signals,
+) -> std::io::Result<ExitStatus> {
+    let clock = BootClock;
+    let started = clock.now();
+    let renewer = Renewer(backend, cfg.timings);
+    let mut keeper = pin!(async {
+        if backend.has_lease() {
+            match lease::keep(lease, &clock, &renewer, stopper).await {}
+        } else {
+            std::future::pending::<()>().await
+        }
+    });
+    // --max-run: the kill signal once the command has run that long, SIGKILL K later.
+    let mut limit = pin!(async {
+        let Some(max_run) = cfg.max_run else {
+            return std::future::pending().await;
+        };
+        clock.sleep_until(started + max_run).await;
+        stopper.time_limit();
+        clock
+            .sleep_until(started + max_run + cfg.timings.kill_after)
+            .await;
+        stopper.time_limit_kill();
+        std::future::pending::<()>().await
+    });
+    let status = loop {
+        tokio::select! {
+            biased;
+            // Before the signals: a storm of them must not delay a lease deadline.
+            () = &mut keeper => {}
+            () = &mut limit => {}
+            event = signals.next_event() => match event {
+                Event::Signal(incoming) => forward(job.target, incoming, job.interactive),
+                Event::ChildChanged => match job.child.reap() {
+                    Ok(_) => {
+                        if let Some(status) = job.child.status() {
+                            break Ok(status);
+                        }
+                    }
+                    Err(e) => break Err(e),
+                },
+            },
+        }
+    };
+    // A wrapper paused past V - D cannot vouch that the child ran under the lease.
+    let lost = matches!(stopper.stopping(), Some(s) if matches!(s.cause, Cause::Lost(_)));
+    if backend.has_lease() && !lost && lease.borrow().expired(clock.now()) {
+        stopper.kill(Why::Late);
+    }
+    let (target, interactive) = (job.target, job.interactive);
+    drain(
+        &mut job.child,
+        target,
+        cfg,
+        signals,
+        keeper.as_mut(),
+        interactive,
+    )
+    .await;
+    job.disarm();
+    status
+}
+
+/// Renews through the backend with the run's timings, the ones the lease clock counts with.
+struct Renewer<'a, B>(&'a B, lease::Timings);
+
+impl<B: Backend> Renew for Renewer<'_, B> {
+    async fn renew(&self, timeout: std::time::Duration) -> Result<bool, String> {
+        self.0
+            .renew(&self.1, timeout)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}

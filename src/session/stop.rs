@@ -1,0 +1,114 @@
+//! The one record of why and how the command is being stopped: `--max-run` ran out, or the
+//! lease was lost (and why), with the signal that began it. The first stop to begin explains the
+//! ending; a later one only escalates (a lease loss during a `--max-run` stop keeps its own
+//! deadlines, and the first cause still says how the run ended).
+
+use std::cell::Cell;
+
+use nix::sys::signal::Signal;
+
+use crate::child::Target;
+use crate::lease::{Stopper, Why};
+use crate::notify;
+
+/// Why the command is being stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// `--max-run` ran out.
+    MaxRun,
+    /// The lease was lost, or could not be vouched for.
+    Lost(Why),
+}
+
+/// The stop under way: its cause, and the signal that began it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopping {
+    pub cause: Cause,
+    pub first_signal: Signal,
+}
+
+/// Sends the command its signals and remembers the first stop.
+pub struct ChildStopper {
+    target: Target,
+    signal: Signal,
+    stopping: Cell<Option<Stopping>>,
+}
+
+impl ChildStopper {
+    pub fn new(target: Target, signal: Signal) -> ChildStopper {
+        ChildStopper {
+            target,
+            signal,
+            stopping: Cell::new(None),
+        }
+    }
+
+    /// The stop under way, if any.
+    pub fn stopping(&self) -> Option<Stopping> {
+        self.stopping.get()
+    }
+
+    /// Records the stop, unless one began before: the first one explains the ending.
+    fn begin(&self, cause: Cause, signal: Signal) {
+        if self.stopping.get().is_none() {
+            self.stopping.set(Some(Stopping {
+                cause,
+                first_signal: signal,
+            }));
+            notify::send(&match cause {
+                Cause::MaxRun => "STATUS=--max-run ran out; stopping the command".to_owned(),
+                Cause::Lost(why) => format!("STATUS=lost the lock; stopping the command ({why:?})"),
+            });
+        }
+    }
+
+    /// `--max-run` ran out: the kill signal, unless a stop for a lost lease is under way (its
+    /// own deadlines stand, and it says how the run ended).
+    pub fn time_limit(&self) {
+        if self.stopping.get().is_some() {
+            return;
+        }
+        self.begin(Cause::MaxRun, self.signal);
+        tracing::info!(
+            event = "max_run",
+            signal = %self.signal,
+            "the command has run for --max-run: sending {}",
+            self.signal
+        );
+        self.target.terminate(self.signal);
+    }
+
+    /// `--kill-after` past `--max-run`: SIGKILL, if that stop is the one under way.
+    pub fn time_limit_kill(&self) {
+        if self
+            .stopping
+            .get()
+            .is_some_and(|s| s.cause == Cause::MaxRun)
+        {
+            tracing::info!("the command outlived --max-run by --kill-after: sending SIGKILL");
+            self.target.signal(Signal::SIGKILL);
+        }
+    }
+
+    fn lost(&self, why: Why, signal: Signal) {
+        self.begin(Cause::Lost(why), signal);
+        tracing::info!(
+            event = "lost",
+            why = ?why,
+            signal = %signal,
+            "stopping the command ({why:?}): sending {signal}"
+        );
+    }
+}
+
+impl Stopper for ChildStopper {
+    fn terminate(&self, why: Why) {
+        self.lost(why, self.signal);
+        self.target.terminate(self.signal);
+    }
+
+    fn kill(&self, why: Why) {
+        self.lost(why, Signal::SIGKILL);
+        self.target.signal(Signal::SIGKILL);
+    }
+}
