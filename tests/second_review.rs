@@ -327,3 +327,65 @@ fn the_sweep_lets_a_daemon_on_its_way_out_go_and_names_what_it_stops() {
         out.stderr
     );
 }
+
+// See: issue 22, review of the mends. A waiter whose heartbeat went unanswered retried with the
+// same token (as it must: the lost attempt may have been granted), took the lock, ran and
+// released; the lost attempt landed afterwards and took the lock again for a run that had
+// ended. A run with an unanswered attempt now buries its token as it lets go.
+#[test]
+fn an_attempt_that_lands_after_its_run_released_takes_nothing() {
+    let redis = Redis::start();
+    let proxy = Proxy::start(redis.port);
+    let dir = scratch();
+    let holder = hold(&redis.url(), dir.path(), &["--ttl", "3s"]);
+    // Attempts may take T/2 = 1.5 s; B's next heartbeat is held up 4 s on its way.
+    let b = lr()
+        .url(&proxy.url())
+        .args(["--ttl", "3s"])
+        .job(["true"])
+        .spawn();
+    wait_until("B queued", Duration::from_secs(10), || queued(&redis) == 1);
+    proxy.delay_requests_of_open_connections(Duration::from_secs(4));
+    wait_until(
+        "B's heartbeat is on its way",
+        Duration::from_secs(10),
+        || proxy.held() >= 1,
+    );
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait().expect(0);
+    b.wait().expect(0);
+    wait_until(
+        "the heartbeat reached the server",
+        Duration::from_secs(10),
+        || proxy.passed_late() >= 1,
+    );
+    assert!(
+        !redis.exists("lock:{job}"),
+        "the late heartbeat took the lock again for a run that has ended"
+    );
+    lr().url(&redis.url())
+        .args(["-n", "job", "true"])
+        .run()
+        .expect(0);
+}
+
+// See: issue 22, review of the mends. `status` counted the subscribers of the release channel
+// as waiters, so a stopped (or vanished) waiter counted for as long as its connection lived.
+#[test]
+fn status_counts_live_places_not_subscribers() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let holder = hold(&redis.url(), dir.path(), &[]);
+    let w = lr().url(&redis.url()).job(["true"]).spawn();
+    wait_until("queued", Duration::from_secs(10), || queued(&redis) == 1);
+    signal(w.pid(), libc::SIGSTOP);
+    wait_until(
+        "the stopped waiter's place lapsed",
+        Duration::from_secs(8),
+        || status_json(&redis.url(), "job")["waiters"] == 0,
+    );
+    signal(w.pid(), libc::SIGCONT);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait().expect(0);
+    w.wait().expect(0);
+}

@@ -43,6 +43,10 @@ pub struct ServerLock {
     /// This lock's last attempt may have joined the queue (or kept its place there): set
     /// before a listening attempt is sent, cleared by a reply that says otherwise.
     queued: Cell<bool>,
+    /// A request with the current token that could take the lock went unanswered: it may
+    /// still land, so the release buries the token (an attempt landing after the release must
+    /// not take the lock again for a run that has ended).
+    stray: Cell<bool>,
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
     /// The owner's unique token. A token that was given back is buried on the server and
@@ -73,6 +77,7 @@ impl ServerLock {
             fair: false,
             queueing: true,
             queued: Cell::new(false),
+            stray: Cell::new(false),
             holders: 1,
             node,
             name,
@@ -124,6 +129,18 @@ impl ServerLock {
     /// Takes `token` as the owner's token from now on (Redlock: one token on every server).
     pub(crate) fn set_token(&self, token: &str) {
         token.clone_into(&mut self.token.borrow_mut());
+        self.stray.set(false);
+    }
+
+    /// Notes that a request with the current token that could take the lock got no answer.
+    pub(crate) fn sent_astray<T>(
+        &self,
+        result: Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        if matches!(result, Err(BackendError::Transient(_))) {
+            self.stray.set(true);
+        }
+        result
     }
 
     /// The server's URL without its password.
@@ -191,9 +208,7 @@ impl ServerLock {
                 &keep_alive,
             ];
             let script = &scripts::ACQUIRE;
-            self.node
-                .eval(script, &keys, &args, timeout, listen)
-                .await?
+            self.sent_astray(self.node.eval(script, &keys, &args, timeout, listen).await)?
         } else {
             let keys = [
                 self.lock_key.as_str(),
@@ -217,9 +232,7 @@ impl ServerLock {
                 &keep_alive,
             ];
             let script = &semaphore::ACQUIRE;
-            self.node
-                .eval(script, &keys, &args, timeout, listen)
-                .await?
+            self.sent_astray(self.node.eval(script, &keys, &args, timeout, listen).await)?
         };
         if reply.items().first().and_then(Reply::as_int) == Some(3) {
             // Our own token, buried: every give-back is followed by a fresh token, so only a
@@ -359,9 +372,19 @@ impl ServerLock {
                 &self.holders_meta_key,
             ),
         };
-        let keys = [key.as_str(), meta, &self.queue_key, &self.queue_alive_key];
+        let keys = [
+            key.as_str(),
+            meta,
+            &self.queue_key,
+            &self.queue_alive_key,
+            &self.gone_key,
+        ];
         let token = self.token();
-        let args = [token.as_str(), &keep_ms, &self.channel, publish];
+        let bury_ms = match self.stray.get() {
+            true => BURY_FOR.as_millis().to_string(),
+            false => "0".into(),
+        };
+        let args = [token.as_str(), &keep_ms, &self.channel, publish, &bury_ms];
         let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
@@ -476,10 +499,12 @@ impl Backend for ServerLock {
 
     async fn inspect(&self) -> Result<Report, BackendError> {
         let mut report = self.inspect_here().await?;
-        // Waiters in the queue, and those subscribed (a --no-fair waiter is only that). The
-        // count of subscribers is a permission the ACL may deny (PUBSUB): no error.
-        let subscribed = self.waiters().await.ok();
-        report.waiters = report.waiters.max(subscribed);
+        // Every waiter of a queueing lock keeps a live place in the queue, which counts them
+        // (a dead or stopped one drops out within its keep-alive). Redlock's waiters keep none:
+        // there the subscribers are counted, a permission the ACL may deny (PUBSUB): no error.
+        if !self.queueing {
+            report.waiters = self.waiters().await.ok();
+        }
         Ok(report)
     }
 

@@ -260,7 +260,8 @@ return 0
     sha1: "2bdc75995a5151a3ccefab4cb5ada82a0ff7584a",
 };
 
-/// KEYS: lock, holder, fence. ARGV: token, ttl ms, fence, host, pid, command, since ms, retake.
+/// KEYS: lock, holder, fence, gone. ARGV: token, ttl ms, fence, host, pid, command, since ms,
+/// retake. (A buried token is never taken again: a retake that lands after the release.)
 /// Redlock's renewal on one server: compare-and-PEXPIRE as [`RENEW`] (1); held by another, 0;
 /// absent (the server restarted empty, or the key lapsed there), -1, or with retake = 1 taken
 /// again as an acquisition would, the fence counter raised to the holder's fence so that a
@@ -281,7 +282,7 @@ end
 if value then
   return 0
 end
-if ARGV[8] ~= '1' then
+if ARGV[8] ~= '1' or (redis.call('EXISTS', KEYS[4]) == 1 and redis.call('ZSCORE', KEYS[4], ARGV[1])) then
   return -1
 end
 local counted, counter = pcall(redis.call, 'GET', KEYS[3])
@@ -298,12 +299,14 @@ redis.call('HSET', KEYS[2], 'token', ARGV[1], 'host', ARGV[4], 'pid', ARGV[5],
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 2
 "#,
-    sha1: "d8ba8a7703782c87daaa628b49a31d02bcf5d92e",
+    sha1: "e2ab450947311af3625b486da4e4569cea0d05d2",
 };
 
-/// KEYS: lock, holder, queue, queue-alive. ARGV: token, keep ms (0: delete now), channel, and
-/// the publish command (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel lives in
-/// the lock's slot; empty for a Redlock grant given back without waking anyone).
+/// KEYS: lock, holder, queue, queue-alive, gone. ARGV: token, keep ms (0: delete now),
+/// channel, the publish command (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel
+/// lives in the lock's slot; empty for a Redlock grant given back without waking anyone), and
+/// ms to bury the token for (0: not buried; see `bury`: a run some of whose attempts went
+/// unanswered buries its token as it lets go, so that one landing later takes nothing).
 /// Compare-and-DEL plus a publish that wakes waiters (the message is the queue's `turn`); or,
 /// with keep > 0,
 /// compare-and-PEXPIRE to the rest of `--min-hold`. 1 when the lock was ours, else 0.
@@ -311,6 +314,9 @@ pub const RELEASE: Script = Script {
     source: concat!(
         lua_helpers!(),
         r#"
+if tonumber(ARGV[5]) > 0 then
+  bury(KEYS[5], ARGV[1], clock(), tonumber(ARGV[5]))
+end
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if not ok or value ~= ARGV[1] then
   return 0
@@ -333,7 +339,7 @@ end
 return 1
 "#
     ),
-    sha1: "4480711b89f21876db8c7096a901774b478a3a35",
+    sha1: "4d7f8b7dcf33fabd2ce25229647361bf4bc9e5fe",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence

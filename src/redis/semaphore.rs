@@ -119,9 +119,8 @@ return 1
     sha1: "ce147bbae3389fd983e9a49d0a1dbb1a7405d910",
 };
 
-/// KEYS: holders, meta (then the queue's two, unused). ARGV: token, keep ms (0: free the slot
-/// now), channel, publish command
-/// (as the one-holder release's). Frees our slot and wakes waiters (all of them: with several
+/// KEYS: holders, meta (then the queue's two, unused), gone. ARGV: token, keep ms (0: free the
+/// slot now), channel, publish command, bury ms (as the one-holder release's). Frees our slot and wakes waiters (all of them: with several
 /// slots, the first fair waiters are told apart by the acquire script), or with keep > 0 leaves
 /// it taken until then (`--min-hold`). 1 when the slot was ours, else 0.
 pub const RELEASE: Script = Script {
@@ -129,6 +128,9 @@ pub const RELEASE: Script = Script {
         lua_helpers!(),
         r#"
 local now = clock()
+if tonumber(ARGV[5]) > 0 then
+  bury(KEYS[5], ARGV[1], now, tonumber(ARGV[5]))
+end
 local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
 if not ok or not score or tonumber(score) <= now then
   return 0
@@ -148,5 +150,5 @@ announce(ARGV[4], ARGV[3], 'released')
 return 1
 "#
     ),
-    sha1: "48e932e7fa9c90bd8127e248eb5b4e7de564d15f",
+    sha1: "b7c7dac768bb04c8fecbaa077c00a83efd50b402",
 };

@@ -63,11 +63,16 @@ impl ServerLock {
             fence.to_string(),
             wall_clock_ms().to_string(),
         );
-        let reply = self
+        let sent = self
             .node
             .eval(
                 &scripts::RENEW_OR_RETAKE,
-                &[&self.lock_key, &self.holder_key, &self.fence_key],
+                &[
+                    &self.lock_key,
+                    &self.holder_key,
+                    &self.fence_key,
+                    &self.gone_key,
+                ],
                 &[
                     &self.token(),
                     &ttl_ms,
@@ -81,7 +86,12 @@ impl ServerLock {
                 timeout,
                 None,
             )
-            .await?;
+            .await;
+        // A retake that went unanswered may land after the release.
+        let reply = match retake {
+            true => self.sent_astray(sent)?,
+            false => sent?,
+        };
         match reply.as_int() {
             Some(1) => Ok(Here::Ours),
             Some(2) => {
