@@ -1,0 +1,148 @@
+//! A client: a thread that runs real `locked-run` processes in a loop until the pass's deadline,
+//! each as its seeded plan says, sends its wrapper the plan's process fault, and records the
+//! wrapper's spawn and exit instants and status. Every wrapper has a hard timeout (killed and
+//! recorded as hung past it) and is killed if the client is dropped before reaping it.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::child::{mono_ns, status_number};
+use crate::plan::{Plan, ProcFault};
+use crate::rng::Rng;
+use crate::support::{signal, wait_pid_exit};
+
+/// Beyond its plan's bound, a wrapper is hung: killed, and a violation.
+const HUNG_MARGIN: Duration = Duration::from_secs(20);
+/// A client stops after this many runs, whatever the time left.
+const MAX_RUNS: u64 = 5000;
+
+/// What every client of one pass shares.
+pub struct Pass {
+    pub bin: String,
+    pub history: String,
+    pub db: String,
+    pub url_args: Vec<String>,
+    pub scratch: PathBuf,
+    pub deadline: Instant,
+    pub names: Vec<(&'static str, u32)>,
+    pub nested_mix: bool,
+}
+
+/// One wrapper, as the harness saw it.
+#[derive(Clone, Debug)]
+pub struct Wrapper {
+    pub plan: Plan,
+    pub pid: i32,
+    pub spawned: u64,
+    pub ended: u64,
+    /// The exit code, or minus the signal that ended it.
+    pub status: i64,
+    /// The signal the client sent it, and when.
+    pub sent: Option<(i32, u64)>,
+    pub stopped_ms: u64,
+    pub hung: bool,
+    pub stderr: PathBuf,
+}
+
+impl Wrapper {
+    pub fn faulted(&self) -> bool {
+        self.sent.is_some() || self.hung
+    }
+
+    /// The wrapper's last lines on stderr, for a violation's evidence.
+    pub fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(3)..].join(" | ")
+    }
+}
+
+/// A spawned wrapper, SIGKILLed and reaped if dropped while running.
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            signal(self.0.id() as i32, libc::SIGCONT);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs client `index`'s loop; returns its wrappers in order.
+pub fn client(pass: &Pass, seed: u64, index: u64) -> Vec<Wrapper> {
+    let mut rng = Rng::stream(seed, index + 1);
+    let mut done = Vec::new();
+    let mut seq = 0;
+    while Instant::now() < pass.deadline && seq < MAX_RUNS {
+        let run = (index + 1) * 1_000_000 + seq * 10;
+        seq += 1;
+        let plan = Plan::draw(&mut rng, run, &pass.names, pass.nested_mix);
+        let wrapper = execute(pass, plan);
+        if wrapper.status == 69 {
+            std::thread::sleep(Duration::from_millis(wrapper.plan.backoff_ms));
+        }
+        done.push(wrapper);
+    }
+    done
+}
+
+fn execute(pass: &Pass, plan: Plan) -> Wrapper {
+    let self_exe = std::env::current_exe().unwrap().display().to_string();
+    let stderr = pass.scratch.join(format!("stderr.{}", plan.run));
+    let mut cmd = Command::new(&pass.bin);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(&pass.url_args)
+        .args(plan.wrapper_args())
+        .arg(&self_exe)
+        .args(plan.child_args(&pass.history, &pass.db, &pass.bin, &pass.url_args))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    let spawned = mono_ns();
+    let started = Instant::now();
+    let mut child = Spawned(cmd.spawn().expect("spawn locked-run"));
+    let pid = child.0.id() as i32;
+    let hard = Duration::from_millis(plan.bound_ms()) + HUNG_MARGIN;
+    let (mut sent, mut stopped_ms) = (None, 0);
+    let (sig, after) = match plan.fault {
+        ProcFault::None => (0, 0),
+        ProcFault::Kill { after } => (libc::SIGKILL, after),
+        ProcFault::Term { after } => (libc::SIGTERM, after),
+        ProcFault::Stop { after, .. } => (libc::SIGSTOP, after),
+    };
+    // The pid is ours and not yet reaped, so it cannot name another process.
+    if sig != 0 && !wait_pid_exit(pid, Duration::from_millis(after)) {
+        sent = Some((sig, mono_ns()));
+        signal(pid, sig);
+        if let ProcFault::Stop { for_, .. } = plan.fault {
+            std::thread::sleep(Duration::from_millis(for_));
+            signal(pid, libc::SIGCONT);
+            stopped_ms = for_;
+        }
+    }
+    let left = hard.saturating_sub(started.elapsed());
+    let hung = !wait_pid_exit(pid, left);
+    if hung {
+        signal(pid, libc::SIGKILL);
+    }
+    let ended = mono_ns();
+    let status = status_number(child.0.wait().expect("wait"));
+    Wrapper {
+        plan,
+        pid,
+        spawned,
+        ended,
+        status,
+        sent,
+        stopped_ms,
+        hung,
+        stderr,
+    }
+}

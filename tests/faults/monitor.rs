@@ -1,0 +1,121 @@
+//! The monitor: while a pass runs, it asks `locked-run status --json` who holds each NAME, every
+//! few hundred ms, and the checker then looks for a holder that is a wrapper which had already
+//! ended, neither SIGKILLed nor saying its release failed: a lock taken for a process that is
+//! gone (a waiter's late acquire landing after it gave up, say), which blocks the NAME for T.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::child::mono_ns;
+use crate::history::{History, Violation};
+
+#[derive(Clone, Debug)]
+pub struct Observation {
+    /// Before the query was sent: whatever it shows was so at some instant after this one.
+    pub sent: u64,
+    pub name: String,
+    pub pids: Vec<i32>,
+}
+
+/// Polls until `deadline` (each query bounded by `--connect-timeout 1s` and a hard timeout).
+pub fn monitor(
+    bin: &str,
+    url_args: &[String],
+    names: &[(&'static str, u32)],
+    deadline: Instant,
+) -> Vec<Observation> {
+    let mut seen = Vec::new();
+    let mut round = 0usize;
+    while Instant::now() < deadline && round < 100_000 {
+        let name = names[round % names.len()].0;
+        round += 1;
+        let sent = mono_ns();
+        if let Some(pids) = holders(bin, url_args, name) {
+            seen.push(Observation {
+                sent,
+                name: name.to_owned(),
+                pids,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    seen
+}
+
+fn holders(bin: &str, url_args: &[String], name: &str) -> Option<Vec<i32>> {
+    let mut cmd = Command::new(bin);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") {
+            cmd.env_remove(key);
+        }
+    }
+    let mut child = cmd
+        .args(["status", "--json", "--connect-timeout", "1s"])
+        .args(url_args)
+        .arg(name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let pid = child.id() as i32;
+    if !crate::support::wait_pid_exit(pid, Duration::from_secs(10)) {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let mut pids: Vec<i32> = json["holders"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(std::iter::once(&json["holder"]))
+        .filter_map(|h| h["pid"].as_i64())
+        .map(|p| p as i32)
+        .collect();
+    pids.sort();
+    pids.dedup();
+    Some(pids)
+}
+
+/// Grace for the instants of two processes' clocks reads around one exit.
+const GRACE_NS: u64 = 50_000_000;
+
+pub fn check(h: &History, seen: &[Observation], out: &mut Vec<Violation>) {
+    let mut reported = std::collections::BTreeSet::new();
+    for o in seen {
+        for &pid in &o.pids {
+            // The wrapper with this pid that was alive last before the query.
+            let Some(w) = h
+                .wrappers
+                .values()
+                .filter(|w| w.pid == pid && w.spawned < o.sent)
+                .max_by_key(|w| w.spawned)
+            else {
+                continue;
+            };
+            let killed = matches!(w.sent, Some((libc::SIGKILL, _))) || w.hung;
+            if w.ended + GRACE_NS >= o.sent || killed || !reported.insert(w.plan.run) {
+                continue;
+            }
+            let said = std::fs::read_to_string(&w.stderr).unwrap_or_default();
+            let unreleased = said.contains("could not release") || said.contains("by itself");
+            out.push(Violation {
+                invariant: "held by a wrapper that had ended",
+                name: o.name.clone(),
+                detail: format!(
+                    "run {} (pid {}, status {}, {:?}) ended at {:.3}s; status said it held {} at \
+                     {:.3}s; stderr: {}",
+                    w.plan.run,
+                    w.pid,
+                    w.status,
+                    w.plan.wait,
+                    w.ended as f64 / 1e9,
+                    o.name,
+                    o.sent as f64 / 1e9,
+                    w.stderr_tail()
+                ),
+                excused: unreleased.then(|| "its release failed; the lease lapses".to_owned()),
+            });
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! What one run does, drawn from the client's seeded stream: its NAME (with the NAME's fixed
+//! `--holders`), how it waits (fair, `--no-fair`, `-n`, `-w DUR`), `--max-run`, how long its
+//! command sleeps, whether the command runs a nested `locked-run` on another NAME, and which
+//! process fault (SIGKILL, SIGTERM, SIGSTOP) the client sends its wrapper, and when.
+
+use crate::rng::Rng;
+
+pub const TTL_MS: u64 = 2000;
+/// K = T/3 (the default kill grace).
+pub const KILL_AFTER_MS: u64 = TTL_MS / 3;
+/// The nested run's own wait, so an outer holder never waits on it for long.
+pub const INNER_WAIT_MS: u64 = 3000;
+
+/// The NAMEs and their `--holders` (fixed per NAME, as the contract requires). `a` is only ever
+/// an inner NAME of nested runs besides its own runs, and never an outer one of them: no cycle,
+/// so no deadlock between an outer holder and an inner waiter.
+pub fn names(holders_ok: bool) -> Vec<(&'static str, u32)> {
+    vec![("a", 1), ("b", 1), ("c", if holders_ok { 3 } else { 1 })]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    Fair,
+    NoFair,
+    NoWait,
+    For(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcFault {
+    None,
+    Kill {
+        after: u64,
+    },
+    Term {
+        after: u64,
+    },
+    /// SIGSTOP `after` ms after the spawn, SIGCONT `for_` ms later: shorter than T/3, so even a
+    /// wrapper that holds by then stays within its lease.
+    Stop {
+        after: u64,
+        for_: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Nested {
+    pub run: u64,
+    pub name: &'static str,
+    pub sleep_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub run: u64,
+    pub name: &'static str,
+    pub holders: u32,
+    /// `--holders 1` said out loud (it is the default).
+    pub explicit_holders: bool,
+    pub wait: Waiting,
+    pub max_run: Option<u64>,
+    pub sleep_ms: u64,
+    pub nested: Option<Nested>,
+    pub fault: ProcFault,
+    /// How long the client pauses after this run if it found the backend unreachable (69), so
+    /// a server that is down is not hammered by runs that fail at once.
+    pub backoff_ms: u64,
+}
+
+impl Plan {
+    pub fn draw(rng: &mut Rng, run: u64, names: &[(&'static str, u32)], nested_mix: bool) -> Plan {
+        let (name, holders) = names[rng.weighted(&[40, 25, 35])];
+        let wait = match rng.weighted(&[50, 15, 15, 20]) {
+            0 => Waiting::Fair,
+            1 => Waiting::NoFair,
+            2 => Waiting::NoWait,
+            _ => Waiting::For(rng.range(200, 4000)),
+        };
+        let max_run = rng.chance(10).then(|| rng.range(300, 1500));
+        let sleep_ms = match rng.weighted(&[60, 30, 10]) {
+            0 => rng.range(5, 50),
+            1 => rng.range(100, 500),
+            _ => rng.range(800, 2500),
+        };
+        let nested = (nested_mix && name != "a" && rng.chance(if holders > 1 { 30 } else { 12 }))
+            .then(|| Nested {
+                run: run + 1,
+                name: "a",
+                sleep_ms: rng.range(5, 200),
+            });
+        let fault = match rng.weighted(&[76, 8, 8, 8]) {
+            0 => ProcFault::None,
+            1 => ProcFault::Kill {
+                after: rng.range(0, 2000),
+            },
+            2 => ProcFault::Term {
+                after: rng.range(0, 2000),
+            },
+            _ => ProcFault::Stop {
+                after: rng.range(0, 1500),
+                for_: rng.range(50, TTL_MS / 3 - 100),
+            },
+        };
+        Plan {
+            run,
+            name,
+            holders,
+            explicit_holders: holders == 1 && rng.chance(20),
+            wait,
+            max_run,
+            sleep_ms,
+            nested,
+            fault,
+            backoff_ms: rng.range(100, 400),
+        }
+    }
+
+    /// The lease options every run takes.
+    pub fn lease_args() -> Vec<String> {
+        ["--ttl", "2s", "--connect-timeout", "1s"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// `locked-run`'s arguments (after the backend's `-u ...`), up to and including `--`.
+    pub fn wrapper_args(&self) -> Vec<String> {
+        let mut args = Plan::lease_args();
+        match self.wait {
+            Waiting::Fair => {}
+            Waiting::NoFair => args.push("--no-fair".into()),
+            Waiting::NoWait => args.push("-n".into()),
+            Waiting::For(ms) => args.extend(["-w".into(), format!("{ms}ms")]),
+        }
+        if let Some(ms) = self.max_run {
+            args.extend(["--max-run".into(), format!("{ms}ms")]);
+        }
+        if self.holders > 1 || self.explicit_holders {
+            args.extend(["--holders".into(), self.holders.to_string()]);
+        }
+        args.extend([self.name.to_owned(), "--".into()]);
+        args
+    }
+
+    /// The recording child's arguments (after the test binary's path).
+    pub fn child_args(
+        &self,
+        history: &str,
+        db: &str,
+        bin: &str,
+        url_args: &[String],
+    ) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "--fault-child".into(),
+            history.into(),
+            db.into(),
+            self.run.to_string(),
+            self.name.into(),
+            self.sleep_ms.to_string(),
+        ];
+        if let Some(inner) = &self.nested {
+            args.extend([
+                "--nest".into(),
+                inner.run.to_string(),
+                inner.name.into(),
+                inner.sleep_ms.to_string(),
+                bin.into(),
+            ]);
+            // No --holders: the inner NAME's own default of 1 must hold, whatever the outer
+            // run put in the environment.
+            args.extend(url_args.iter().cloned());
+            args.extend(Plan::lease_args());
+            args.extend(["-w".into(), format!("{INNER_WAIT_MS}ms"), inner.name.into()]);
+        }
+        args
+    }
+
+    /// How long the run may take in the worst case without faults: its wait, its command (and
+    /// nested run), and `--max-run` with the kill grace.
+    pub fn bound_ms(&self) -> u64 {
+        let wait = match self.wait {
+            Waiting::Fair | Waiting::NoFair => 40_000,
+            Waiting::NoWait => 0,
+            Waiting::For(ms) => ms,
+        };
+        let inner = self
+            .nested
+            .as_ref()
+            .map_or(0, |n| INNER_WAIT_MS + n.sleep_ms + TTL_MS);
+        let command = self.sleep_ms + inner + 1000;
+        let command = match self.max_run {
+            Some(m) => command.min(m + KILL_AFTER_MS + 1000),
+            None => command,
+        };
+        wait + command
+    }
+}
