@@ -5,11 +5,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::backend::{AnyBackend, LockSpec};
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::exit::{Codes, Exit, Failure};
 use crate::lease::show;
 use crate::name::LockName;
-use crate::open::{Opened, open_backend, runtime, with_backend};
+use crate::open::{Opening, open_backend, runtime};
 use crate::{child, cli, doctor, log, release, session, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
@@ -30,15 +31,7 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.conn,
                 &args.name,
                 "release",
-                async |opened, name| {
-                    with_backend!(opened, |b| release::release(
-                        &b,
-                        name,
-                        force,
-                        token.as_deref()
-                    )
-                    .await)
-                },
+                async |b, name| release::release(&b, name, force, token.as_deref()).await,
             )
         }
         Command::Status(args) => {
@@ -48,9 +41,7 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.conn,
                 &args.name,
                 "status",
-                async |opened, name| {
-                    with_backend!(opened, |b| status::status(&b, name, json).await)
-                },
+                async |b, name| status::status(&b, name, json).await,
             )
         }
         Command::Doctor(args) => {
@@ -70,14 +61,15 @@ fn inspecting(
     conn: &ConnArgs,
     name: &str,
     what: &str,
-    act: impl AsyncFnOnce(Opened, &LockName) -> Result<Exit, Failure>,
+    act: impl AsyncFnOnce(AnyBackend, &LockName) -> Result<Exit, Failure>,
 ) -> Outcome {
     log::init(log);
     let result = LockName::new(name)
         .map_err(Failure::usage)
         .and_then(|name| {
-            let opened = open_backend(conn, name.as_str(), what, conn.connect_timeout)?;
-            runtime()?.block_on(act(opened, &name))
+            let spec = LockSpec::exclusive(name.clone());
+            let backend = open_backend(conn, &spec, &Opening::to_look(conn, what))?;
+            runtime()?.block_on(act(backend, &name))
         });
     Outcome {
         result,
@@ -103,44 +95,20 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
             .file_name()
             .map_or_else(|| cfg.command[0].to_string_lossy(), |n| n.to_string_lossy())
             .into_owned();
-        let node_timeout = args.node_timeout(t.ttl);
-        let opened = open_backend(&args.conn, cfg.name.as_str(), &program, node_timeout)?;
-        if cfg.holders > 1 && matches!(opened, Opened::Many(_)) {
-            return Err(Failure::usage(
-                "--holders is for one Redis server (plain, Sentinel, Cluster) or file://: \
-                 Redlock over several servers holds one lock at a time",
-            ));
-        }
-        if args.wait_replicas.is_some() {
-            match opened {
-                Opened::One(_) => {}
-                Opened::Many(_) => return Err(Failure::usage(
-                    "--wait-replicas is for one primary with replicas; Redlock's servers are independent primaries",
-                )),
-                Opened::File(..) => return Err(Failure::usage(
-                    "--wait-replicas is for a Redis primary with replicas, not for file://",
-                )),
-            }
-        }
+        // The backend refuses what it cannot give (2) before the command is looked for.
+        let how = Opening {
+            command: &program,
+            node_timeout: args.node_timeout(t.ttl),
+            wait_replicas: args
+                .wait_replicas
+                .filter(|&n| n > 0)
+                .map(|n| (n, args.wait_replicas_timeout)),
+        };
+        let backend = open_backend(&args.conn, &cfg.spec(), &how)?;
         // 126/127 before anything is taken or created.
         log::set_lock(cfg.name.as_str());
         let path = child::resolve(&cfg.command[0])?;
-        match opened {
-            Opened::One(lock) => {
-                let lock = lock.with_holders(cfg.holders).with_fair(cfg.fair);
-                let lock = match args.wait_replicas.filter(|&n| n > 0) {
-                    Some(n) => lock.with_wait_replicas(n, args.wait_replicas_timeout),
-                    None => lock,
-                };
-                runtime()?.block_on(session::run(&lock, &cfg, &path))
-            }
-            Opened::Many(redlock) => runtime()?.block_on(session::run(&redlock, &cfg, &path)),
-            Opened::File(lock) => {
-                let lock = lock.with_holders(cfg.holders);
-                lock.prepare()?;
-                runtime()?.block_on(session::run(&lock, &cfg, &path))
-            }
-        }
+        runtime()?.block_on(session::run(&backend, &cfg, &path))
     });
     Outcome {
         result,

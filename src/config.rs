@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use crate::backend::{LockSpec, Mode};
 use crate::lease::Timings;
 use crate::name::LockName;
 
@@ -28,6 +29,17 @@ pub struct RunConfig {
     pub status_command: String,
     /// How long the final release may take.
     pub release_timeout: Duration,
+}
+
+impl RunConfig {
+    /// The lock this run asks a backend for.
+    pub fn spec(&self) -> LockSpec {
+        LockSpec {
+            name: self.name.clone(),
+            mode: Mode::of_holders(self.holders),
+            fair: self.fair,
+        }
+    }
 }
 
 /// How long to wait for a held lock.

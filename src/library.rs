@@ -1,6 +1,7 @@
-//! The lock as a Rust type (the seed's class), for programs that want the protocol without the
-//! wrapper: `acquire` returns the fence token, `extend` and `release` say whether the lease was
-//! still ours.
+//! The lock as a Rust type, for programs that want the protocol without the wrapper: `acquire`
+//! returns the fence token, `extend` and `release` say whether the lease was still ours. It is
+//! generic over the [`Backend`], so every backend has a library API; [`Lock::new`] opens the
+//! one a URL names.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,44 +20,68 @@
 
 use std::time::Duration;
 
-use crate::backend::{Attempt, BackendError, env_password};
+use crate::backend::{AnyBackend, Attempt, Backend, BackendError, env_password};
+use crate::file::{self, FileLock};
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::lock::ServerLock;
 use crate::redis::node::Node;
 
-/// A lease on one NAME in one Redis server.
-pub struct Lock {
-    server: ServerLock,
+/// How long one call may take (the command line's default `--connect-timeout`).
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A lease on one NAME, held through any backend.
+pub struct Lock<B: Backend = AnyBackend> {
+    backend: B,
+    name: LockName,
     timings: Timings,
 }
 
 impl Lock {
-    /// A lock named `name` on the server at `url`, with lease length `ttl` (renewal interval and
-    /// kill grace at their defaults, T/6 and T/3); a password missing from the URL is taken from
-    /// `REDISCLI_AUTH`. A TTL shorter than 100 ms is refused.
+    /// A lock named `name` in what `url` names (a Redis server, or a `file://` directory), with
+    /// lease length `ttl` (renewal interval and kill grace at their defaults, T/6 and T/3); a
+    /// password missing from a Redis URL is taken from `REDISCLI_AUTH`. A TTL shorter than
+    /// 100 ms is refused.
     pub fn new(url: &str, name: &str, ttl: Duration) -> Result<Lock, String> {
         Lock::with_timings(url, name, Timings::new(ttl, None, None)?)
     }
 
     /// A lock with timings of its own (`Timings::new` has checked them together).
     pub fn with_timings(url: &str, name: &str, timings: Timings) -> Result<Lock, String> {
-        let password = env_password();
-        let node = Node::open(url, Duration::from_secs(5), password.as_deref())?;
         let name = LockName::new(name)?;
-        Ok(Lock {
-            server: ServerLock::on(node, name, "library"),
+        let backend = match file::is_file_url(url) {
+            true => {
+                let lock = FileLock::at(url, name.clone(), "library").map_err(|f| f.message)?;
+                lock.prepare().map_err(|f| f.message)?;
+                AnyBackend::new(lock)
+            }
+            false => {
+                let password = env_password();
+                let node = Node::open(url, TIMEOUT, password.as_deref())?;
+                AnyBackend::new(ServerLock::on(node, name.clone(), "library"))
+            }
+        };
+        Ok(Lock::on(backend, name, timings))
+    }
+}
+
+impl<B: Backend> Lock<B> {
+    /// The lock `backend` holds, named `name`, with `timings`.
+    pub fn on(backend: B, name: LockName, timings: Timings) -> Lock<B> {
+        Lock {
+            backend,
+            name,
             timings,
-        })
+        }
     }
 
     pub fn name(&self) -> &LockName {
-        self.server.name()
+        &self.name
     }
 
     /// The owner's unique token: the value of `lock:{NAME}` while we hold it.
     pub fn token(&self) -> String {
-        self.server.token()
+        self.backend.token()
     }
 
     /// The lease's timings: T is what every grant and renewal asks the server for.
@@ -75,20 +100,16 @@ impl Lock {
 
     /// Like [`Lock::acquire`], but says who holds the lock and for how long.
     pub async fn attempt(&self) -> Result<Attempt, BackendError> {
-        self.server.attempt_listening(&self.timings, false).await
+        self.backend.try_acquire(&self.timings, false).await
     }
 
     /// Extends the lease to a full TTL from now, if it is still ours.
     pub async fn extend(&self) -> Result<bool, BackendError> {
-        self.server
-            .extend_within(&self.timings, self.server.connect_timeout())
-            .await
+        self.backend.renew(&self.timings, TIMEOUT).await
     }
 
     /// Releases the lock if it is still ours, waking waiters.
     pub async fn release(&self) -> Result<bool, BackendError> {
-        self.server
-            .release_within(None, self.server.connect_timeout())
-            .await
+        self.backend.release(None, TIMEOUT).await
     }
 }

@@ -1,8 +1,11 @@
-//! Opening what the URLs name (nothing is connected yet): one Redis server, Redlock over
-//! several, or a directory of this host; and the runtime everything runs on.
+//! Opening what the URLs name for a lock specification (nothing is connected yet): one Redis
+//! server, Redlock over several, or a directory of this host, as one [`AnyBackend`]; the one
+//! place where a backend's kind refuses what it cannot give; and the runtime everything runs
+//! on. Adding a backend is a directory of its own and a line here.
 
 use std::time::Duration;
 
+use crate::backend::{AnyBackend, LockSpec, Mode};
 use crate::cli::ConnArgs;
 use crate::exit::Failure;
 use crate::file::{self, FileLock};
@@ -12,29 +15,103 @@ use crate::redis::node::Node;
 use crate::redis::redlock::Redlock;
 use crate::redis::tls;
 
-/// The backend the URLs name: one server, Redlock over several, or a directory of this host
-/// (where nothing is created yet: a run prepares it, `status` only looks).
-pub enum Opened {
-    One(Box<ServerLock>),
-    Many(Redlock),
-    File(Box<FileLock>),
+/// What opening needs besides the lock: the program's name (shown to `status`), Redlock's
+/// per-server timeout, and `--wait-replicas`.
+pub struct Opening<'a> {
+    pub command: &'a str,
+    pub node_timeout: Duration,
+    /// `--wait-replicas N` (N > 0) and its timeout.
+    pub wait_replicas: Option<(u32, Duration)>,
 }
 
+impl Opening<'_> {
+    /// For `status` and `release`.
+    pub fn to_look<'a>(conn: &ConnArgs, command: &'a str) -> Opening<'a> {
+        Opening {
+            command,
+            node_timeout: conn.connect_timeout,
+            wait_replicas: None,
+        }
+    }
+}
+
+/// The kinds of backend, and what each refuses of a lock specification: the one place where a
+/// mode or option a backend cannot give is a usage error (2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// One Redis server (plain, TLS, a Unix socket, Sentinel, Cluster).
+    Server,
+    /// Redlock over several independent primaries.
+    Redlock,
+    /// A directory of this host (`file://`).
+    Dir,
+}
+
+impl Kind {
+    fn refuses(self, spec: &LockSpec, how: &Opening) -> Option<&'static str> {
+        match (self, spec.mode) {
+            (Kind::Redlock, Mode::Holders(_)) => {
+                return Some(
+                    "--holders is for one Redis server (plain, Sentinel, Cluster) or file://: \
+                     Redlock over several servers holds one lock at a time",
+                );
+            }
+            (Kind::Server | Kind::Redlock | Kind::Dir, _) => {}
+        }
+        match (self, how.wait_replicas.is_some()) {
+            (Kind::Redlock, true) => Some(
+                "--wait-replicas is for one primary with replicas; Redlock's servers are \
+                 independent primaries",
+            ),
+            (Kind::Dir, true) => {
+                Some("--wait-replicas is for a Redis primary with replicas, not for file://")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Opens the backend the URLs name for the lock `spec` describes (nothing is connected yet).
 pub fn open_backend(
     conn: &ConnArgs,
-    name: &str,
-    command: &str,
-    node_timeout: Duration,
-) -> Result<Opened, Failure> {
-    let name = LockName::new(name).map_err(Failure::usage)?;
+    spec: &LockSpec,
+    how: &Opening,
+) -> Result<AnyBackend, Failure> {
+    let name = spec.name.clone();
     let nodes = match open_servers(conn)? {
-        Servers::Dir(url) => return Ok(Opened::File(Box::new(FileLock::at(&url, name, command)?))),
+        Servers::Dir(url) => {
+            refuse(Kind::Dir, spec, how)?;
+            let lock = FileLock::at(&url, name, how.command)?.with_holders(spec.mode.holders());
+            return Ok(AnyBackend::new(lock));
+        }
         Servers::Redis(nodes) => nodes,
     };
     if nodes.len() == 1 {
+        refuse(Kind::Server, spec, how)?;
         let node = nodes.into_iter().next().expect("one node");
-        return Ok(Opened::One(Box::new(ServerLock::on(node, name, command))));
+        let lock = ServerLock::on(node, name, how.command)
+            .with_holders(spec.mode.holders())
+            .with_fair(spec.fair);
+        let lock = match how.wait_replicas {
+            Some((n, wait)) => lock.with_wait_replicas(n, wait),
+            None => lock,
+        };
+        return Ok(AnyBackend::new(lock));
     }
+    let redlock = open_redlock(nodes, &name, how)?;
+    refuse(Kind::Redlock, spec, how)?;
+    Ok(AnyBackend::new(redlock))
+}
+
+fn refuse(kind: Kind, spec: &LockSpec, how: &Opening) -> Result<(), Failure> {
+    match kind.refuses(spec, how) {
+        Some(why) => Err(Failure::usage(why)),
+        None => Ok(()),
+    }
+}
+
+/// Redlock over `nodes`: distinct servers, at least 3.
+fn open_redlock(nodes: Vec<Node>, name: &LockName, how: &Opening) -> Result<Redlock, Failure> {
     for (i, node) in nodes.iter().enumerate() {
         if let Some(same) = nodes[..i].iter().find(|other| other.same_server(node)) {
             return Err(Failure::usage(format!(
@@ -62,9 +139,9 @@ pub fn open_backend(
     }
     let locks = nodes
         .into_iter()
-        .map(|node| ServerLock::on(node, name.clone(), command))
+        .map(|node| ServerLock::on(node, name.clone(), how.command))
         .collect();
-    Ok(Opened::Many(Redlock::new(locks, node_timeout)))
+    Ok(Redlock::new(locks, how.node_timeout))
 }
 
 /// What the URLs name: a directory of this host (its `file://` URL), or Redis servers.
@@ -120,22 +197,3 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .build()
         .map_err(|e| Failure::unavailable(format!("cannot start the runtime: {e}")))
 }
-
-/// Evaluates `$body` with `$backend` bound to whichever backend `$opened` holds: each kind is
-/// its own type, and the code that uses them (`run`, `status`, `release`) is generic.
-macro_rules! with_backend {
-    ($opened:expr, |$backend:ident| $body:expr) => {
-        match $opened {
-            $crate::open::Opened::One(boxed) => {
-                let $backend = *boxed;
-                $body
-            }
-            $crate::open::Opened::Many($backend) => $body,
-            $crate::open::Opened::File(boxed) => {
-                let $backend = *boxed;
-                $body
-            }
-        }
-    };
-}
-pub(crate) use with_backend;

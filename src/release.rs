@@ -2,7 +2,7 @@
 //! fence counter is never deleted, so fencing tokens keep growing. Without `--force` it only
 //! shows the holder. Exit 0 when something was released, 1 when the lock was free.
 
-use crate::backend::{Backend, Expiry, Freed, Holder};
+use crate::backend::{Backend, Expiry, Freed, Holder, Tenure};
 use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
@@ -21,15 +21,15 @@ pub async fn release<B: Backend>(
         let Some(busy) = report.held else {
             return Ok(said(name, &[], report.fence));
         };
-        let why = match (backend.has_lease(), busy.expiry) {
+        let why = match (backend.tenure(), busy.expiry) {
             // A flock belongs to its holder until it exits: --force cannot help.
-            (false, Expiry::WithHolder) => file::only_its_process_frees(name, &busy),
-            (false, _) => format!(
+            (Tenure::Kernel, Expiry::WithHolder) => file::only_its_process_frees(name, &busy),
+            (Tenure::Kernel, _) => format!(
                 "lock {name} is kept by --min-hold of its last holder, {}; nothing was released: \
                  add --force to release it",
                 busy.holder
             ),
-            (true, _) => format!(
+            (Tenure::Lease, _) => format!(
                 "lock {name} is held by {}; nothing was released: add --force to release it \
                  (its command keeps running until its next renewal finds the lock gone)",
                 busy.holder

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::Level;
 use super::server::{Feature, Server};
 use crate::name::LockName;
+use crate::redis::keys::Keys;
 use crate::redis::node::Node;
 use crate::redis::resp::Reply;
 
@@ -121,18 +122,19 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         "PEXPIRE 1",
         "DEL",
     ];
+    let keys = Keys::of(name);
     let by_key: [(String, &[&str]); 8] = [
         (
-            name.lock_key(),
+            keys.lock.clone(),
             &["SET x", "GET", "EXISTS", "TYPE", "PTTL", "PEXPIRE 1", "DEL"],
         ),
-        (name.fence_key(), &["INCR", "GET", "TYPE"]),
-        (name.holder_key(), hash),
-        (name.holders_key(), sorted_set),
-        (name.holders_meta_key(), hash),
-        (name.queue_key(), sorted_set),
-        (name.queue_alive_key(), sorted_set),
-        (name.gone_key(), sorted_set),
+        (keys.fence.clone(), &["INCR", "GET", "TYPE"]),
+        (keys.holder.clone(), hash),
+        (keys.holders.clone(), sorted_set),
+        (keys.holders_meta.clone(), hash),
+        (keys.queue.clone(), sorted_set),
+        (keys.queue_alive.clone(), sorted_set),
+        (keys.gone.clone(), sorted_set),
     ];
     let words = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
     let mut needed = vec![
@@ -147,7 +149,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
             needed.push(args);
         }
     }
-    let channel = name.channel();
+    let channel = keys.channel.clone();
     needed.push(vec![publish.into(), channel.clone(), "x".into()]);
     needed.push(vec![subscribe.into(), channel]);
     needed

@@ -46,7 +46,7 @@ pub struct Paths {
 
 impl Paths {
     pub fn new(dir: &Path, name: &LockName) -> Paths {
-        let stem = name.file_stem();
+        let stem = super::stem::of(name);
         Paths {
             dir: dir.to_owned(),
             lock: dir.join(format!("{stem}.lock")),

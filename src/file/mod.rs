@@ -31,6 +31,7 @@ mod inspect;
 mod meta;
 mod proc_locks;
 mod slots;
+mod stem;
 
 use std::cell::{Ref, RefCell};
 use std::fs::{self, DirBuilder, File};
@@ -44,7 +45,7 @@ use tokio::sync::oneshot;
 use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeup, Wakeups, hostname, wall_clock_ms,
 };
-use crate::backend::{Freed, Report};
+use crate::backend::{Freed, Report, Tenure};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -208,8 +209,12 @@ fn prepare_dir(dir: &Path) -> Result<(), Failure> {
 impl Backend for FileLock {
     type Wakeups<'a> = FileWakeups<'a>;
 
-    fn has_lease(&self) -> bool {
-        false
+    fn tenure(&self) -> Tenure {
+        Tenure::Kernel
+    }
+
+    fn prepare(&self) -> Result<(), Failure> {
+        FileLock::prepare(self)
     }
 
     fn key(&self) -> &str {

@@ -5,23 +5,18 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
-use crate::backend::{Attempt, Backend, BackendError, Freed, KEEP_ALIVE, Report, wall_clock_ms};
+use crate::backend::{
+    Attempt, Backend, BackendError, Freed, KEEP_ALIVE, Report, Tenure, wall_clock_ms,
+};
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::redis::give_back::{BURY_FOR, new_token};
+use crate::redis::keys::Keys;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
 use crate::redis::replies::{as_flag, parse_attempt, queued};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore};
-
-/// How long a token given back stays buried: an attempt of it that reaches the server later
-/// than this (held up in a proxy, a stalled network) could still take the lock.
-pub const BURY_FOR: Duration = Duration::from_secs(600);
-
-/// A fresh owner's token.
-pub(crate) fn new_token() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {
@@ -42,11 +37,11 @@ pub struct ServerLock {
     queueing: bool,
     /// This lock's last attempt may have joined the queue (or kept its place there): set
     /// before a listening attempt is sent, cleared by a reply that says otherwise.
-    queued: Cell<bool>,
+    pub(super) queued: Cell<bool>,
     /// A request with the current token that could take the lock went unanswered: it may
     /// still land, so the release buries the token (an attempt landing after the release must
     /// not take the lock again for a run that has ended).
-    stray: Cell<bool>,
+    pub(super) stray: Cell<bool>,
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
     /// The owner's unique token. A token that was given back is buried on the server and
@@ -64,16 +59,17 @@ impl ServerLock {
     pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
         let host = crate::backend::hostname().replace(|c: char| c.is_control(), "?");
+        let keys = Keys::of(&name);
         ServerLock {
-            lock_key: name.lock_key(),
-            fence_key: name.fence_key(),
-            holder_key: name.holder_key(),
-            holders_key: name.holders_key(),
-            holders_meta_key: name.holders_meta_key(),
-            queue_key: name.queue_key(),
-            queue_alive_key: name.queue_alive_key(),
-            gone_key: name.gone_key(),
-            channel: name.channel(),
+            lock_key: keys.lock,
+            fence_key: keys.fence,
+            holder_key: keys.holder,
+            holders_key: keys.holders,
+            holders_meta_key: keys.holders_meta,
+            queue_key: keys.queue,
+            queue_alive_key: keys.queue_alive,
+            gone_key: keys.gone,
+            channel: keys.channel,
             fair: false,
             queueing: true,
             queued: Cell::new(false),
@@ -132,24 +128,9 @@ impl ServerLock {
         self.stray.set(false);
     }
 
-    /// Notes that a request with the current token that could take the lock got no answer.
-    pub(crate) fn sent_astray<T>(
-        &self,
-        result: Result<T, BackendError>,
-    ) -> Result<T, BackendError> {
-        if matches!(result, Err(BackendError::Transient(_))) {
-            self.stray.set(true);
-        }
-        result
-    }
-
     /// The server's URL without its password.
     pub fn address(&self) -> &str {
         self.node.address()
-    }
-
-    pub(crate) fn connect_timeout(&self) -> Duration {
-        self.node.connect_timeout()
     }
 
     /// An attempt; with `listen`, subscribed to release messages before it runs. A grant that
@@ -187,16 +168,7 @@ impl ServerLock {
         // Set before the request leaves: a run interrupted before the reply may hold a place.
         self.queued.set(mode == "queue" || mode == "race");
         let reply = if self.holders == 1 {
-            let keys = [
-                self.lock_key.as_str(),
-                &self.fence_key,
-                &self.holder_key,
-                &self.holders_key,
-                &self.holders_meta_key,
-                &self.queue_key,
-                &self.queue_alive_key,
-                &self.gone_key,
-            ];
+            let keys = self.every_key();
             let args = [
                 token.as_str(),
                 &ttl_ms,
@@ -389,33 +361,18 @@ impl ServerLock {
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
     }
 
-    /// Gives back everything the current token may hold or have queued, and buries it (see
-    /// `scripts::GIVE_BACK`); `publish` empty wakes nobody. The caller takes a fresh token.
-    pub(crate) async fn give_back_within(
-        &self,
-        publish: &str,
-        timeout: Duration,
-    ) -> Result<bool, BackendError> {
-        self.queued.set(false);
-        let token = self.token();
-        let bury_ms = BURY_FOR.as_millis().to_string();
-        let keys = [
-            self.lock_key.as_str(),
+    /// Every key of the NAME, in the order the one-holder acquire and the give-back take them.
+    pub(super) fn every_key(&self) -> [&str; 8] {
+        [
+            &self.lock_key,
+            &self.fence_key,
             &self.holder_key,
             &self.holders_key,
             &self.holders_meta_key,
             &self.queue_key,
             &self.queue_alive_key,
             &self.gone_key,
-        ];
-        let args = [token.as_str(), &self.channel, publish, &bury_ms];
-        // In one request: the give-back's reply may be lost too, and a NOSCRIPT that never
-        // came back would leave the EVAL after it unsent.
-        let reply = self
-            .node
-            .eval_in_one(&scripts::GIVE_BACK, &keys, &args, timeout)
-            .await?;
-        as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
+        ]
     }
 
     /// How a release is announced: on a Cluster only a sharded channel lives in the lock's slot
@@ -447,8 +404,8 @@ impl ServerLock {
 impl Backend for ServerLock {
     type Wakeups<'a> = Subscription<'a>;
 
-    fn has_lease(&self) -> bool {
-        true
+    fn tenure(&self) -> Tenure {
+        Tenure::Lease
     }
 
     fn key(&self) -> &str {

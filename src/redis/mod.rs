@@ -16,7 +16,9 @@
 //!   quorum, each server's part, and what their reports mean together.
 
 pub mod cluster;
+pub mod give_back;
 pub mod inspect;
+pub mod keys;
 pub mod lock;
 pub mod node;
 pub mod pubsub;

@@ -411,8 +411,8 @@ return {redis.call('GET', KEYS[3]), released}
     sha1: "87d1e7eddc82bbef7cc360c9646fc4664d3d9eab",
 };
 
-/// KEYS: lock, holder, holders, holders-meta, queue, queue-alive, gone. ARGV: token, channel,
-/// publish command (empty: wake nobody, for a Redlock grant that made no quorum), ms to keep
+/// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
+/// the fence is not touched). ARGV: token, channel, publish command (empty: wake nobody, for a Redlock grant that made no quorum), ms to keep
 /// the token buried. A waiter that ends without the lock (or a grant it cannot use) gives back
 /// everything its token may hold, in one step: its place in the queue, the lock or its
 /// semaphore slot, and buries the token so that an attempt of it still on its way is refused
@@ -424,39 +424,39 @@ pub const GIVE_BACK: Script = Script {
         r#"
 local now = clock()
 local token = ARGV[1]
-bury(KEYS[7], token, now, tonumber(ARGV[4]))
+bury(KEYS[8], token, now, tonumber(ARGV[4]))
 local was_head = false
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  local head = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
   was_head = head == token or head == member(token, true)
-  dequeue(KEYS[5], KEYS[6], token)
-  dequeue(KEYS[5], KEYS[6], member(token, true))
+  dequeue(KEYS[6], KEYS[7], token)
+  dequeue(KEYS[6], KEYS[7], member(token, true))
 end
 local released = 0
 local message = nil
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if ok and value == token then
-  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('DEL', KEYS[1], KEYS[3])
   released = 1
 end
-local counted, score = pcall(redis.call, 'ZSCORE', KEYS[3], token)
+local counted, score = pcall(redis.call, 'ZSCORE', KEYS[4], token)
 if counted and score then
-  redis.call('ZREM', KEYS[3], token)
-  redis.call('HDEL', KEYS[4], token)
-  if redis.call('ZCARD', KEYS[3]) == 0 then
-    redis.call('DEL', KEYS[3], KEYS[4])
+  redis.call('ZREM', KEYS[4], token)
+  redis.call('HDEL', KEYS[5], token)
+  if redis.call('ZCARD', KEYS[4]) == 0 then
+    redis.call('DEL', KEYS[4], KEYS[5])
   end
   released = 1
   message = 'released'
 end
 if ARGV[3] ~= '' and (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
-  if redis.call('EXISTS', KEYS[5]) == 1 then
-    prune(KEYS[5], KEYS[6], now)
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    prune(KEYS[6], KEYS[7], now)
   end
-  announce(ARGV[3], ARGV[2], message or turn(KEYS[5]))
+  announce(ARGV[3], ARGV[2], message or turn(KEYS[6]))
 end
 return released
 "#
     ),
-    sha1: "6029d6bc557269993b94405c227a22a126000551",
+    sha1: "94362041c0fc687a8b0dc2757606a54a2690464c",
 };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::backend::{Backend, Wakeups};
+use crate::backend::{Backend, Tenure, Wakeups};
 use crate::config::RunConfig;
 use crate::exit::Failure;
 use crate::lease::{Clock, show};
@@ -50,7 +50,7 @@ pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
                     // The attempt in flight may have been granted.
                     signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, true)),
                     attempt = backend.try_acquire(&cfg.timings, waiter.listens()) => {
-                        let facts = Facts { lease: backend.has_lease(), queued: backend.queues() };
+                        let facts = Facts { lease: backend.tenure() == Tenure::Lease, queued: backend.queues() };
                         waiter.answered(clock.now(), attempt, facts)
                     }
                 }

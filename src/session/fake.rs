@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, BackendError, Freed, Report, Wakeup, Wakeups};
+use crate::backend::{Attempt, Backend, BackendError, Freed, Report, Tenure, Wakeup, Wakeups};
 use crate::config::{Patience, RunConfig};
 use crate::lease::{Clock, Timings};
 use crate::name::LockName;
@@ -142,8 +142,11 @@ impl Wakeups for FakeWakeups<'_> {
 impl Backend for Fake {
     type Wakeups<'a> = FakeWakeups<'a>;
 
-    fn has_lease(&self) -> bool {
-        self.lease
+    fn tenure(&self) -> Tenure {
+        match self.lease {
+            true => Tenure::Lease,
+            false => Tenure::Kernel,
+        }
     }
 
     fn queues(&self) -> bool {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::pin::pin;
 use std::process::ExitStatus;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Tenure};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
 use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Why, show};
@@ -29,6 +29,7 @@ pub async fn run<B: Backend>(
 ) -> Result<Exit, Failure> {
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
+    backend.prepare()?;
     let clock = BootClock;
     let acquired = acquire(backend, &clock, cfg, &mut signals).await?;
     tracing::info!(
@@ -104,7 +105,7 @@ async fn supervise<B: Backend>(
     let started = clock.now();
     let renewer = Renewer(backend, cfg.timings);
     let mut keeper = pin!(async {
-        if backend.has_lease() {
+        if backend.tenure() == Tenure::Lease {
             match lease::keep(lease, &clock, &renewer, stopper).await {}
         } else {
             std::future::pending::<()>().await
@@ -144,7 +145,7 @@ async fn supervise<B: Backend>(
     };
     // A wrapper paused past V - D cannot vouch that the child ran under the lease.
     let lost = matches!(stopper.stopping(), Some(s) if matches!(s.cause, Cause::Lost(_)));
-    if backend.has_lease() && !lost && lease.borrow().expired(clock.now()) {
+    if backend.tenure() == Tenure::Lease && !lost && lease.borrow().expired(clock.now()) {
         stopper.kill(Why::Late);
     }
     let (target, interactive) = (job.target, job.interactive);

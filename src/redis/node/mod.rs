@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use super::cluster::{Cluster, redirection};
 use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
-use super::scripts::Script;
 use super::url::Topology;
 use crate::backend::BackendError;
 use crate::lease::show;
@@ -334,90 +333,6 @@ impl Node {
         *self.conn.lock().await = None;
     }
 
-    /// Runs a script: EVALSHA, and EVAL when the server does not know it (restarted, flushed);
-    /// EVAL also caches it, so that costs one extra round trip once. `listen`: see
-    /// [`Node::exchange`].
-    pub async fn eval(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        timeout: Duration,
-        listen: Option<&str>,
-    ) -> Result<Reply, BackendError> {
-        let (reply, _) = self
-            .eval_then(script, keys, args, timeout, listen, &[])
-            .await?;
-        Ok(reply)
-    }
-
-    /// [`Node::eval`] in one request whatever the server's script cache holds (EVAL with the
-    /// source, never EVALSHA then EVAL): for a request that must land whole or not at all,
-    /// such as a give-back whose reply may never come.
-    pub async fn eval_in_one(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        timeout: Duration,
-    ) -> Result<Reply, BackendError> {
-        let numkeys = keys.len().to_string();
-        let mut command: Vec<&[u8]> = vec![b"EVAL", script.source.as_bytes(), numkeys.as_bytes()];
-        command.extend(keys.iter().map(|k| k.as_bytes()));
-        command.extend(args.iter().map(|a| a.as_bytes()));
-        let mut replies = self.exchange(&[&command], timeout, None).await?;
-        match replies.pop().unwrap_or(Reply::Array(None)) {
-            Reply::Error(e) => {
-                self.forget().await;
-                Err(self.refused(&e))
-            }
-            reply => Ok(reply),
-        }
-    }
-
-    /// [`Node::eval`], with `then` sent right after the script in the same write (`WAIT`,
-    /// whose count covers the script's writes): the script's reply, and the replies to `then`.
-    pub async fn eval_then(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        timeout: Duration,
-        listen: Option<&str>,
-        then: &[&[&[u8]]],
-    ) -> Result<(Reply, Vec<Reply>), BackendError> {
-        let numkeys = keys.len().to_string();
-        let mut command: Vec<&[u8]> = vec![b"EVALSHA", script.sha1.as_bytes(), numkeys.as_bytes()];
-        command.extend(keys.iter().map(|k| k.as_bytes()));
-        command.extend(args.iter().map(|a| a.as_bytes()));
-        let mut replies = {
-            let mut batch: Vec<&[&[u8]]> = vec![&command];
-            batch.extend_from_slice(then);
-            self.exchange(&batch, timeout, listen).await?
-        };
-        if matches!(replies.first(), Some(Reply::Error(e)) if e.starts_with("NOSCRIPT")) {
-            command[0] = b"EVAL";
-            command[1] = script.source.as_bytes();
-            let mut batch: Vec<&[&[u8]]> = vec![&command];
-            batch.extend_from_slice(then);
-            replies = self.exchange(&batch, timeout, listen).await?;
-        }
-        let reply = if replies.is_empty() {
-            Reply::Array(None)
-        } else {
-            replies.remove(0)
-        };
-        match reply {
-            Reply::Error(e) => {
-                // After a refusal, start afresh: a server that says READONLY may have been
-                // demoted, and the sentinels know the new primary.
-                self.forget().await;
-                Err(self.refused(&e))
-            }
-            reply => Ok((reply, replies)),
-        }
-    }
-
     pub(super) fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
         let address = &self.address;
         // A TLS handshake that failed (certificates, protocol), rather than no connection.
@@ -502,5 +417,6 @@ fn script_error(error: &str) -> &str {
     if inner.is_empty() { error } else { inner }
 }
 
+mod scripts;
 #[cfg(test)]
 mod tests;

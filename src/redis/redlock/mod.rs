@@ -22,10 +22,11 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Wakeup, Wakeups,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Tenure, Wakeup, Wakeups,
 };
 use crate::lease::Timings;
-use crate::redis::lock::{ServerLock, new_token};
+use crate::redis::give_back::new_token;
+use crate::redis::lock::ServerLock;
 use crate::redis::pubsub::Subscription;
 
 mod quorum;
@@ -93,8 +94,8 @@ impl Redlock {
 impl Backend for Redlock {
     type Wakeups<'a> = AnyOf<Subscription<'a>>;
 
-    fn has_lease(&self) -> bool {
-        true
+    fn tenure(&self) -> Tenure {
+        Tenure::Lease
     }
 
     fn key(&self) -> &str {

@@ -1,11 +1,19 @@
-//! The lease protocol as the run loop sees it: one small interface that a single Redis node
-//! (and later Redlock over N nodes, or the host-local file backend) implements.
+//! The lock as the session sees it: one small interface that every backend implements (one
+//! Redis server, Redlock over several, the host-local `file://`), and [`AnyBackend`], the one
+//! type that holds whichever the URLs named.
 
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::exit::Failure;
 use crate::lease::Timings;
+
+mod any;
+mod spec;
+
+pub use any::{AnyBackend, AnyWakeups};
+pub use spec::{LockSpec, Mode};
 
 /// Who holds a lock, as far as its metadata tells. Every field may be missing: another program
 /// using the plain `SET lock:{NAME} token NX PX` protocol leaves none.
@@ -180,15 +188,32 @@ impl BackendError {
     }
 }
 
-/// What holds the lock: the run loop's only view of a backend.
+/// How a holder keeps a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tenure {
+    /// A lease that expires unless renewed (Redis): renewed on the lease clock, and the
+    /// command stopped before it can expire.
+    Lease,
+    /// A lock the kernel holds for the holder's open file (`flock`): nothing to renew, nothing
+    /// to lose while the holder lives; it ends with the holder.
+    Kernel,
+}
+
+/// What holds the lock: the session's only view of a backend.
 pub trait Backend {
     /// The release notifications a waiter sleeps on.
     type Wakeups<'a>: Wakeups
     where
         Self: 'a;
 
-    /// Whether the lock is a lease that expires unless renewed (false for `flock`).
-    fn has_lease(&self) -> bool;
+    /// How a holder keeps the lock: what the run must do to keep it.
+    fn tenure(&self) -> Tenure;
+
+    /// Creates what a run needs and looking does not (`file://`: the directory and the lock
+    /// file), once the command was found; `status` and `release` never call it.
+    fn prepare(&self) -> Result<(), Failure> {
+        Ok(())
+    }
 
     /// Whether the last attempt holds a place in a queue (fair waiting, or a `--no-fair` waiter
     /// behind fair ones), which the waiter must keep alive by asking again at least every
