@@ -7,13 +7,14 @@
 //! - [`app`]: what the command line asks for, carried out, and how it ends (the exit).
 //! - [`cli`]: the command line (clap), value parsers, validation into a [`config::RunConfig`].
 //! - [`config`]: what a run needs besides the backend ([`config::RunConfig`], how long to wait).
-//! - [`open`]: opening the backend the URLs name, and the runtime.
+//! - [`open`]: opening the backend the URLs name for a lock specification, as one
+//!   [`backend::AnyBackend`]; the one place a kind of backend refuses what it cannot give.
 //! - [`session`]: one run's session with its lock: waiting, the job, its stop and its ending
 //!   (pure cores and small drivers).
 //! - [`lease`]: the lease clock (a pure state machine) and the loop that keeps the lease; the
 //!   lease's timings, owned by [`lease::Timings`].
-//! - [`backend`]: the interface every backend implements (acquire, renew, release, wake-ups,
-//!   inspect, force-release).
+//! - [`backend`]: the interface every backend implements (acquire, renew, release, give back,
+//!   wake-ups, inspect, force-release), the lock specification, and the one type for any backend.
 //! - [`redis`]: the Redis backends: one server (plain, TLS, Sentinel, Cluster) and Redlock,
 //!   with the URL, connection, protocol and script layers under them.
 //! - [`file`]: the host-local backend (`file:///DIR`): `flock(2)` and a durable fence counter.
@@ -21,8 +22,8 @@
 //! - [`watcher`]: kills the job's process group should `locked-run` itself be SIGKILLed.
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
 //! - [`status`], [`release`], [`doctor`]: the operators' subcommands.
-//! - [`library`]: the lock as a Rust type ([`Lock`]).
-//! - [`name`]: lock names and the keys and file names derived from them.
+//! - [`library`]: the lock as a Rust type ([`Lock`]), over any backend.
+//! - [`name`]: lock names (the keys and file names derived from them live with their backend).
 //! - [`exit`]: exit statuses, mapped to numbers in one place.
 //! - [`log`], [`notify`]: stderr logging; `sd_notify` for systemd units.
 

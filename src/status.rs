@@ -22,11 +22,11 @@ pub async fn status<B: Backend>(
     if as_json {
         let mut object = to_json(name, &report);
         object["waiters"] = json!(report.waiters);
-        if let Some(quorum) = report.quorum {
-            object["quorum"] = json!(quorum);
+        if let Some(servers) = &report.servers {
+            object["quorum"] = json!(servers.quorum);
             object["servers"] = Value::Array(
-                report
-                    .servers
+                servers
+                    .each
                     .iter()
                     .map(|(url, server)| match server {
                         Ok(r) => {
@@ -48,9 +48,10 @@ pub async fn status<B: Backend>(
             );
         }
         println!("{object}");
-    } else if let Some(quorum) = report.quorum {
-        let holding = report
-            .servers
+    } else if let Some(servers) = &report.servers {
+        let quorum = servers.quorum;
+        let holding = servers
+            .each
             .iter()
             .filter(|(_, r)| {
                 report.value.is_some()
@@ -62,9 +63,9 @@ pub async fn status<B: Backend>(
             "{}{}; {holding} of {} servers hold it, a quorum is {quorum}",
             to_text(name, &report),
             waiting(report.waiters),
-            report.servers.len()
+            servers.each.len()
         );
-        for (url, server) in &report.servers {
+        for (url, server) in &servers.each {
             match server {
                 Ok(r) => println!(
                     "  {url}: {}",

@@ -8,18 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-/// A holder of `job` that runs until `dir/go` exists.
-fn hold(url: &str, dir: &Path) -> Running {
-    let mut cmd = locked_run();
-    cmd.args(["-u", url, "job"]).args(sh(&format!(
-        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done",
-        d = path_str(dir)
-    )));
-    let running = spawn(cmd);
-    wait_for_file(&dir.join("up"), Duration::from_secs(10), |t| !t.is_empty());
-    running
-}
-
 /// A waiter named `who` whose command logs `start WHO NS` and `end WHO NS` (CLOCK_REALTIME).
 fn waiter(url: &str, log: &Path, who: &str, extra: &[&str]) -> Running {
     let mut cmd = locked_run();
@@ -62,7 +50,7 @@ fn waiters_are_served_in_arrival_order_and_no_wait_runs_never_barge() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let holder = hold(&redis.url(), dir.path());
+    let holder = Holder::start(&redis, "job", &[]);
     let mut waiters = Vec::new();
     for i in 1..=5 {
         waiters.push(waiter(&redis.url(), &log, &format!("w{i}"), &[]));
@@ -74,7 +62,7 @@ fn waiters_are_served_in_arrival_order_and_no_wait_runs_never_barge() {
     }
     let status = status_json(&redis.url(), "job");
     assert_eq!(status["waiters"], 5, "status counts the queue: {status}");
-    std::fs::write(dir.path().join("go"), "").unwrap();
+    std::fs::write(holder.path("go"), "").unwrap();
     // Meanwhile -n runs keep arriving: none may take the lock while anyone waits.
     let mut no_waits = 0;
     let drained_by = Instant::now() + Duration::from_secs(60);
@@ -96,7 +84,7 @@ fn waiters_are_served_in_arrival_order_and_no_wait_runs_never_barge() {
         assert!(matches!(out.code(), Some(0 | 75)), "{out:?}");
         no_waits += 1;
     }
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(holder.running.wait().code(), Some(0));
     for w in waiters {
         assert_eq!(w.wait().code(), Some(0));
     }
@@ -123,7 +111,7 @@ fn a_sigkilled_waiter_delays_those_behind_it_by_its_keep_alive_at_most() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let holder = hold(&redis.url(), dir.path());
+    let holder = Holder::start(&redis, "job", &[]);
     let first = waiter(&redis.url(), &log, "first", &[]);
     wait_until("first queued", Duration::from_secs(10), || {
         queued(&redis) == 1
@@ -138,8 +126,7 @@ fn a_sigkilled_waiter_delays_those_behind_it_by_its_keep_alive_at_most() {
     });
     signal(doomed.pid(), libc::SIGKILL);
     let _ = doomed.wait();
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(holder.finish().code(), Some(0));
     assert_eq!(first.wait().code(), Some(0));
     assert_eq!(last.wait().code(), Some(0));
     let events = events(&log);
@@ -156,7 +143,7 @@ fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let holder = hold(&redis.url(), dir.path());
+    let holder = Holder::start(&redis, "job", &[]);
     let impatient = waiter(&redis.url(), &log, "impatient", &["-w", "500ms"]);
     wait_until("impatient queued", Duration::from_secs(10), || {
         queued(&redis) == 1
@@ -168,8 +155,7 @@ fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
     let out = impatient.wait();
     assert_eq!(out.code(), Some(75), "{out:?}");
     assert_eq!(queued(&redis), 1, "it left the queue when it gave up");
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(holder.finish().code(), Some(0));
     let released = Instant::now();
     wait_for_file(&log, Duration::from_secs(10), |t| {
         t.contains("start patient")
@@ -201,7 +187,7 @@ fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let holder = hold(&redis.url(), dir.path());
+    let holder = Holder::start(&redis, "job", &[]);
     let w = waiter(&redis.url(), &log, "w", &["--no-fair"]);
     wait_until("the waiter queued", Duration::from_secs(10), || {
         queued(&redis) == 1
@@ -211,8 +197,7 @@ fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
         members[0].starts_with('~'),
         "a --no-fair waiter's place is a racer's: {members:?}"
     );
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(holder.finish().code(), Some(0));
     assert_eq!(w.wait().code(), Some(0));
 
     // Redlock: independent servers would order their queues differently; it races.

@@ -1,5 +1,6 @@
-//! The library API, through the seed's "Verify the behavior" script, and interoperation with
-//! any program that uses the plain SET NX PX / INCR protocol.
+//! The library API: two locks taking turns as their leases run out, with growing fences and a
+//! release that says whether it still owned the lease; and interoperation with any program that
+//! uses the plain SET NX PX / INCR protocol.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use locked_run::Lock;
 use crate::support::*;
 
 #[tokio::test(flavor = "current_thread")]
-async fn the_seeds_verify_the_behavior_script() {
+async fn two_locks_take_turns_as_leases_run_out_with_growing_fences() {
     let redis = Redis::start();
     let ttl = Duration::from_millis(200);
     let a = Lock::new(&redis.url(), "seat-42", ttl).unwrap();

@@ -26,26 +26,6 @@ fn holding_for(log: &Path, secs: &str) -> Vec<String> {
         .to_vec()
 }
 
-/// A holder of `job` (straight to the server) that says `up` and runs until `dir/go` exists.
-fn hold(url: &str, dir: &Path, extra: &[&str]) -> Running {
-    let running = lr()
-        .url(url)
-        .args(extra)
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up.tmp; mv {d}/up.tmp {d}/up.$$; while [ ! -e {d}/go ]; do sleep 0.01; done",
-            d = path_str(dir)
-        ))
-        .spawn();
-    wait_until("the holder is up", Duration::from_secs(10), || {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with("up."))
-    });
-    running
-}
-
 fn queued(redis: &Redis) -> i64 {
     redis.cmd(&["ZCARD", "queue:{job}"])
 }
@@ -111,7 +91,7 @@ fn a_late_give_back_cannot_delete_the_lock_the_same_run_took_again() {
         "--kill-after",
         "4500ms",
     ];
-    let holder = hold(&redis.url(), dir.path(), &timings);
+    let holder = Holder::start(&redis, "job", &timings);
     // A waits through the proxy; B, behind it, straight to the server.
     let a = lr()
         .url(&proxy.url())
@@ -128,8 +108,7 @@ fn a_late_give_back_cannot_delete_the_lock_the_same_run_took_again() {
     // A's connection now takes 1.5 s to reach the server: its grant comes with 4.4 s of the
     // lease left, less than R + K, and is given back on the same slow connection.
     proxy.delay_requests_of_open_connections(Duration::from_millis(1500));
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     a.wait().expect(0);
     b.wait().expect(0);
     let (sections, most) = check_concurrency(&log, 1);
@@ -147,14 +126,12 @@ fn a_late_give_back_cannot_delete_the_lock_the_same_run_took_again() {
 fn an_attempt_that_lands_after_its_waiter_ended_takes_nothing() {
     let redis = Redis::start();
     let proxy = Proxy::start(redis.port);
-    let dir = scratch();
-    let holder = hold(&redis.url(), dir.path(), &[]);
+    let holder = Holder::start(&redis, "job", &[]);
     let a = lr().url(&proxy.url()).job(["true"]).spawn();
     wait_until("A queued", Duration::from_secs(10), || queued(&redis) == 1);
     proxy.delay_requests_of_open_connections(Duration::from_millis(1500));
     // The release wakes A, whose attempt is held up on the way.
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     wait_until("A's attempt is on its way", Duration::from_secs(10), || {
         proxy.held() >= 1
     });
@@ -183,7 +160,7 @@ fn a_no_fair_waiter_is_not_passed_by_fair_waiters_that_came_after_it() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let holder = hold(&redis.url(), dir.path(), &[]);
+    let holder = Holder::start(&redis, "job", &[]);
     let waiter = |who: &str, extra: &[&str]| {
         lr().url(&redis.url())
             .args(extra)
@@ -203,8 +180,8 @@ fn a_no_fair_waiter_is_not_passed_by_fair_waiters_that_came_after_it() {
     wait_until("the racer waits", Duration::from_secs(10), listening(2));
     let second = waiter("fair-2", &[]);
     wait_until("fair-2 waits", Duration::from_secs(10), listening(3));
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    for running in [holder, first, racer, second] {
+    holder.finish().expect(0);
+    for running in [first, racer, second] {
         running.wait().expect(0);
     }
     assert_eq!(
@@ -219,13 +196,10 @@ fn a_no_fair_waiter_is_not_passed_by_fair_waiters_that_came_after_it() {
 #[test]
 fn the_places_of_killed_waiters_lapse_while_every_slot_is_taken() {
     let redis = Redis::start();
-    let dir = scratch();
     let holders = ["--holders", "2"];
-    let one = scratch();
-    let two = scratch();
     let held = [
-        hold(&redis.url(), one.path(), &holders),
-        hold(&redis.url(), two.path(), &holders),
+        Holder::start(&redis, "job", &holders),
+        Holder::start(&redis, "job", &holders),
     ];
     let doomed: Vec<Running> = (0..5)
         .map(|_| lr().url(&redis.url()).args(holders).job(["true"]).spawn())
@@ -248,13 +222,10 @@ fn the_places_of_killed_waiters_lapse_while_every_slot_is_taken() {
     );
     let status = status_json(&redis.url(), "job");
     assert_eq!(status["waiters"], 1, "status counts the live: {status}");
-    std::fs::write(one.path().join("go"), "").unwrap();
-    std::fs::write(two.path().join("go"), "").unwrap();
-    for running in held {
-        running.wait().expect(0);
+    for holder in held {
+        holder.finish().expect(0);
     }
     live.wait().expect(0);
-    drop(dir);
 }
 
 // See: issue 22, hole 6. A waiter interrupted before the first reply came never left the queue
@@ -267,8 +238,7 @@ fn a_waiter_interrupted_before_any_reply_leaves_the_queue() {
         .args(["other", "true"])
         .run()
         .expect(0);
-    let dir = scratch();
-    let holder = hold(&redis.url(), dir.path(), &[]);
+    let holder = Holder::start(&redis, "job", &[]);
     let proxy = Proxy::start(redis.port);
     proxy.set(Mode::DropReplies);
     let a = lr().url(&proxy.url()).job(["true"]).spawn();
@@ -278,8 +248,7 @@ fn a_waiter_interrupted_before_any_reply_leaves_the_queue() {
     signal(a.pid(), libc::SIGTERM);
     assert_eq!(a.wait().code(), Some(128 + libc::SIGTERM));
     assert_eq!(queued(&redis), 0, "A's place was left at once");
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
 }
 
 // See: issue 22, hole 7. `setsid -f` returns before its child calls setsid(): when the job's
@@ -336,8 +305,7 @@ fn the_sweep_lets_a_daemon_on_its_way_out_go_and_names_what_it_stops() {
 fn an_attempt_that_lands_after_its_run_released_takes_nothing() {
     let redis = Redis::start();
     let proxy = Proxy::start(redis.port);
-    let dir = scratch();
-    let holder = hold(&redis.url(), dir.path(), &["--ttl", "3s"]);
+    let holder = Holder::start(&redis, "job", &["--ttl", "3s"]);
     // Attempts may take T/2 = 1.5 s; B's next heartbeat is held up 4 s on its way.
     let b = lr()
         .url(&proxy.url())
@@ -351,8 +319,7 @@ fn an_attempt_that_lands_after_its_run_released_takes_nothing() {
         Duration::from_secs(10),
         || proxy.held() >= 1,
     );
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     b.wait().expect(0);
     wait_until(
         "the heartbeat reached the server",
@@ -374,8 +341,7 @@ fn an_attempt_that_lands_after_its_run_released_takes_nothing() {
 #[test]
 fn status_counts_live_places_not_subscribers() {
     let redis = Redis::start();
-    let dir = scratch();
-    let holder = hold(&redis.url(), dir.path(), &[]);
+    let holder = Holder::start(&redis, "job", &[]);
     let w = lr().url(&redis.url()).job(["true"]).spawn();
     wait_until("queued", Duration::from_secs(10), || queued(&redis) == 1);
     signal(w.pid(), libc::SIGSTOP);
@@ -385,7 +351,6 @@ fn status_counts_live_places_not_subscribers() {
         || status_json(&redis.url(), "job")["waiters"] == 0,
     );
     signal(w.pid(), libc::SIGCONT);
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     w.wait().expect(0);
 }

@@ -1,51 +1,10 @@
 //! Waiting for a held lock: `-n`, `-w`, the wake-up on release, no polling, and signals that
 //! end a wait.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
-
-/// A holder whose child writes `started` and runs until `go` exists, then writes its end time
-/// (ns since the epoch) to `ended`.
-struct Holder {
-    running: Running,
-    dir: tempfile::TempDir,
-}
-
-impl Holder {
-    fn start(redis: &Redis, name: &str, extra: &[&str]) -> Holder {
-        let dir = scratch();
-        let script = format!(
-            "echo $LOCKED_RUN_FENCE > {d}/started; while [ ! -e {d}/go ]; do sleep 0.01; done; date +%s%N > {d}/ended",
-            d = path_str(dir.path())
-        );
-        let running = lr()
-            .url(&redis.url())
-            .args(extra)
-            .name(name)
-            .sh(&script)
-            .spawn();
-        wait_for_file(&dir.path().join("started"), Duration::from_secs(10), |t| {
-            !t.is_empty()
-        });
-        Holder { running, dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn finish(self) -> Output {
-        self.finish_keeping_logs().0
-    }
-
-    fn finish_keeping_logs(self) -> (Output, tempfile::TempDir) {
-        std::fs::write(self.path("go"), "").unwrap();
-        (self.running.wait(), self.dir)
-    }
-}
 
 #[test]
 fn no_wait_on_a_held_lock_is_75_and_silent_unless_verbose() {

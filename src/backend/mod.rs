@@ -123,13 +123,20 @@ pub struct Report {
     pub value: Option<String>,
     /// How many wait for it, when that can be told.
     pub waiters: Option<u64>,
-    /// Redlock: the quorum, and each server's own report, or why it did not answer.
-    pub quorum: Option<usize>,
-    pub servers: Vec<(String, Result<Report, BackendError>)>,
+    /// A backend over several servers (Redlock): what each says; `None` for one.
+    pub servers: Option<Servers>,
     /// Every holder (one, or up to `limit` with `--holders`), the soonest to end first.
     pub holders: Vec<Slot>,
     /// The N of the current holders (`--holders N`; 1 for one holder), when held.
     pub limit: Option<u32>,
+}
+
+/// The backend's own part of a report over several servers (Redlock): the quorum, and each
+/// server's report, or why it did not answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Servers {
+    pub quorum: usize,
+    pub each: Vec<(String, Result<Report, BackendError>)>,
 }
 
 /// One holder of a lock, and its token (an operator frees one holder of several by it).
@@ -162,10 +169,10 @@ pub enum Attempt {
         fence: u64,
     },
     Busy(Busy),
-    /// Held by runs with another `--holders` N (1: one holder, or the plain protocol):
-    /// every run of one NAME must use the same N.
+    /// Held by runs of another mode (another `--holders` N; a one-holder run, or a program
+    /// using the plain protocol, is exclusive): every run of one NAME must use the same mode.
     Mismatch {
-        holders: u32,
+        theirs: Mode,
     },
 }
 

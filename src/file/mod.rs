@@ -45,7 +45,7 @@ use tokio::sync::oneshot;
 use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Holder, Wakeup, Wakeups, hostname, wall_clock_ms,
 };
-use crate::backend::{Freed, Report, Tenure};
+use crate::backend::{Freed, Mode, Report, Tenure};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -295,7 +295,9 @@ impl Backend for FileLock {
         let dir = self.paths.lock_dir().await.map_err(|e| self.refused(e))?;
         if let Some(holders) = slots::other_holders(&self.paths, 1) {
             self.unlock();
-            return Ok(Attempt::Mismatch { holders });
+            return Ok(Attempt::Mismatch {
+                theirs: Mode::of_holders(holders),
+            });
         }
         let fence = self
             .paths

@@ -16,14 +16,16 @@ use super::FileLock;
 use super::files::{Paths, flock, open_existing, open_lock_file, refused};
 use super::meta::{Meta, NotBefore};
 use super::proc_locks::{holder_of, is_locked};
-use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder};
+use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, Mode};
 
 impl FileLock {
     /// One attempt at a slot of a semaphore.
     pub(super) async fn acquire_slot(&self) -> Result<Attempt, BackendError> {
         let dir = self.paths.lock_dir().await?;
         if let Some(holders) = other_holders(&self.paths, self.holders) {
-            return Ok(Attempt::Mismatch { holders });
+            return Ok(Attempt::Mismatch {
+                theirs: Mode::of_holders(holders),
+            });
         }
         let mut busy: Option<Busy> = None;
         for i in 0..self.holders {

@@ -6,7 +6,8 @@ use crate::name::LockName;
 /// The keys of one NAME.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
-    /// The key that holds the owner's value (the seed's layout, kept for interoperability).
+    /// The key that holds the owner's value: the plain `SET lock:{NAME} token NX PX` layout,
+    /// kept so that programs using that protocol interoperate.
     pub lock: String,
     /// The fencing counter.
     pub fence: String,

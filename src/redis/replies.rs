@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Attempt, Busy, Expiry, Holder};
+use crate::backend::{Attempt, Busy, Expiry, Holder, Mode};
 use crate::redis::resp::Reply;
 
 pub(super) fn expiry(pttl: i64) -> Expiry {
@@ -25,7 +25,7 @@ pub(super) fn parse_attempt(reply: &Reply) -> Option<Attempt> {
             expiry: expiry(items.get(1)?.as_int()?),
         })),
         -1 => Some(Attempt::Mismatch {
-            holders: u32::try_from(items.get(1)?.as_int()?).ok()?,
+            theirs: Mode::of_holders(u32::try_from(items.get(1)?.as_int()?).ok()?),
         }),
         2 => Some(Attempt::Busy(Busy {
             holder: Holder::default(),

@@ -2,7 +2,8 @@
 //! fence counter and its holder metadata never disagree.
 //!
 //! Keys (one Cluster hash slot, thanks to the `{NAME}` tag):
-//! - `lock:{NAME}`   the owner's token, with the lease as its expiry (the seed's layout);
+//! - `lock:{NAME}`   the owner's token, with the lease as its expiry (the plain `SET NX PX`
+//!   layout, so programs using that protocol interoperate);
 //! - `fence:{NAME}`  the fencing counter, never deleted;
 //! - `holder:{NAME}` a hash: token, host, pid, command, since (ms), fence; same expiry as the lock;
 //! - `holders:{NAME}`, `holders-meta:{NAME}`: the holders of a semaphore (`--holders N`, see

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, KEEP_ALIVE, Wakeup};
+use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, KEEP_ALIVE, Mode, Wakeup};
 use crate::config::Patience;
 use crate::exit::Exit;
 
@@ -250,7 +250,12 @@ async fn lost_contact_is_retried_with_back_off_until_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_run_with_other_holders_is_a_usage_error() {
-    let fake = Fake::new(vec![after(1, Ok(Attempt::Mismatch { holders: 3 }))]);
+    let fake = Fake::new(vec![after(
+        1,
+        Ok(Attempt::Mismatch {
+            theirs: Mode::Holders(3),
+        }),
+    )]);
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
     let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())

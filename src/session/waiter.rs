@@ -172,11 +172,12 @@ impl<'a> Waiter<'a> {
                 Next::GiveBack
             }
             Ok(Attempt::Busy(busy)) => self.busy(now, busy),
-            Ok(Attempt::Mismatch { holders: theirs }) => Next::Fail(Failure::usage(format!(
-                "lock {name} is held by runs with --holders {theirs}, and this run asks for \
+            Ok(Attempt::Mismatch { theirs }) => Next::Fail(Failure::usage(format!(
+                "lock {name} is held by runs with --holders {}, and this run asks for \
                  --holders {}: every run of one NAME must use the same --holders (a run \
                  without it, or a program using the plain SET NX protocol, counts as 1); \
                  nothing was run",
+                theirs.holders(),
                 self.cfg.holders
             ))),
             Err(error) => self.failed(now, error),

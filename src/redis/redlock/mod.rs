@@ -22,7 +22,7 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Tenure, Wakeup, Wakeups,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Servers, Tenure, Wakeup, Wakeups,
 };
 use crate::lease::Timings;
 use crate::redis::give_back::new_token;
@@ -124,7 +124,7 @@ impl Backend for Redlock {
             match answer {
                 Ok(Attempt::Acquired { fence }) => granted.push((i, fence)),
                 Ok(Attempt::Busy(b)) => busy.push(b),
-                Ok(Attempt::Mismatch { holders }) => mismatch = Some(holders),
+                Ok(Attempt::Mismatch { theirs }) => mismatch = Some(theirs),
                 Err(e) => {
                     errors.push(e);
                     maybe_ours.push(i);
@@ -161,7 +161,7 @@ impl Backend for Redlock {
             self.retire_token(false).await;
         }
         if let Some(holders) = mismatch {
-            return Ok(Attempt::Mismatch { holders });
+            return Ok(Attempt::Mismatch { theirs: holders });
         }
         if errors.len() > n - quorum {
             let answered = n - errors.len();
@@ -317,13 +317,15 @@ impl Backend for Redlock {
             )));
         }
         let mut summary = summarize(&answered, quorum);
-        summary.quorum = Some(quorum);
-        summary.servers = self
-            .locks
-            .iter()
-            .map(|l| l.address().to_owned())
-            .zip(reports)
-            .collect();
+        summary.servers = Some(Servers {
+            quorum,
+            each: self
+                .locks
+                .iter()
+                .map(|l| l.address().to_owned())
+                .zip(reports)
+                .collect(),
+        });
         Ok(summary)
     }
 

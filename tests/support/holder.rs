@@ -1,0 +1,54 @@
+//! The holder most tests need: a `locked-run` whose command says it is up (its fence in
+//! `started`) and runs until the test says go, then writes its end time (ns since the epoch) to
+//! `ended`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+
+pub struct Holder {
+    pub running: Running,
+    dir: tempfile::TempDir,
+}
+
+impl Holder {
+    /// Holds `name` on `redis`, with `extra` options; returns once the command runs.
+    pub fn start(redis: &Redis, name: &str, extra: &[&str]) -> Holder {
+        Holder::start_on(&redis.url(), name, extra)
+    }
+
+    /// The same on whatever `url` names.
+    pub fn start_on(url: &str, name: &str, extra: &[&str]) -> Holder {
+        let dir = scratch();
+        let script = format!(
+            "echo $LOCKED_RUN_FENCE > {d}/started.tmp; mv {d}/started.tmp {d}/started; \
+             while [ ! -e {d}/go ]; do sleep 0.01; done; date +%s%N > {d}/ended",
+            d = path_str(dir.path())
+        );
+        let running = lr().url(url).args(extra).name(name).sh(&script).spawn();
+        wait_for_file(&dir.path().join("started"), Duration::from_secs(10), |t| {
+            !t.is_empty()
+        });
+        Holder { running, dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.running.pid()
+    }
+
+    /// Tells the command to end, and waits for `locked-run`.
+    pub fn finish(self) -> Output {
+        self.finish_keeping_logs().0
+    }
+
+    /// [`Holder::finish`], keeping the directory of `started` and `ended`.
+    pub fn finish_keeping_logs(self) -> (Output, tempfile::TempDir) {
+        std::fs::write(self.path("go"), "").unwrap();
+        (self.running.wait(), self.dir)
+    }
+}
