@@ -36,10 +36,13 @@ pub fn ending(
         Some((Cause::MaxRun, _)) => Err(Failure::new(
             Exit::TimedOut,
             format!(
-                "the command ran longer than --max-run {}; stopped it with {} (it {ended}); \
-                 lock {name} is released",
+                "the command ran longer than --max-run {}; stopped it with {} (it {ended}){}",
                 cx.max_run.map(show).unwrap_or_default(),
-                cx.kill_signal
+                cx.kill_signal,
+                match still_ours {
+                    Some(true) => format!("; lock {name} is released"),
+                    _ => String::new(),
+                }
             ),
         )),
         Some((Cause::Lost(why), first)) => {
@@ -136,6 +139,13 @@ mod tests {
             "{}",
             failure.message
         );
+        assert!(
+            !failure.message.contains("released"),
+            "a release that failed is not said to have happened: {}",
+            failure.message
+        );
+        let released = ending(Some(max_run), exited(0), Some(true), &cx(&name)).unwrap_err();
+        assert!(released.message.ends_with("; lock job is released"));
 
         let lost = Stopping {
             cause: Cause::Lost(Why::Expiring),

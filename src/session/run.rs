@@ -16,7 +16,7 @@ use crate::signals::{Event, Signals};
 
 use super::ending::{Context, ended, ending};
 use super::job::Job;
-use super::stop::{Cause, ChildStopper};
+use super::stop::ChildStopper;
 use super::sweep::{drain, forward};
 use super::{Acquired, acquire};
 
@@ -59,12 +59,14 @@ pub async fn run<B: Backend>(
         );
     }
     let stopping = stopper.stopping();
+    // After a lost lease a failed release is expected (the loss has its own line); after a
+    // --max-run stop it is not.
     let still_ours = job
         .finish(
             backend,
             cfg,
             keep_for(cfg, &clock, &acquired),
-            stopping.is_some(),
+            stopper.lost(),
         )
         .await;
     let status =
@@ -144,8 +146,7 @@ async fn supervise<B: Backend>(
         }
     };
     // A wrapper paused past V - D cannot vouch that the child ran under the lease.
-    let lost = matches!(stopper.stopping(), Some(s) if matches!(s.cause, Cause::Lost(_)));
-    if backend.tenure() == Tenure::Lease && !lost && lease.borrow().expired(clock.now()) {
+    if backend.tenure() == Tenure::Lease && !stopper.lost() && lease.borrow().expired(clock.now()) {
         stopper.kill(Why::Late);
     }
     let (target, interactive) = (job.target, job.interactive);

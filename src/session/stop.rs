@@ -32,6 +32,7 @@ pub struct ChildStopper {
     target: Target,
     signal: Signal,
     stopping: Cell<Option<Stopping>>,
+    lost: Cell<bool>,
 }
 
 impl ChildStopper {
@@ -40,12 +41,18 @@ impl ChildStopper {
             target,
             signal,
             stopping: Cell::new(None),
+            lost: Cell::new(false),
         }
     }
 
     /// The stop under way, if any.
     pub fn stopping(&self) -> Option<Stopping> {
         self.stopping.get()
+    }
+
+    /// Whether a stop for a lost lease began (first, or after a `--max-run` stop).
+    pub fn lost(&self) -> bool {
+        self.lost.get()
     }
 
     /// Records the stop, unless one began before: the first one explains the ending.
@@ -90,7 +97,8 @@ impl ChildStopper {
         }
     }
 
-    fn lost(&self, why: Why, signal: Signal) {
+    fn losing(&self, why: Why, signal: Signal) {
+        self.lost.set(true);
         self.begin(Cause::Lost(why), signal);
         tracing::info!(
             event = "lost",
@@ -103,12 +111,12 @@ impl ChildStopper {
 
 impl Stopper for ChildStopper {
     fn terminate(&self, why: Why) {
-        self.lost(why, self.signal);
+        self.losing(why, self.signal);
         self.target.terminate(self.signal);
     }
 
     fn kill(&self, why: Why) {
-        self.lost(why, Signal::SIGKILL);
+        self.losing(why, Signal::SIGKILL);
         self.target.signal(Signal::SIGKILL);
     }
 }

@@ -135,11 +135,8 @@ impl History {
                 s.last = s.last.max(t);
             }
         }
-        for s in sections.values() {
-            if s.start == 0 {
-                malformed.push(format!("run {}: records without a start", s.run));
-            }
-        }
+        // A command killed between forking its observer and its start record (a group kill
+        // that came first) leaves a death and nothing else: it never ran under the lock.
         sections.retain(|_, s| s.start != 0);
         History {
             sections,
