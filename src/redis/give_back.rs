@@ -6,18 +6,9 @@
 use std::time::Duration;
 
 use crate::backend::BackendError;
-use crate::redis::lock::ServerLock;
+use crate::redis::lock::{BURY_FOR, ServerLock};
 use crate::redis::replies::as_flag;
 use crate::redis::scripts;
-
-/// How long a token given back stays buried: an attempt of it that reaches the server later
-/// than this (held up in a proxy, a stalled network) could still take the lock.
-pub const BURY_FOR: Duration = Duration::from_secs(600);
-
-/// A fresh owner's token.
-pub(crate) fn new_token() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
 
 impl ServerLock {
     /// Notes that a request with the current token that could take the lock got no answer.

@@ -10,13 +10,21 @@ use crate::backend::{
 };
 use crate::lease::Timings;
 use crate::name::LockName;
-use crate::redis::give_back::{BURY_FOR, new_token};
 use crate::redis::keys::Keys;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
 use crate::redis::replies::{as_flag, parse_attempt, queued};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore};
+
+/// How long a token given back stays buried: an attempt of it that reaches the server later
+/// than this (held up in a proxy, a stalled network) could still take the lock.
+pub const BURY_FOR: Duration = Duration::from_secs(600);
+
+/// A fresh owner's token.
+pub(crate) fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {

@@ -25,8 +25,7 @@ use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Servers, Tenure, Wakeup, Wakeups,
 };
 use crate::lease::Timings;
-use crate::redis::give_back::new_token;
-use crate::redis::lock::ServerLock;
+use crate::redis::lock::{ServerLock, new_token};
 use crate::redis::pubsub::Subscription;
 
 mod quorum;
