@@ -332,7 +332,6 @@ impl Wakeup {
     }
 }
 
-/// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).
 /// This host's name, as holders record it.
 pub fn hostname() -> String {
     nix::unistd::gethostname()
@@ -348,6 +347,7 @@ pub fn env_password() -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
+/// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

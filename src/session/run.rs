@@ -151,6 +151,7 @@ async fn supervise<B: Backend>(
     }
     let (target, interactive) = (job.target, job.interactive);
     drain(
+        &clock,
         &mut job.child,
         target,
         cfg,

@@ -7,10 +7,10 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::time::Instant;
 
 use crate::child::{Child, Target};
 use crate::config::RunConfig;
+use crate::lease::Clock;
 use crate::signals::{Event, Incoming, Signals};
 
 /// Passes a signal sent to `locked-run` on to the job, unless the terminal already delivered it
@@ -35,7 +35,8 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// signal, SIGKILL K later (again at every wake-up, for anything forked meanwhile), while the
 /// lease is still kept; returns only once nothing is left, so the lock is never released under
 /// a live process.
-pub async fn drain<F: Future<Output = ()>>(
+pub async fn drain<F: Future<Output = ()>, C: Clock>(
+    clock: &C,
     child: &mut Child,
     target: Target,
     cfg: &RunConfig,
@@ -50,7 +51,7 @@ pub async fn drain<F: Future<Output = ()>>(
     if !left(child) {
         return;
     }
-    settle(target, signals, keeper.as_mut(), interactive).await;
+    settle(clock, target, signals, keeper.as_mut(), interactive).await;
     if !left(child) {
         return;
     }
@@ -61,13 +62,13 @@ pub async fn drain<F: Future<Output = ()>>(
         cfg.kill_signal
     );
     target.terminate(cfg.kill_signal);
-    let kill_at = Instant::now() + cfg.timings.kill_after;
+    let kill_at = clock.now() + cfg.timings.kill_after;
     let mut killed = false;
     let mut next_warning = kill_at + Duration::from_secs(30);
     loop {
         // SIGCHLD says when an inherited process dies; the tick covers members whose parent
         // is another member, which reaps them without telling us.
-        let tick = Instant::now() + Duration::from_millis(250);
+        let tick = clock.now() + Duration::from_millis(250);
         let wake = if killed { tick } else { tick.min(kill_at) };
         tokio::select! {
             () = keeper.as_mut() => {}
@@ -76,12 +77,12 @@ pub async fn drain<F: Future<Output = ()>>(
                     forward(target, incoming, interactive);
                 }
             }
-            () = tokio::time::sleep_until(wake) => {}
+            () = clock.sleep_until(wake) => {}
         }
         if !left(child) {
             return;
         }
-        let now = Instant::now();
+        let now = clock.now();
         if now >= kill_at {
             if !killed {
                 tracing::info!(
@@ -106,13 +107,14 @@ pub async fn drain<F: Future<Output = ()>>(
 /// A process on its way out of the group (`setsid -f`, `cmd &` then `setsid`) may not have left
 /// it yet when the main process exits: it is given [`SETTLE`], while the lease is kept and
 /// signals are passed on, and what left meanwhile is let go.
-async fn settle<F: Future<Output = ()>>(
+async fn settle<F: Future<Output = ()>, C: Clock>(
+    clock: &C,
     target: Target,
     signals: &mut Signals,
     mut keeper: Pin<&mut F>,
     interactive: bool,
 ) {
-    let settled = Instant::now() + SETTLE;
+    let settled = clock.now() + SETTLE;
     loop {
         tokio::select! {
             () = keeper.as_mut() => {}
@@ -121,7 +123,7 @@ async fn settle<F: Future<Output = ()>>(
                     forward(target, incoming, interactive);
                 }
             }
-            () = tokio::time::sleep_until(settled) => return,
+            () = clock.sleep_until(settled) => return,
         }
     }
 }
