@@ -49,18 +49,7 @@ fn a_cluster_keeps_each_locks_keys_in_one_slot_on_every_node() {
 #[test]
 fn a_cluster_waiter_wakes_on_the_sharded_release() {
     let cluster = Cluster::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let holder = lr()
-        .url(&cluster.url())
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().url(&cluster.url()), "job");
     let waiter = lr()
         .url(&cluster.url())
         .job(sh("echo $LOCKED_RUN_FENCE"))
@@ -71,8 +60,7 @@ fn a_cluster_waiter_wakes_on_the_sharded_release() {
         Duration::from_secs(10),
         || cluster_subscribers(owner) == 1,
     );
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     let released = std::time::Instant::now();
     let out = waiter.wait().expect(0);
     assert_eq!(out.stdout.trim(), "2");
@@ -86,20 +74,8 @@ fn a_cluster_waiter_wakes_on_the_sharded_release() {
 #[test]
 fn a_cluster_run_survives_its_slot_being_resharded() {
     let cluster = Cluster::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
     // T = 2 s: a renewal every 333 ms, through the migration.
-    let running = lr()
-        .url(&cluster.url())
-        .args(["--ttl", "2s", "-vv"])
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let running = Holder::with(lr().url(&cluster.url()).args(["--ttl", "2s", "-vv"]), "job");
     let target = cluster.begin_moving("lock:{job}");
     // The slot is half-moved: renewals are answered with ASK for a while.
     std::thread::sleep(Duration::from_millis(800));
@@ -108,8 +84,7 @@ fn a_cluster_run_survives_its_slot_being_resharded() {
     wait_until("a renewal on the new owner", Duration::from_secs(5), || {
         target.cmd::<i64>(&["PTTL", "lock:{job}"]) > 1_800
     });
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    let out = running.wait().expect(0);
+    let out = running.finish().expect(0);
     assert!(
         out.stderr.contains("is being moved to"),
         "ASK was followed: {}",
@@ -169,19 +144,7 @@ fn an_ask_redirection_runs_nothing_before_the_password_is_taken() {
 #[test]
 fn a_cluster_waiter_follows_its_slot_to_the_new_owner() {
     let cluster = Cluster::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let holder = lr()
-        .url(&cluster.url())
-        .args(["--ttl", "30s"])
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().url(&cluster.url()).args(["--ttl", "30s"]), "job");
     let listening = |node: &Redis| cluster_subscribers(node) == 1;
     let source = cluster.owner("lock:{job}");
     let waiter = lr()
@@ -206,8 +169,7 @@ fn a_cluster_waiter_follows_its_slot_to_the_new_owner() {
             || listening(target),
         );
     }
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     waiter.wait_for(Duration::from_secs(10)).expect(0);
 }
 

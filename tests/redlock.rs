@@ -264,26 +264,14 @@ fn a_slow_server_does_not_stall_the_acquisition() {
 #[test]
 fn a_waiter_wakes_on_the_release() {
     let five = Five::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let holder = lr()
-        .on(&five)
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().on(&five), "job");
     let waiter = lr().on(&five).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
     wait_until(
         "the waiter listens on every server",
         Duration::from_secs(10),
         || five.servers.iter().all(|r| subscribers(r, "job") == 1),
     );
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     let released = Instant::now();
     let out = waiter.wait().expect(0);
     // Larger than the holder's; not necessarily 2: an attempt that met the release half-way

@@ -186,21 +186,7 @@ fn min_hold_keeps_the_lock_after_a_short_run() {
 #[test]
 fn a_flushed_script_cache_falls_back_to_eval() {
     let redis = Redis::start();
-    let dir = scratch();
-    let started = file(&dir, "started");
-    let go = file(&dir, "go");
-    let script = format!(
-        "echo $LOCKED_RUN_FENCE > {started}; while [ ! -e {go} ]; do sleep 0.01; done",
-        started = path_str(&started),
-        go = path_str(&go)
-    );
-    let running = lr()
-        .url(&redis.url())
-        .args(["--ttl", "400ms"])
-        .name("job")
-        .sh(&script)
-        .spawn();
-    wait_for_file(&started, Duration::from_secs(10), |t| !t.is_empty());
+    let holder = Holder::start(&redis, "job", &["--ttl", "400ms"]);
     // As after a restart: the server forgets every script; renewals must still work.
     let _: String = redis.cmd(&["SCRIPT", "FLUSH"]);
     let _: String = redis.cmd(&["CONFIG", "RESETSTAT"]);
@@ -209,8 +195,7 @@ fn a_flushed_script_cache_falls_back_to_eval() {
             .cmd::<String>(&["INFO", "commandstats"])
             .contains("cmdstat_eval:")
     });
-    std::fs::write(&go, "").unwrap();
-    running.wait().expect(0);
+    holder.finish().expect(0);
     assert!(!redis.exists("lock:{job}"));
 }
 
@@ -228,18 +213,7 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_use_the_operators_comm
     let _: String = redis.cmd(&words);
     let url = format!("redis://locked-run:hunter2@127.0.0.1:{}/3", redis.port);
 
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let holder = lr()
-        .url(&url)
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::start_on(&url, "job", &[]);
 
     let waiter = lr().url(&url).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
@@ -256,8 +230,7 @@ fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_use_the_operators_comm
     let doctor = lr().args(["doctor", "-u", &url]).run().expect(0);
     assert!(doctor.stdout.contains("WARN"), "{}", doctor.stdout);
 
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    holder.wait().expect(0);
+    holder.finish().expect(0);
     let out = waiter.wait().expect(0);
     assert_eq!(out.stdout.trim(), "2");
     assert!(

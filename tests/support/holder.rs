@@ -20,13 +20,19 @@ impl Holder {
 
     /// The same on whatever `url` names.
     pub fn start_on(url: &str, name: &str, extra: &[&str]) -> Holder {
+        Holder::with(lr().url(url).args(extra), name)
+    }
+
+    /// The same with a command line of the test's own (`lr().on(&five)`, options), ending
+    /// before the NAME.
+    pub fn with(locked_run: LockedRun, name: &str) -> Holder {
         let dir = scratch();
         let script = format!(
             "echo $LOCKED_RUN_FENCE > {d}/started.tmp; mv {d}/started.tmp {d}/started; \
              while [ ! -e {d}/go ]; do sleep 0.01; done; date +%s%N > {d}/ended",
             d = path_str(dir.path())
         );
-        let running = lr().url(url).args(extra).name(name).sh(&script).spawn();
+        let running = locked_run.name(name).sh(&script).spawn();
         wait_for_file(&dir.path().join("started"), Duration::from_secs(10), |t| {
             !t.is_empty()
         });
