@@ -175,45 +175,33 @@ impl ServerLock {
         let token = self.token();
         // Set before the request leaves: a run interrupted before the reply may hold a place.
         self.queued.set(mode == "queue" || mode == "race");
-        let reply = if self.holders == 1 {
-            let keys = self.every_key();
-            let args = [
-                token.as_str(),
-                &ttl_ms,
-                &self.host,
-                &self.pid,
-                &self.command,
-                &since,
-                mode,
-                &keep_alive,
-            ];
-            let script = &scripts::ACQUIRE;
-            self.sent_astray(self.node.eval(script, &keys, &args, timeout, listen).await)?
-        } else {
-            let keys = [
-                self.lock_key.as_str(),
-                &self.fence_key,
-                &self.holders_key,
-                &self.holders_meta_key,
-                &self.queue_key,
-                &self.queue_alive_key,
-                &self.gone_key,
-            ];
-            let limit = self.holders.to_string();
-            let args = [
-                token.as_str(),
-                &ttl_ms,
-                &limit,
-                &self.host,
-                &self.pid,
-                &self.command,
-                &since,
-                mode,
-                &keep_alive,
-            ];
-            let script = &semaphore::ACQUIRE;
-            self.sent_astray(self.node.eval(script, &keys, &args, timeout, listen).await)?
+        // Both scripts take the same keys and arguments, but the semaphore's takes no holder
+        // hash (its metadata lives in holders-meta) and its N after the TTL.
+        let limit = self.holders.to_string();
+        let every = self.every_key();
+        let head = [token.as_str(), &ttl_ms];
+        let tail = [
+            &self.host,
+            &self.pid,
+            &self.command,
+            &since,
+            mode,
+            &keep_alive,
+        ];
+        let (script, keys, args) = match self.holders {
+            1 => (
+                &scripts::ACQUIRE,
+                every.to_vec(),
+                [&head[..], &tail].concat(),
+            ),
+            _ => (
+                &semaphore::ACQUIRE,
+                [&every[..2], &every[3..]].concat(),
+                [&head[..], &[limit.as_str()], &tail].concat(),
+            ),
         };
+        let sent = self.node.eval(script, &keys, &args, timeout, listen).await;
+        let reply = self.sent_astray(sent)?;
         if reply.items().first().and_then(Reply::as_int) == Some(3) {
             // Our own token, buried: every give-back is followed by a fresh token, so only a
             // bug (or another program reusing the token) gets here. Say so, rather than wait.
