@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use locked_run::backend::{hostname, wall_clock_ms};
 use locked_run::name::LockName;
+use locked_run::redis::keys::Keys;
 use locked_run::redis::node::Node;
 use locked_run::redis::resp::Reply;
 use locked_run::redis::scripts::{ACQUIRE, RELEASE};
@@ -39,14 +40,7 @@ const TTL_MS: &str = "30000";
 
 /// The keys and arguments of one run's acquire and release, as `ServerLock` builds them.
 struct Run {
-    lock_key: String,
-    fence_key: String,
-    holder_key: String,
-    holders_key: String,
-    holders_meta_key: String,
-    queue_key: String,
-    queue_alive_key: String,
-    channel: String,
+    keys: Keys,
     token: String,
     host: String,
     pid: String,
@@ -58,14 +52,7 @@ impl Run {
     fn new(name: &str) -> Result<Run, String> {
         let name = LockName::new(name)?;
         Ok(Run {
-            lock_key: name.lock_key(),
-            fence_key: name.fence_key(),
-            holder_key: name.holder_key(),
-            holders_key: name.holders_key(),
-            holders_meta_key: name.holders_meta_key(),
-            queue_key: name.queue_key(),
-            queue_alive_key: name.queue_alive_key(),
-            channel: name.channel(),
+            keys: Keys::of(&name),
             token: uuid::Uuid::new_v4().to_string(),
             host: hostname(),
             pid: std::process::id().to_string(),
@@ -74,15 +61,17 @@ impl Run {
         })
     }
 
-    fn acquire_keys(&self) -> [&str; 7] {
+    fn acquire_keys(&self) -> [&str; 8] {
+        let k = &self.keys;
         [
-            &self.lock_key,
-            &self.fence_key,
-            &self.holder_key,
-            &self.holders_key,
-            &self.holders_meta_key,
-            &self.queue_key,
-            &self.queue_alive_key,
+            &k.lock,
+            &k.fence,
+            &k.holder,
+            &k.holders,
+            &k.holders_meta,
+            &k.queue,
+            &k.queue_alive,
+            &k.gone,
         ]
     }
 
@@ -100,18 +89,14 @@ impl Run {
         ]
     }
 
-    fn release_keys(&self) -> [&str; 4] {
-        [
-            &self.lock_key,
-            &self.holder_key,
-            &self.queue_key,
-            &self.queue_alive_key,
-        ]
+    fn release_keys(&self) -> [&str; 5] {
+        let k = &self.keys;
+        [&k.lock, &k.holder, &k.queue, &k.queue_alive, &k.gone]
     }
 
-    /// Keep 0 (delete now), and PUBLISH the release as a single server does.
-    fn release_args(&self) -> [&str; 4] {
-        [&self.token, "0", &self.channel, "PUBLISH"]
+    /// Keep 0 (delete now), PUBLISH the release as a single server does, bury nothing.
+    fn release_args(&self) -> [&str; 5] {
+        [&self.token, "0", &self.keys.channel, "PUBLISH", "0"]
     }
 }
 
