@@ -32,8 +32,8 @@ impl ServerLock {
         self.queued.set(false);
         let token = self.token();
         let bury_ms = BURY_FOR.as_millis().to_string();
-        let keys = self.every_key();
-        let args = [token.as_str(), &self.channel, publish, &bury_ms];
+        let keys = self.keys.every();
+        let args = [token.as_str(), &self.keys.channel, publish, &bury_ms];
         // In one request: the give-back's reply may be lost too, and a NOSCRIPT that never
         // came back would leave the EVAL after it unsent.
         let reply = self

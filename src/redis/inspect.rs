@@ -22,13 +22,13 @@ impl ServerLock {
             .eval(
                 &scripts::FORCE_RELEASE,
                 &[
-                    &self.lock_key,
-                    &self.holder_key,
-                    &self.fence_key,
-                    &self.holders_key,
-                    &self.holders_meta_key,
+                    &self.keys.lock,
+                    &self.keys.holder,
+                    &self.keys.fence,
+                    &self.keys.holders,
+                    &self.keys.holders_meta,
                 ],
-                &[&self.channel, publish, token.unwrap_or("")],
+                &[&self.keys.channel, publish, token.unwrap_or("")],
                 self.node.connect_timeout(),
                 None,
             )
@@ -60,7 +60,7 @@ impl ServerLock {
         let replies = self
             .node
             .exchange(
-                &[&[b"PUBSUB", numsub, self.channel.as_bytes()]],
+                &[&[b"PUBSUB", numsub, self.keys.channel.as_bytes()]],
                 self.node.connect_timeout(),
                 None,
             )
@@ -79,13 +79,13 @@ impl ServerLock {
     /// holder's key, or a semaphore's holders, whichever is there.
     pub async fn inspect_here(&self) -> Result<Report, BackendError> {
         let (lock, holder_key, fence, holders, meta) = (
-            self.lock_key.as_bytes(),
-            self.holder_key.as_bytes(),
-            self.fence_key.as_bytes(),
-            self.holders_key.as_bytes(),
-            self.holders_meta_key.as_bytes(),
+            self.keys.lock.as_bytes(),
+            self.keys.holder.as_bytes(),
+            self.keys.fence.as_bytes(),
+            self.keys.holders.as_bytes(),
+            self.keys.holders_meta.as_bytes(),
         );
-        let alive = self.queue_alive_key.as_bytes();
+        let alive = self.keys.queue_alive.as_bytes();
         let commands: [&[&[u8]]; 10] = [
             &[b"MULTI"],
             &[b"GET", lock],

@@ -42,6 +42,20 @@ impl Keys {
             channel: format!("released:{{{name}}}"),
         }
     }
+
+    /// Every key, in the order the one-holder acquire and the give-back take them.
+    pub fn every(&self) -> [&str; 8] {
+        [
+            &self.lock,
+            &self.fence,
+            &self.holder,
+            &self.holders,
+            &self.holders_meta,
+            &self.queue,
+            &self.queue_alive,
+            &self.gone,
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -30,15 +30,8 @@ pub(crate) fn new_token() -> String {
 pub struct ServerLock {
     pub(super) node: Node,
     pub(super) name: LockName,
-    pub(super) lock_key: String,
-    pub(super) fence_key: String,
-    pub(super) holder_key: String,
-    pub(super) holders_key: String,
-    pub(super) holders_meta_key: String,
-    pub(super) queue_key: String,
-    pub(super) queue_alive_key: String,
-    pub(super) gone_key: String,
-    pub(super) channel: String,
+    /// The NAME's keys and release channel.
+    pub(super) keys: Keys,
     /// Fair waiting (the default; not for Redlock): a waiter keeps a place in the queue.
     fair: bool,
     /// Whether waiters use the queue at all (not on Redlock's servers, whose waiters race).
@@ -53,7 +46,7 @@ pub struct ServerLock {
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
     /// The owner's unique token. A token that was given back is buried on the server and
-    /// never used again: the run goes on with a fresh one ([`ServerLock::retire_token`]).
+    /// never used again: the run goes on with a fresh one ([`Backend::give_back`]).
     token: RefCell<String>,
     pub(super) host: String,
     pub(super) pid: String,
@@ -67,17 +60,8 @@ impl ServerLock {
     pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
         let host = crate::backend::hostname().replace(|c: char| c.is_control(), "?");
-        let keys = Keys::of(&name);
         ServerLock {
-            lock_key: keys.lock,
-            fence_key: keys.fence,
-            holder_key: keys.holder,
-            holders_key: keys.holders,
-            holders_meta_key: keys.holders_meta,
-            queue_key: keys.queue,
-            queue_alive_key: keys.queue_alive,
-            gone_key: keys.gone,
-            channel: keys.channel,
+            keys: Keys::of(&name),
             fair: false,
             queueing: true,
             queued: Cell::new(false),
@@ -171,14 +155,14 @@ impl ServerLock {
             (true, true, true) => "queue",
             (true, true, false) => "race",
         };
-        let listen = listen.then_some(self.channel.as_str());
+        let listen = listen.then_some(self.keys.channel.as_str());
         let token = self.token();
         // Set before the request leaves: a run interrupted before the reply may hold a place.
         self.queued.set(mode == "queue" || mode == "race");
         // Both scripts take the same keys and arguments, but the semaphore's takes no holder
         // hash (its metadata lives in holders-meta) and its N after the TTL.
         let limit = self.holders.to_string();
-        let every = self.every_key();
+        let every = self.keys.every();
         let head = [token.as_str(), &ttl_ms];
         let tail = [
             &self.host,
@@ -249,10 +233,7 @@ impl ServerLock {
             other => {
                 // The grant is given back and its token retired: a WAIT that timed out may
                 // leave the give-back unconfirmed, and the next attempt must not be "ours".
-                let _ = self
-                    .give_back_within(self.publish_command(), self.node.connect_timeout())
-                    .await;
-                self.set_token(&new_token());
+                let _ = Backend::give_back(self, self.node.connect_timeout()).await;
                 Err(match other {
                     Ok(acked) => BackendError::Refused(format!(
                         "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged lock {} \
@@ -279,10 +260,13 @@ impl ServerLock {
     ) -> Result<bool, BackendError> {
         let ttl_ms = timings.ttl_ms();
         let (script, keys) = match self.holders {
-            1 => (&scripts::RENEW, [self.lock_key.as_str(), &self.holder_key]),
+            1 => (
+                &scripts::RENEW,
+                [self.keys.lock.as_str(), &self.keys.holder],
+            ),
             _ => (
                 &semaphore::RENEW,
-                [self.holders_key.as_str(), &self.holders_meta_key],
+                [self.keys.holders.as_str(), &self.keys.holders_meta],
             ),
         };
         let token = self.token();
@@ -333,42 +317,34 @@ impl ServerLock {
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
         let (script, key, meta) = match self.holders {
-            1 => (&scripts::RELEASE, &self.lock_key, &self.holder_key),
+            1 => (&scripts::RELEASE, &self.keys.lock, &self.keys.holder),
             _ => (
                 &semaphore::RELEASE,
-                &self.holders_key,
-                &self.holders_meta_key,
+                &self.keys.holders,
+                &self.keys.holders_meta,
             ),
         };
         let keys = [
             key.as_str(),
             meta,
-            &self.queue_key,
-            &self.queue_alive_key,
-            &self.gone_key,
+            &self.keys.queue,
+            &self.keys.queue_alive,
+            &self.keys.gone,
         ];
         let token = self.token();
         let bury_ms = match self.stray.get() {
             true => BURY_FOR.as_millis().to_string(),
             false => "0".into(),
         };
-        let args = [token.as_str(), &keep_ms, &self.channel, publish, &bury_ms];
+        let args = [
+            token.as_str(),
+            &keep_ms,
+            &self.keys.channel,
+            publish,
+            &bury_ms,
+        ];
         let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
-    }
-
-    /// Every key of the NAME, in the order the one-holder acquire and the give-back take them.
-    pub(super) fn every_key(&self) -> [&str; 8] {
-        [
-            &self.lock_key,
-            &self.fence_key,
-            &self.holder_key,
-            &self.holders_key,
-            &self.holders_meta_key,
-            &self.queue_key,
-            &self.queue_alive_key,
-            &self.gone_key,
-        ]
     }
 
     /// How a release is announced: on a Cluster only a sharded channel lives in the lock's slot
@@ -386,7 +362,7 @@ impl ServerLock {
     }
 
     pub(crate) fn channel(&self) -> &str {
-        &self.channel
+        &self.keys.channel
     }
 
     pub(super) fn unexpected(&self, reply: &Reply) -> BackendError {
@@ -405,7 +381,7 @@ impl Backend for ServerLock {
     }
 
     fn key(&self) -> &str {
-        &self.lock_key
+        &self.keys.lock
     }
 
     fn token(&self) -> String {
@@ -433,7 +409,7 @@ impl Backend for ServerLock {
     }
 
     async fn subscribe(&self) -> Result<(Subscription<'_>, bool), BackendError> {
-        self.node.subscribe(&self.channel).await
+        self.node.subscribe(&self.keys.channel).await
     }
 
     fn queues(&self) -> bool {

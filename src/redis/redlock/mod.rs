@@ -68,18 +68,16 @@ impl Redlock {
         self.locks.len()
     }
 
-    /// Gives back, on every server, whatever the current token may hold (`publish`: with a
-    /// wake-up, or none for a grant that made no quorum), and goes on with a fresh token: a
-    /// give-back that lands late must not delete a lock taken again since.
-    async fn retire_token(&self, wake: bool) -> usize {
-        let given = join_all(self.locks.iter().map(|l| async move {
-            match wake {
-                true => {
-                    l.give_back_within(l.publish_command(), self.node_timeout)
-                        .await
-                }
-                false => l.give_back_quietly(self.node_timeout).await,
-            }
+    /// Gives back, on the servers named by `on` (where a request with the current token may
+    /// have taken the lock, or may still land), whatever it may hold there, with the release
+    /// message when `wake` (none for a grant that made no quorum: waiters, this one too, would
+    /// all try again at once against a quorum still held), and goes on with a fresh token on
+    /// every server: a give-back that lands late must not delete a lock taken again since.
+    async fn retire_token(&self, on: &[usize], wake: bool) -> usize {
+        let given = join_all(on.iter().map(|&i| {
+            let lock = &self.locks[i];
+            let publish = if wake { lock.publish_command() } else { "" };
+            lock.give_back_within(publish, self.node_timeout)
         }))
         .await;
         let token = new_token();
@@ -147,17 +145,17 @@ impl Backend for Redlock {
                 self.fence.set(fence);
                 return Ok(Attempt::Acquired { fence });
             }
-            // A quorum's grant that cannot be used: given back everywhere, with the wake-up
-            // (others may be waiting on it), also where no answer came.
-            self.retire_token(true).await;
+            // A quorum's grant that cannot be used: given back where it was granted or no
+            // answer came, with the wake-up (others may be waiting on it).
+            self.retire_token(&maybe_ours, true).await;
             return Err(BackendError::Transient(format!(
                 "the fence {fence} was confirmed by {confirmed} of {n} servers, not a quorum of {quorum}"
             )));
         }
-        // No quorum: what we got is given back without a wake-up (see `give_back_quietly`),
+        // No quorum: what we got is given back without a wake-up (see `retire_token`),
         // where we got it or may have, and the next attempt carries a fresh token.
         if !maybe_ours.is_empty() {
-            self.retire_token(false).await;
+            self.retire_token(&maybe_ours, false).await;
         }
         if let Some(holders) = mismatch {
             return Ok(Attempt::Mismatch { theirs: holders });
@@ -298,7 +296,9 @@ impl Backend for Redlock {
     }
 
     async fn give_back(&self, _timeout: Duration) -> Result<bool, BackendError> {
-        Ok(self.retire_token(true).await > 0)
+        // A waiter that ends does not know where its attempts landed: everywhere.
+        let every: Vec<usize> = (0..self.locks.len()).collect();
+        Ok(self.retire_token(&every, true).await > 0)
     }
 
     /// Held when a quorum holds one owner's token; each server's own state in `servers`.

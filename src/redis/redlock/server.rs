@@ -34,7 +34,7 @@ impl ServerLock {
             .node
             .eval(
                 &scripts::RAISE_FENCE,
-                &[&self.lock_key, &self.fence_key, &self.holder_key],
+                &[&self.keys.lock, &self.keys.fence, &self.keys.holder],
                 &[&self.token(), &fence],
                 timeout,
                 None,
@@ -68,10 +68,10 @@ impl ServerLock {
             .eval(
                 &scripts::RENEW_OR_RETAKE,
                 &[
-                    &self.lock_key,
-                    &self.holder_key,
-                    &self.fence_key,
-                    &self.gone_key,
+                    &self.keys.lock,
+                    &self.keys.holder,
+                    &self.keys.fence,
+                    &self.keys.gone,
                 ],
                 &[
                     &self.token(),
@@ -106,13 +106,5 @@ impl ServerLock {
             Some(0) => Ok(Here::Other),
             _ => Err(self.unexpected(&reply)),
         }
-    }
-
-    /// Gives back a Redlock grant that did not make a quorum, and buries its token (see
-    /// `scripts::GIVE_BACK`), with no wake-up. Waiters (this one too: it listens on every
-    /// server) must not be woken by a grant nobody could use, or they would all try again at
-    /// once against a quorum still held, as fast as the round trips go.
-    pub(crate) async fn give_back_quietly(&self, timeout: Duration) -> Result<bool, BackendError> {
-        self.give_back_within("", timeout).await
     }
 }
