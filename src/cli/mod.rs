@@ -201,7 +201,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_run: Option<Duration>,
 
-    /// Waiters race at each release instead of being served in the order they arrived
+    /// Race the other --no-fair waiters at each release instead of taking turns in arrival order
+    /// (never served before a fair waiter that came first)
     #[arg(long)]
     pub no_fair: bool,
 
