@@ -120,3 +120,33 @@ impl Stopper for ChildStopper {
         self.target.signal(Signal::SIGKILL);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+
+    use nix::unistd::Pid;
+
+    use super::*;
+
+    /// A `--max-run` stop is not a lease loss (its failed release is a warning, not an info
+    /// line), and stays what explains the ending when a loss follows it.
+    #[test]
+    fn a_max_run_stop_is_no_loss_and_stays_first() {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("5")
+            .process_group(0)
+            .spawn()
+            .expect("sleep runs");
+        let group = Pid::from_raw(sleeper.id() as i32);
+        let stopper = ChildStopper::new(Target::Group(group), Signal::SIGTERM);
+        stopper.time_limit();
+        assert!(!stopper.lost());
+        assert_eq!(stopper.stopping().map(|s| s.cause), Some(Cause::MaxRun));
+        stopper.terminate(Why::Expiring);
+        assert!(stopper.lost());
+        assert_eq!(stopper.stopping().map(|s| s.cause), Some(Cause::MaxRun));
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+    }
+}
