@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """locked-run against flock and `etcdctl lock`, on one machine, in one run.
 
-Measures (see bench/README.md): the wrapper's own overhead, the handoff latency from one
-holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
+Measures (the README's Performance section explains each): the wrapper's own overhead, the
+handoff latency from one holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
 Redis commands), and a contention loop. Starts its own redis-server and etcd on loopback and
 stops them. `--smoke` runs one short iteration of each, for CI: figures, no verdicts on time.
-Then the redis crate against the own client (examples/client_cost.rs, built here): one
-uncontended run on each, side by side; `--clients` runs that comparison alone.
+The scale section (bench/scale.py): W = 1, 8, 32, 96 waiters queued on one NAME, time,
+server commands and context switches per handoff; `--scale` runs it alone. One 4 MB reply read
+by the own client and by the redis crate's parser (examples/resp_parse.rs). Then the redis
+crate against the own client (examples/client_cost.rs, built here): one uncontended run on
+each, side by side; `--clients` runs that comparison alone.
 """
 
 import argparse
@@ -23,6 +26,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from clients import big_reply, build_client_cost, client_cost, client_cost_table
+from scale import scale, scale_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -259,111 +265,6 @@ def waits(tools, loops, runs, rounds):
     return results
 
 
-CLIENTS = [
-    ("own", "own client (src/redis: RESP3, `HELLO 3` in the acquire's write)"),
-    ("redis-crate", "redis crate 1.x, `MultiplexedConnection`, RESP2, no `CLIENT SETINFO`"),
-    ("redis-crate-resp3", "redis crate 1.x, `MultiplexedConnection`, RESP3 (`HELLO 3` first)"),
-]
-
-
-def build_client_cost():
-    """examples/client_cost.rs: one binary, one uncontended run per process on either client."""
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "client_cost"], cwd=ROOT, check=True)
-    return ROOT / "target/release/examples/client_cost"
-
-
-def client_cost(tools, client_binary, rounds, runs, warmup, samples):
-    """One uncontended run (connect, acquire, `true`, release) on the own client and on the redis
-    crate, in fresh processes, with `locked-run NAME -- true` and `true` alongside. Wall time
-    twice: by hyperfine, the commands taking turns in `rounds` rounds of `runs` each as in
-    `overhead`; and run by run, `samples` times, the commands taking turns in a rotating order
-    so that each client's run can be paired with the own client's run next to it (a machine
-    whose speed drifts then moves both alike). Those runs also give the CPU time (user + system)
-    and the page faults (both from wait4, which counts `true`'s too, alike for all) and the
-    clients' peak RSS (VmHWM, which client_cost prints when asked: wait4's ru_maxrss would count
-    this Python process's memory, which a spawned process starts from)."""
-    url = f"redis://127.0.0.1:{tools.servers.redis_port}"
-    commands = [(mode, [str(client_binary), mode, url, "bench-clients"]) for mode, _ in CLIENTS]
-    commands.append(("locked-run", tools.locked_run("bench-clients", "true")))
-    commands.append(("true", [shutil.which("true")]))
-    for name, cmd in commands:  # each must work (a failed acquire exits non-zero) before it is timed
-        subprocess.run(cmd, check=True)
-    out = tools.scratch / "clients.json"
-    times = {name: [] for name, _ in commands}
-    for _ in range(rounds):
-        subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
-                        "--export-json", str(out), *(" ".join(cmd) for _, cmd in commands)],
-                       check=True, stdout=subprocess.DEVNULL)
-        for (name, _), result in zip(commands, json.loads(out.read_text())["results"]):
-            times[name].extend(result["times"])
-    wall = {name: [] for name, _ in commands}
-    cpu = {name: [] for name, _ in commands}
-    faults = {name: [] for name, _ in commands}
-    rss = {name: [] for name, _ in commands}
-    env = dict(os.environ, CLIENT_COST_VMHWM="1")
-    report = tools.scratch / "vmhwm"
-    for i in range(samples):
-        for name, cmd in commands[i % len(commands):] + commands[:i % len(commands)]:
-            with open(report, "w") as err:
-                started = time.perf_counter()
-                pid = os.posix_spawn(cmd[0], cmd, env, file_actions=[(os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
-                _, status, usage = os.wait4(pid, 0)
-                wall[name].append(time.perf_counter() - started)
-            if os.waitstatus_to_exitcode(status) != 0:
-                sys.exit(f"bench: {' '.join(cmd)} failed")
-            cpu[name].append(usage.ru_utime + usage.ru_stime)
-            faults[name].append(usage.ru_minflt)
-            hwm = [l for l in report.read_text().splitlines() if l.startswith("VmHWM:")]
-            if hwm:
-                rss[name].append(int(hwm[0].split()[1]))  # kB
-    results = {}
-    for name, _ in commands:
-        paired = sorted(a - b for a, b in zip(wall[name], wall["own"]))
-        # A 95% confidence interval of the median, from the order statistics of the pairs.
-        half = int(0.98 * len(paired) ** 0.5)
-        mid = len(paired) // 2
-        results[name] = {"wall": statistics.median(times[name]), "paired": statistics.median(paired),
-                         "ci": (paired[max(mid - half, 0)], paired[min(mid + half, len(paired) - 1)]),
-                         "cpu": statistics.median(cpu[name]), "faults": statistics.median(faults[name]),
-                         "rss": max(rss[name]) if rss[name] else None}
-    return results
-
-
-def client_cost_table(say, k, smoke):
-    """The comparison's table. A run's overhead is what bench.py calls overhead above: the median
-    wall time of `locked-run NAME -- true`, here measured in the same rounds; the difference's
-    share of the part beyond `true`'s time is shown too. The verdict goes by the paired
-    difference, which a drifting machine disturbs least."""
-    lr, tr = k["locked-run"]["wall"], k["true"]["wall"]
-    own = k["own"]
-    say("| one uncontended run: connect, acquire, `true`, release | wall median | difference of the medians "
-        "| paired difference, median [95% CI] | as % of a run's overhead (of the part beyond `true`) "
-        "| CPU median | page faults | peak RSS |")
-    say("|---|---|---|---|---|---|---|---|")
-    verdicts = []
-    for mode, label in CLIENTS:
-        m = k[mode]
-        if mode == "own":
-            say(f"| {label} | {ms(m['wall'])} | - | - | - | {ms(m['cpu'])} | {m['faults']:.0f} "
-                f"| {m['rss'] / 1024:.2f} MiB |")
-            continue
-        diff, paired, (low, high) = m["wall"] - own["wall"], m["paired"], m["ci"]
-        share = paired / lr
-        say(f"| {label} | {ms(m['wall'])} | {diff * 1000:+.2f} ms "
-            f"| {paired * 1000:+.2f} ms [{low * 1000:+.2f}, {high * 1000:+.2f}] "
-            f"| {share * 100:+.1f}% ({paired / (lr - tr) * 100:+.1f}%) "
-            f"| {ms(m['cpu'])} ({(m['cpu'] - own['cpu']) * 1000:+.2f} ms) "
-            f"| {m['faults']:.0f} ({m['faults'] - own['faults']:+.0f}) "
-            f"| {m['rss'] / 1024:.2f} MiB ({m['rss'] - own['rss']:+d} KiB) |")
-        verdicts.append(f"{mode} {share * 100:+.1f}%: {'within' if share <= 0.05 else 'over'} 5%")
-    for name, label in (("locked-run", "`locked-run NAME -- true` (a run's overhead)"), ("true", "`true`")):
-        say(f"| {label} | {ms(k[name]['wall'])} | - | - | - | {ms(k[name]['cpu'])} | {k[name]['faults']:.0f} | - |")
-    say()
-    rule = ("the crate may be adopted where its paired difference is no more than 5% of a run's "
-            "overhead; within it, the decision is the README's design note")
-    say(f"Rule: {rule}. " + ("(smoke run: no verdict)" if smoke else "; ".join(verdicts) + "."))
-
-
 def machine():
     cpu = "unknown CPU"
     try:
@@ -380,6 +281,26 @@ def machine():
     return f"{os.cpu_count()} cores, {cpu}, Linux {platform.release()}; " + "; ".join(versions)
 
 
+def scale_verdicts(say, results, smoke):
+    rows = scale_table(say, results)
+    say()
+    if smoke:
+        say("Targets: (smoke run: no verdict)")
+        return
+    time_ok = all(fa[0] <= 1.3 * fl[0] for _, fa, _, fl, _ in rows)
+    w1 = next((fa[0] <= nf[0] for w, fa, nf, _, _ in rows if w == 1), True)
+    # The commands the clients send (a script counts once); the server's own count adds every
+    # command the scripts run, which no layout of the lock's keys brings near 12 (see README).
+    commands_ok = all(fa[2][1] <= 12 for _, fa, _, _, _ in rows)
+    etcd_ok = all(fa[0] < et[0] for _, fa, _, _, et in rows)
+    wakes = [fa[1] for _, fa, _, _, _ in rows]
+    flat = max(wakes) <= 1.5 * min(wakes)
+    say(f"Targets: fair <= 1.3x flock at every W: {verdict(time_ok)}; fair no slower than `--no-fair` at W = 1: "
+        f"{verdict(w1)}; commands sent per fair handoff <= 12 at every W: {verdict(commands_ok)}; ahead of etcdctl "
+        f"lock at every W: {verdict(etcd_ok)}; a fair waiter's context switches flat in W (max <= 1.5x min): "
+        f"{verdict(flat)}.")
+
+
 def verdict(ok):
     return "meets" if ok else "MISSES"
 
@@ -391,6 +312,8 @@ def main():
     parser.add_argument("--results", help="also write the table to this markdown file")
     parser.add_argument("--clients", action="store_true",
                         help="only the redis crate against the own client (with --smoke: a short one)")
+    parser.add_argument("--scale", action="store_true",
+                        help="only the scale section: W waiters on one NAME (with --smoke: W = 1, 8)")
     args = parser.parse_args()
 
     for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine"):
@@ -407,7 +330,17 @@ def main():
         lines.append(line)
 
     smoke = args.smoke
+    widths, scale_rounds = ((1, 8), 1) if smoke else ((1, 8, 32, 96), 2)
     try:
+        if args.scale:
+            s = scale(tools, widths, scale_rounds)
+            say(f"Machine: {machine()}")
+            say(f"Date: {time.strftime('%Y-%m-%d %H:%M')}{' (smoke run, not a measurement)' if smoke else ''}")
+            say()
+            scale_verdicts(say, s, smoke)
+            if args.results:
+                Path(args.results).write_text("\n".join(lines) + "\n")
+            return
         k = client_cost(tools, client_binary, rounds=1 if smoke else 20, runs=3 if smoke else 15,
                         warmup=1 if smoke else 3, samples=5 if smoke else 400)
         if args.clients:
@@ -425,8 +358,10 @@ def main():
         cpu, sent, scripts, renewals = idle_cost(tools, hold, ttl)
         c = contention(tools, loops=4, runs=2 if smoke else 50, rounds=1 if smoke else 5)
         w = waits(tools, loops=4, runs=2 if smoke else 50, rounds=1 if smoke else 3)
+        s = scale(tools, widths, scale_rounds)
         ch = contention(tools, loops=6, runs=2 if smoke else 20, rounds=1 if smoke else 5,
                         contenders=(("locked-run", tools.locked_run), ("--holders 3", tools.holders)))
+        big = big_reply(runs=1 if smoke else 5)
     finally:
         servers.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -475,6 +410,16 @@ def main():
     h1, h3 = ch["locked-run"], ch["--holders 3"]
     say(f"| contention 6 x {2 if smoke else 20} runs, `--holders 3` | {h3:.2f} s (one holder: {h1:.2f} s) | - | - "
         f"| (measured) | - |")
+    say()
+    say(f"Scale: W waiters queued behind a holder, time from its release to the last waiter's end, per handoff "
+        f"(median of {scale_rounds} rounds, and of 16 handoffs at least for small W):")
+    say()
+    scale_verdicts(say, s, smoke)
+    say()
+    say(f"Reading one big reply, over loopback in 4 KiB pieces (median of {1 if smoke else 5}):")
+    say()
+    for line in big:
+        say(f"    {line}")
     say()
     say("The redis crate against the own client:")
     say()

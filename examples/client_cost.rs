@@ -6,7 +6,7 @@
 //!     client_cost MODE redis://HOST:PORT NAME
 //!
 //! MODE:
-//! - `own`: `Node` (src/redis/node.rs) over the own RESP client: `HELLO 3` and the acquire's
+//! - `own`: `Node` (src/redis/node/mod.rs) over the own RESP client: `HELLO 3` and the acquire's
 //!   EVALSHA in one write, EVAL on NOSCRIPT, then the release's EVALSHA.
 //! - `redis-crate`: the crate's `MultiplexedConnection` (1.x has no other async connection;
 //!   `ConnectionManager` wraps this one) and `redis::Script`, set up for the fewest round trips:

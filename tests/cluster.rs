@@ -228,10 +228,22 @@ fn numsub() -> &'static str {
     }
 }
 
+/// The subscribers of job's release channels on `node`: the NAME's own and each fair
+/// waiter's (`released:{job}:TOKEN`).
 fn cluster_subscribers(node: &Redis) -> i64 {
-    let reply: Vec<redis::Value> = node.cmd(&["PUBSUB", numsub(), "released:{job}"]);
-    match reply.get(1) {
-        Some(redis::Value::Int(n)) => *n,
-        other => panic!("{other:?}"),
-    }
+    let channels = match numsub() {
+        "SHARDNUMSUB" => "SHARDCHANNELS",
+        _ => "CHANNELS",
+    };
+    let names: Vec<String> = node.cmd(&["PUBSUB", channels, "released:{job}*"]);
+    names
+        .iter()
+        .map(|name| {
+            let reply: Vec<redis::Value> = node.cmd(&["PUBSUB", numsub(), name]);
+            match reply.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("{other:?}"),
+            }
+        })
+        .sum()
 }

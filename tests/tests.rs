@@ -27,3 +27,4 @@ mod status;
 mod systemd_and_logs;
 mod terminal;
 mod waiting;
+mod wakeups;

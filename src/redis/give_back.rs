@@ -33,7 +33,14 @@ impl ServerLock {
         let token = self.token();
         let bury_ms = BURY_FOR.as_millis().to_string();
         let keys = self.keys.every();
-        let args = [token.as_str(), &self.keys.channel, publish, &bury_ms];
+        let holders = self.holders().to_string();
+        let args = [
+            token.as_str(),
+            &self.keys.channel,
+            publish,
+            &bury_ms,
+            &holders,
+        ];
         // In one request: the give-back's reply may be lost too, and a NOSCRIPT that never
         // came back would leave the EVAL after it unsent.
         let reply = self

@@ -13,7 +13,7 @@ use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
 
 impl ServerLock {
     /// `release --force`: deletes the holder whose token is `token` (or every holder, one or
-    /// a semaphore's), never the fence counter, and wakes the waiters; says whom it was taken
+    /// a semaphore's), never the fence counter, and wakes the waiters whose turn it is; says whom it was taken
     /// from (none: it was free), and the last fence.
     pub async fn force_release_here(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         let publish = self.publish_command();
@@ -27,6 +27,8 @@ impl ServerLock {
                     &self.keys.fence,
                     &self.keys.holders,
                     &self.keys.holders_meta,
+                    &self.keys.queue,
+                    &self.keys.queue_alive,
                 ],
                 &[&self.keys.channel, publish, token.unwrap_or("")],
                 self.node.connect_timeout(),

@@ -105,6 +105,11 @@ impl ServerLock {
         self
     }
 
+    /// `--holders N`.
+    pub(crate) fn holders(&self) -> u32 {
+        self.holders
+    }
+
     pub fn name(&self) -> &LockName {
         &self.name
     }
@@ -155,8 +160,9 @@ impl ServerLock {
             (true, true, true) => "queue",
             (true, true, false) => "race",
         };
-        let listen = listen.then_some(self.keys.channel.as_str());
         let token = self.token();
+        let channel = self.listen_channel(&token);
+        let listen = listen.then_some(channel.as_str());
         // Set before the request leaves: a run interrupted before the reply may hold a place.
         self.queued.set(mode == "queue" || mode == "race");
         // Both scripts take the same keys and arguments, but the semaphore's takes no holder
@@ -336,12 +342,14 @@ impl ServerLock {
             true => BURY_FOR.as_millis().to_string(),
             false => "0".into(),
         };
+        let holders = self.holders.to_string();
         let args = [
             token.as_str(),
             &keep_ms,
             &self.keys.channel,
             publish,
             &bury_ms,
+            &holders,
         ];
         let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
@@ -354,6 +362,16 @@ impl ServerLock {
             "SPUBLISH"
         } else {
             "PUBLISH"
+        }
+    }
+
+    /// The channel this run's waiter listens on: a fair waiter's own (`released:{NAME}:TOKEN`,
+    /// where a release names it alone when its turn comes), else the NAME's (`race` and
+    /// `released` messages, for racers and Redlock's waiters).
+    fn listen_channel(&self, token: &str) -> String {
+        match self.queueing && self.fair {
+            true => format!("{}:{token}", self.keys.channel),
+            false => self.keys.channel.clone(),
         }
     }
 
@@ -390,6 +408,7 @@ impl Backend for ServerLock {
 
     async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
         let attempt = self.attempt_listening(timings, listen).await;
+        // A holder does not listen: subscribers to a NAME's channels are its waiters.
         if listen && matches!(attempt, Ok(Attempt::Acquired { .. })) {
             self.node.stop_listening().await;
         }
@@ -409,7 +428,9 @@ impl Backend for ServerLock {
     }
 
     async fn subscribe(&self) -> Result<(Subscription<'_>, bool), BackendError> {
-        self.node.subscribe(&self.keys.channel).await
+        self.node
+            .subscribe(&self.listen_channel(&self.token()))
+            .await
     }
 
     fn queues(&self) -> bool {

@@ -6,7 +6,8 @@
 //! - [`sentinel`]: asking the sentinels where the primary is.
 //! - [`cluster`]: the node that owns the lock's slot, and redirections.
 //! - [`pubsub`]: release messages: subscribing, and waiting for one.
-//! - [`resp`]: the protocol client (RESP2/RESP3), one connection at a time.
+//! - [`resp`]: the protocol client (RESP2/RESP3), one connection at a time, and its parser,
+//!   which reads a reply in one pass whatever pieces it arrives in.
 //! - [`tls`]: TLS for `rediss://` (rustls).
 //! - [`scripts`]: the Lua scripts of the protocol; [`semaphore`]: those of `--holders N`;
 //!   [`replies`]: what they answer, read.

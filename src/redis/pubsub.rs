@@ -49,11 +49,11 @@ impl Node {
     /// attempt); with RESP2, on a connection of their own.
     pub async fn subscribe(&self, channel: &str) -> Result<(Subscription<'_>, bool), BackendError> {
         if self.resp3.load(Ordering::Relaxed) {
-            let covered = self.listening().await;
+            let covered = self.listening(channel).await;
             if !covered {
                 self.exchange(&[], self.connect_timeout, Some(channel))
                     .await?;
-                let subscribed = self.listening().await;
+                let subscribed = self.listening(channel).await;
                 let refusal = self
                     .listen_refused
                     .lock()
@@ -91,13 +91,22 @@ impl Node {
         }
     }
 
-    /// Whether the command connection is subscribed (RESP3).
-    async fn listening(&self) -> bool {
+    /// Whether the command connection is subscribed to `channel` (RESP3).
+    async fn listening(&self, channel: &str) -> bool {
         self.conn
             .lock()
             .await
             .as_ref()
-            .is_some_and(Connection::subscribed)
+            .is_some_and(|conn| self.subscribed_to(conn, channel))
+    }
+
+    /// Whether `conn`, the command connection, is subscribed to `channel`.
+    pub(super) fn subscribed_to(&self, conn: &Connection, channel: &str) -> bool {
+        conn.subscribed() && self.lock_listening_on().as_deref() == Some(channel)
+    }
+
+    pub(super) fn lock_listening_on(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.listening_on.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Stops listening for release messages on the command connection (after acquiring).

@@ -29,18 +29,22 @@ pub struct Script {
 /// - `member(token, racer)`, `is_racer(member)`: a waiter's place in the queue is its token, or
 ///   `~` and its token for a `--no-fair` waiter (a racer);
 /// - `enqueue(queue, alive, member, now, ms)`: joins the queue at its end (or keeps its place),
-///   alive `ms` longer; both keys outlive every member;
+///   alive `ms` longer; both keys live as long as the last member's keep-alive;
 /// - `may_take(queue, member, free)`: whether a waiter may take one of `free` free places: a
 ///   fair waiter when fewer than `free` waiters (of either kind) came before it, a racer when
 ///   fewer than `free` fair waiters did (racers race among themselves, never past a fair waiter
 ///   that came first);
-/// - `turn(queue)`: the release message: the head's token (only it need ask), `race` when the
-///   head is a racer (every racer before the first fair waiter may ask), `released` without a
-///   queue;
+/// - `wake(command, channel, queue, free)`: announces a release to those whose turn it is, one
+///   message each: of the first `free` waiters, each fair one on a channel of its own,
+///   `channel:TOKEN`, with its token as the message (so a release wakes one waiter process, not
+///   every waiter of the NAME); `race` on `channel` when a racer is among them (every racer
+///   before the first fair waiter may ask); `released` on `channel` when nobody is queued (for
+///   waiters that keep no place: Redlock's); nothing when `free` is 0 or `command` empty;
 /// - `drop_lapsed(holders, meta, now)`: drops the semaphore holders whose lease ended (a
 ///   SIGKILLed holder), from both keys;
 /// - `fields(meta)`: a semaphore holder's packed metadata, `host pid command since fence`;
-/// - `dequeue(queue, alive, member)`: leaves it (deleting both keys once empty);
+/// - `dequeue(queue, alive, member)`: leaves it (Redis deletes a sorted set it empties);
+/// - `not_a_fence(fence)`: the error for a fence key that holds no integer counter;
 /// - `bury(gone, token, now, ms)`, `buried(gone, token)`: a token given back is kept in
 ///   `gone:{NAME}` for `ms`, and an attempt that carries it is refused: a request still on its
 ///   way when its run gave up must not take the lock (or a place in the queue) for a run that
@@ -91,7 +95,10 @@ local function enqueue(queue, alive, m, now, ms)
     redis.call('ZADD', queue, (tonumber(last[2]) or 0) + 1, m)
   end
   redis.call('ZADD', alive, now + ms, m)
-  outlive({queue, alive}, ms)
+  -- Every waiter asks with the same keep-alive, so the member just refreshed is the one whose
+  -- place lasts longest: both keys live exactly as long as it.
+  redis.call('PEXPIRE', queue, ms)
+  redis.call('PEXPIRE', alive, ms)
 end
 local function may_take(queue, m, free)
   local ahead = redis.call('ZRANK', queue, m) or redis.call('ZCARD', queue)
@@ -111,16 +118,6 @@ local function may_take(queue, m, free)
     end
   end
   return true
-end
-local function turn(queue)
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not head then
-    return 'released'
-  end
-  if is_racer(head) then
-    return 'race'
-  end
-  return head
 end
 local function bury(gone, token, now, ms)
   redis.call('ZREMRANGEBYSCORE', gone, '-inf', now)
@@ -143,13 +140,38 @@ end
 local function dequeue(queue, alive, m)
   redis.call('ZREM', queue, m)
   redis.call('ZREM', alive, m)
-  if redis.call('ZCARD', queue) == 0 then
-    redis.call('DEL', queue, alive)
+end
+local function not_a_fence(fence)
+  local kind = redis.call('TYPE', fence)['ok']
+  if kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a ' .. kind .. ', not a fence counter')
   end
+  return redis.error_reply('WRONGTYPE ' .. fence .. ' does not hold an integer fence counter')
 end
 local function announce(command, channel, message)
   if command ~= '' and not pcall(redis.call, command, channel, message) and command == 'SPUBLISH' then
     pcall(redis.call, 'PUBLISH', channel, message)
+  end
+end
+local function wake(command, channel, queue, free)
+  if command == '' or free < 1 then
+    return
+  end
+  local first = redis.call('ZRANGE', queue, 0, free - 1)
+  if #first == 0 then
+    announce(command, channel, 'released')
+    return
+  end
+  local race = false
+  for _, m in ipairs(first) do
+    if is_racer(m) then
+      race = true
+    else
+      announce(command, channel .. ':' .. m, m)
+    end
+  end
+  if race then
+    announce(command, channel, 'race')
   end
 end
 "#
@@ -184,10 +206,6 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     return {-1, tonumber(redis.call('HGET', KEYS[5], 'limit')) or 0}
   end
 end
-local fence_type = redis.call('TYPE', KEYS[2])['ok']
-if fence_type ~= 'none' and fence_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
-end
 local mode = ARGV[7]
 local m = member(ARGV[1], mode == 'race')
 local now = 0
@@ -205,11 +223,16 @@ if allowed and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
   if not ok then
     redis.call('DEL', KEYS[1])
-    return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' does not hold an integer fence counter')
+    return not_a_fence(KEYS[2])
   end
-  redis.call('DEL', KEYS[3])
-  redis.call('HSET', KEYS[3], 'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4],
-             'command', ARGV[5], 'since', ARGV[6], 'fence', fence)
+  -- Every field is written: an earlier holder's hash needs no DEL first, unless the key
+  -- holds something else.
+  local meta = {'token', ARGV[1], 'host', ARGV[3], 'pid', ARGV[4], 'command', ARGV[5],
+                'since', ARGV[6], 'fence', fence}
+  if not pcall(redis.call, 'HSET', KEYS[3], unpack(meta)) then
+    redis.call('DEL', KEYS[3])
+    redis.call('HSET', KEYS[3], unpack(meta))
+  end
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
   if now > 0 then
     dequeue(KEYS[6], KEYS[7], m)
@@ -244,7 +267,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "05b499ca472562f6073ae5fecbaa73b3ce8cb2fd",
+    sha1: "77fd60c8f4a8627757b8fae7ac44c9baf0fcafdb",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -308,9 +331,8 @@ return 2
 /// lives in the lock's slot; empty for a Redlock grant given back without waking anyone), and
 /// ms to bury the token for (0: not buried; see `bury`: a run some of whose attempts went
 /// unanswered buries its token as it lets go, so that one landing later takes nothing).
-/// Compare-and-DEL plus a publish that wakes waiters (the message is the queue's `turn`); or,
-/// with keep > 0,
-/// compare-and-PEXPIRE to the rest of `--min-hold`. 1 when the lock was ours, else 0.
+/// Compare-and-DEL plus the publish that wakes the waiter whose turn it is (`wake`); or, with
+/// keep > 0, compare-and-PEXPIRE to the rest of `--min-hold`. 1 when the lock was ours, else 0.
 pub const RELEASE: Script = Script {
     source: concat!(
         lua_helpers!(),
@@ -329,18 +351,14 @@ if keep > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-if ARGV[4] ~= '' then
-  local message = 'released'
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    prune(KEYS[3], KEYS[4], clock())
-    message = turn(KEYS[3])
-  end
-  announce(ARGV[4], ARGV[3], message)
+if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+  prune(KEYS[3], KEYS[4], clock())
 end
+wake(ARGV[4], ARGV[3], KEYS[3], 1)
 return 1
 "#
     ),
-    sha1: "4d7f8b7dcf33fabd2ce25229647361bf4bc9e5fe",
+    sha1: "7fd3ed4da95b39b38c02cfb5584b3be6a4eaa6d2",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -362,11 +380,11 @@ return 1
     sha1: "65ba9bd590982ebe216521ad885e20d104c0d8b9",
 };
 
-/// KEYS: lock, holder, fence, holders, holders-meta. ARGV: channel, publish command, token
-/// (empty: every holder). `release --force`, for one holder and for a semaphore alike: deletes
+/// KEYS: lock, holder, fence, holders, holders-meta, queue, queue-alive. ARGV: channel,
+/// publish command, token (empty: every holder). `release --force`, for one holder and for a semaphore alike: deletes
 /// the holder whose token it is given (or every one whose lease has not ended: those that
 /// have are dropped unreported), never the fence counter, and wakes the
-/// waiters. Returns `{last fence, {{token, host, pid, command, since, fence}, ...}}` of what it
+/// waiters whose turn it is (`wake`). Returns `{last fence, {{token, host, pid, command, since, fence}, ...}}` of what it
 /// released (fields false where the holder is not a `locked-run`).
 pub const FORCE_RELEASE: Script = Script {
     source: concat!(
@@ -377,6 +395,7 @@ if not ok then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is not a lock')
 end
 local released = {}
+local limit = tonumber(redis.call('HGET', KEYS[5], 'limit')) or 1
 if value and (ARGV[3] == '' or ARGV[3] == value) then
   local meta = redis.call('HMGET', KEYS[2], 'token', 'host', 'pid', 'command', 'since', 'fence')
   if meta[1] ~= value then
@@ -385,7 +404,8 @@ if value and (ARGV[3] == '' or ARGV[3] == value) then
   redis.call('DEL', KEYS[1], KEYS[2])
   table.insert(released, {value, meta[2], meta[3], meta[4], meta[5], meta[6]})
 end
-drop_lapsed(KEYS[4], KEYS[5], clock())
+local now = clock()
+drop_lapsed(KEYS[4], KEYS[5], now)
 local members
 if ARGV[3] == '' then
   members = redis.call('ZRANGE', KEYS[4], 0, -1)
@@ -403,22 +423,26 @@ end
 if redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[4], KEYS[5])
 end
-if #released > 0 then
-  announce(ARGV[2], ARGV[1], 'released')
+if #released > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    prune(KEYS[6], KEYS[7], now)
+  end
+  wake(ARGV[2], ARGV[1], KEYS[6], limit - redis.call('ZCARD', KEYS[4]))
 end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "87d1e7eddc82bbef7cc360c9646fc4664d3d9eab",
+    sha1: "64ffb23bbac5561f74cf708c78da44126438cffd",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
-/// the fence is not touched). ARGV: token, channel, publish command (empty: wake nobody, for a Redlock grant that made no quorum), ms to keep
-/// the token buried. A waiter that ends without the lock (or a grant it cannot use) gives back
+/// the fence is not touched). ARGV: token, channel, publish command (empty: wake nobody, for a
+/// Redlock grant that made no quorum), ms to keep the token buried, the run's `--holders` N
+/// (how many waiters a freed place may wake). A waiter that ends without the lock (or a grant it cannot use) gives back
 /// everything its token may hold, in one step: its place in the queue, the lock or its
 /// semaphore slot, and buries the token so that an attempt of it still on its way is refused
 /// when it lands (the run goes on, if it does, with a fresh token). If the lock is then free,
-/// the waiters whose turn it is are told. 1 when the lock or a slot was ours, else 0.
+/// the waiters whose turn it is are told (`wake`). 1 when the lock or a slot was ours, else 0.
 pub const GIVE_BACK: Script = Script {
     source: concat!(
         lua_helpers!(),
@@ -434,7 +458,6 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   dequeue(KEYS[6], KEYS[7], member(token, true))
 end
 local released = 0
-local message = nil
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
 if ok and value == token then
   redis.call('DEL', KEYS[1], KEYS[3])
@@ -448,16 +471,20 @@ if counted and score then
     redis.call('DEL', KEYS[4], KEYS[5])
   end
   released = 1
-  message = 'released'
 end
 if ARGV[3] ~= '' and (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
   if redis.call('EXISTS', KEYS[6]) == 1 then
     prune(KEYS[6], KEYS[7], now)
   end
-  announce(ARGV[3], ARGV[2], message or turn(KEYS[6]))
+  local free = 1
+  if tonumber(ARGV[5]) > 1 then
+    local held, live = pcall(redis.call, 'ZCOUNT', KEYS[4], '(' .. now, '+inf')
+    free = tonumber(ARGV[5]) - (held and live or 0)
+  end
+  wake(ARGV[3], ARGV[2], KEYS[6], free)
 end
 return released
 "#
     ),
-    sha1: "94362041c0fc687a8b0dc2757606a54a2690464c",
+    sha1: "1e5290145cd9def45328fae981180ae905460a66",
 };

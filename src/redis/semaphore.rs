@@ -37,10 +37,6 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {-1, 1}
 end
-local fence_type = redis.call('TYPE', KEYS[2])['ok']
-if fence_type ~= 'none' and fence_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' holds a ' .. fence_type .. ', not a fence counter')
-end
 local now = clock()
 local ttl = tonumber(ARGV[2])
 local mode = ARGV[8]
@@ -86,7 +82,7 @@ if not allowed then
 end
 local ok, fence = pcall(redis.call, 'INCR', KEYS[2])
 if not ok then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' does not hold an integer fence counter')
+  return not_a_fence(KEYS[2])
 end
 redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 redis.call('HSET', KEYS[4], 'limit', ARGV[3],
@@ -96,7 +92,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "bf2022abfa8bddf8661cf5797884537b0a6046ac",
+    sha1: "28b02073092734539185083bb2b0f9ef42a040a8",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -116,13 +112,13 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "ce147bbae3389fd983e9a49d0a1dbb1a7405d910",
+    sha1: "88e4710b6d482fa7219a4060638b5c9a9f3df507",
 };
 
-/// KEYS: holders, meta (then the queue's two, unused), gone. ARGV: token, keep ms (0: free the
-/// slot now), channel, publish command, bury ms (as the one-holder release's). Frees our slot and wakes waiters (all of them: with several
-/// slots, the first fair waiters are told apart by the acquire script), or with keep > 0 leaves
-/// it taken until then (`--min-hold`). 1 when the slot was ours, else 0.
+/// KEYS: holders, meta, queue, queue-alive, gone. ARGV: token, keep ms (0: free the slot
+/// now), channel, publish command, bury ms (as the one-holder release's), N. Frees our slot
+/// and wakes the waiters whose turn it is, as many as places are free (`wake`), or with
+/// keep > 0 leaves it taken until then (`--min-hold`). 1 when the slot was ours, else 0.
 pub const RELEASE: Script = Script {
     source: concat!(
         lua_helpers!(),
@@ -146,9 +142,12 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-announce(ARGV[4], ARGV[3], 'released')
+if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+  prune(KEYS[3], KEYS[4], now)
+end
+wake(ARGV[4], ARGV[3], KEYS[3], tonumber(ARGV[6]) - redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'))
 return 1
 "#
     ),
-    sha1: "b7c7dac768bb04c8fecbaa077c00a83efd50b402",
+    sha1: "1eafa8466f09bb3a772c2dfb7e93f73695925e01",
 };

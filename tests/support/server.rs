@@ -334,14 +334,26 @@ pub fn command_stats(redis: &Redis, commands: &[&str], field: &str) -> u64 {
         .sum()
 }
 
-/// How many clients are subscribed to NAME's release channel on `redis`.
+/// How many clients are subscribed to NAME's release channels on `redis`: the NAME's own
+/// (racers, Redlock's waiters) and each fair waiter's (`released:{NAME}:TOKEN`).
 pub fn subscribers(redis: &Redis, name: &str) -> i64 {
-    let reply: Vec<redis::Value> =
-        redis.cmd(&["PUBSUB", "NUMSUB", &format!("released:{{{name}}}")]);
-    match reply.get(1) {
-        Some(redis::Value::Int(n)) => *n,
-        other => panic!("{other:?}"),
-    }
+    release_channels(redis, name).iter().map(|(_, n)| n).sum()
+}
+
+/// NAME's release channels with subscribers on `redis`, with how many each has.
+pub fn release_channels(redis: &Redis, name: &str) -> Vec<(String, i64)> {
+    let channels: Vec<String> =
+        redis.cmd(&["PUBSUB", "CHANNELS", &format!("released:{{{name}}}*")]);
+    channels
+        .into_iter()
+        .map(|channel| {
+            let reply: Vec<redis::Value> = redis.cmd(&["PUBSUB", "NUMSUB", &channel]);
+            match reply.get(1) {
+                Some(redis::Value::Int(n)) => (channel, *n),
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect()
 }
 
 /// The earliest instant the server can expire `lock:{job}`, read just before a fault: no

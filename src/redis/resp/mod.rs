@@ -15,6 +15,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use parse::{MAX_REPLY_BYTES, Parser, reply_too_long};
+
+mod parse;
+
 /// A reply. RESP3's extra types are folded into these: null is a nil bulk string, maps and sets
 /// are flat arrays, booleans are integers, doubles and big numbers are bulk strings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +94,8 @@ pub struct Connection {
     buf: Vec<u8>,
     /// Bytes of `buf` already parsed.
     start: usize,
+    /// The parse of the reply at `buf[start..]`, resumed after each read.
+    parser: Parser,
     /// Pub/sub messages received and not yet taken by [`Connection::next_message`]: their
     /// payloads (the release's, naming the waiter whose turn it is), the newest few.
     messages: VecDeque<Vec<u8>>,
@@ -125,6 +131,7 @@ impl Connection {
             stream,
             buf: Vec::with_capacity(512),
             start: 0,
+            parser: Parser::new(),
             messages: VecDeque::new(),
             confirmed: 0,
             unsubscribing: false,
@@ -264,11 +271,11 @@ impl Connection {
         }
     }
 
-    /// Reads the next reply or push. Cancel-safe: what has been read stays in the buffer for
-    /// the next call.
+    /// Reads the next reply or push. Cancel-safe: what has been read stays in the buffer, and
+    /// how far it was parsed in the connection, for the next call.
     async fn read_any(&mut self) -> io::Result<Reply> {
         loop {
-            if let Some((reply, used)) = parse(&self.buf[self.start..])? {
+            if let Some((reply, used)) = self.parser.parse(&self.buf[self.start..])? {
                 self.start += used;
                 if self.start == self.buf.len() {
                     self.buf.clear();
@@ -276,6 +283,7 @@ impl Connection {
                 }
                 return Ok(reply);
             }
+            // The parser counts from the reply's first byte, so this moves nothing under it.
             if self.start > 0 {
                 self.buf.drain(..self.start);
                 self.start = 0;
@@ -319,167 +327,6 @@ fn protocol_error(what: &str) -> io::Error {
 
 fn unexpected(reply: &Reply) -> io::Error {
     protocol_error(&format!("unexpected {reply:?}"))
-}
-
-// Limits on what one reply may announce. The parser trusts nothing it reads: without them a
-// server (or whoever sits between it and us) announcing a 2 GB bulk string made the connection
-// buffer 2 GB, and `*1\r\n` some hundreds of times over overflowed the stack. This client only
-// ever reads small replies (scripts' results, INFO, CLUSTER SLOTS of a large cluster, HGETALL of
-// a holder hash), far below each limit; the server's own proto-max-bulk-len (512 MiB) is no
-// guide, as it bounds what a server accepts, not what a lock client needs to read.
-
-/// The bytes one reply may take, attributes included: also the most a connection buffers.
-const MAX_REPLY_BYTES: usize = 16 << 20;
-/// The values one reply may hold, counting every element of every aggregate in it (a map's
-/// entries count twice, as they fold into a flat array): the parsed tree's arrays then take
-/// at most some 64 MiB (32 bytes an element, twice that while a `Vec` grows by doubling).
-const MAX_VALUES: usize = 1_000_000;
-/// How deep aggregates may nest. Each level takes stack (frames of `reply` and `many`, a few
-/// KiB in a debug build); real replies nest a handful deep (CLUSTER SHARDS, the deepest, four).
-const MAX_DEPTH: usize = 64;
-/// The elements an aggregate gets room for before they arrive: a count is only a claim, and
-/// what it claims beyond this is paid for by the bytes that follow.
-const PREALLOCATED: usize = 1024;
-
-/// Parses one reply from the front of `buf`: `None` if more bytes are needed. A reply that
-/// breaks one of the limits above is an `InvalidData` error as soon as its header says so.
-fn parse(buf: &[u8]) -> io::Result<Option<(Reply, usize)>> {
-    // Nothing past the limit can belong to the reply: not looking there bounds the scans for
-    // line ends, and a reply still incomplete within it never will be complete.
-    let within = &buf[..buf.len().min(MAX_REPLY_BYTES)];
-    let mut values = MAX_VALUES;
-    match reply(within, 0, 0, &mut values)? {
-        None if buf.len() >= MAX_REPLY_BYTES => Err(reply_too_long()),
-        parsed => Ok(parsed),
-    }
-}
-
-/// The reply at `buf[at..]`, with where it ends; `depth` aggregates enclose it, and `values`
-/// is what is left of the reply's allowance.
-fn reply(
-    buf: &[u8],
-    mut at: usize,
-    depth: usize,
-    values: &mut usize,
-) -> io::Result<Option<(Reply, usize)>> {
-    // Attributes describe the reply that follows and are skipped. A loop rather than a
-    // recursion, so that a chain of them cannot exhaust the stack either.
-    loop {
-        let rest = &buf[at..];
-        let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        if end == 0 {
-            return Err(protocol_error("empty line"));
-        }
-        let line = &rest[1..end];
-        let text = || String::from_utf8_lossy(line).into_owned();
-        let number = || -> io::Result<i64> {
-            std::str::from_utf8(line)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| protocol_error("not a number"))
-        };
-        let after = at + end + 2;
-        let parsed = match rest[0] {
-            b'+' => (Reply::Status(text()), after),
-            b'-' => (Reply::Error(text()), after),
-            b':' => (Reply::Int(number()?), after),
-            b'_' => (Reply::Bulk(None), after),
-            b'#' => (Reply::Int((line == b"t") as i64), after),
-            b',' | b'(' => (Reply::Bulk(Some(line.to_vec())), after),
-            kind @ (b'$' | b'!' | b'=') => {
-                let len = number()?;
-                if len < 0 {
-                    return Ok(Some((Reply::Bulk(None), after)));
-                }
-                let end = usize::try_from(len)
-                    .ok()
-                    .and_then(|len| after.checked_add(len)?.checked_add(2))
-                    .filter(|&end| end <= MAX_REPLY_BYTES)
-                    .ok_or_else(reply_too_long)?;
-                if buf.len() < end {
-                    return Ok(None);
-                }
-                // Anything else there means the stream has lost its framing.
-                if &buf[end - 2..end] != b"\r\n" {
-                    return Err(protocol_error("a bulk string not followed by CRLF"));
-                }
-                let data = &buf[after..end - 2];
-                match kind {
-                    b'!' => (
-                        Reply::Error(String::from_utf8_lossy(data).into_owned()),
-                        end,
-                    ),
-                    // Verbatim strings start with a format, "txt:".
-                    b'=' => (Reply::Bulk(Some(data[4.min(data.len())..].to_vec())), end),
-                    _ => (Reply::Bulk(Some(data.to_vec())), end),
-                }
-            }
-            kind @ (b'*' | b'~' | b'>' | b'%' | b'|') => {
-                let count = number()?;
-                if count < 0 {
-                    return Ok(Some((Reply::Array(None), after)));
-                }
-                if depth >= MAX_DEPTH {
-                    return Err(protocol_error(&format!(
-                        "aggregates nested more than {MAX_DEPTH} deep"
-                    )));
-                }
-                let per_entry = if matches!(kind, b'%' | b'|') { 2 } else { 1 };
-                let count = usize::try_from(count)
-                    .ok()
-                    .and_then(|count| count.checked_mul(per_entry))
-                    .filter(|&count| count <= *values)
-                    .ok_or_else(|| {
-                        protocol_error(&format!(
-                            "an aggregate of {count} entries, over the {MAX_VALUES} values \
-                             a reply may hold"
-                        ))
-                    })?;
-                *values -= count;
-                let Some((items, end)) = many(buf, after, count, depth + 1, values)? else {
-                    return Ok(None);
-                };
-                match kind {
-                    b'|' => {
-                        at = end;
-                        continue;
-                    }
-                    b'>' => (Reply::Push(items), end),
-                    _ => (Reply::Array(Some(items)), end),
-                }
-            }
-            other => return Err(protocol_error(&format!("unknown type byte {other:#x}"))),
-        };
-        return Ok(Some(parsed));
-    }
-}
-
-/// `count` replies in a row from `buf[at..]`: `None` if incomplete.
-fn many(
-    buf: &[u8],
-    mut at: usize,
-    count: usize,
-    depth: usize,
-    values: &mut usize,
-) -> io::Result<Option<(Vec<Reply>, usize)>> {
-    let mut items = Vec::with_capacity(count.min(PREALLOCATED));
-    for _ in 0..count {
-        let Some((item, end)) = reply(buf, at, depth, values)? else {
-            return Ok(None);
-        };
-        items.push(item);
-        at = end;
-    }
-    Ok(Some((items, at)))
-}
-
-fn reply_too_long() -> io::Error {
-    protocol_error(&format!(
-        "a reply longer than the {} MiB this client reads",
-        MAX_REPLY_BYTES >> 20
-    ))
 }
 
 /// `tokio::time::timeout` with the error a caller of this module expects.

@@ -1,6 +1,8 @@
 //! Unit and property tests of the protocol client: every reply type, the limits, and
-//! arbitrary bytes that must never panic nor allocate past the limits.
+//! arbitrary bytes that must never panic nor allocate past the limits. Replies read in
+//! pieces are in `piecewise`, the `redis` crate's parser as an oracle in `oracle`.
 
+use super::parse::{MAX_DEPTH, PREALLOCATED};
 use super::*;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -12,6 +14,14 @@ use futures_util::FutureExt;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use tokio::io::ReadBuf;
+
+mod oracle;
+mod piecewise;
+
+/// One reply parsed from the front of `buf` in one go, as from a read that brought it all.
+fn parse(buf: &[u8]) -> io::Result<Option<(Reply, usize)>> {
+    Parser::new().parse(buf)
+}
 
 fn all(bytes: &[u8]) -> Vec<Reply> {
     let mut at = 0;
@@ -215,6 +225,7 @@ fn connection(bytes: Vec<u8>, sizes: Vec<usize>, forever: Option<u8>) -> Connect
         }),
         buf: Vec::with_capacity(512),
         start: 0,
+        parser: Parser::new(),
         messages: VecDeque::new(),
         confirmed: 0,
         unsubscribing: false,
