@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
-from scale import scale, scale_table
+from scale import readers, scale, scale_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,6 +121,9 @@ class Tools:
     def holders(self, name, *cmd):
         return self.locked_run(name, *cmd, extra=("--holders", "3"))
 
+    def shared(self, name, *cmd):
+        return self.locked_run(name, *cmd, extra=("--shared",))
+
     def no_fair(self, name, *cmd):
         return self.locked_run(name, *cmd, extra=("--no-fair",))
 
@@ -129,8 +132,9 @@ class Tools:
                 ("Redlock, 5 servers", self.redlock), ("file", self.file)]
 
     def overheads(self):
-        """What the overhead measures: every tool, and a semaphore's run (`--holders 3`)."""
-        return self.all() + [("--holders 3", self.holders)]
+        """What the overhead measures: every tool, a semaphore's run (`--holders 3`) and a
+        shared one (`--shared`)."""
+        return self.all() + [("--holders 3", self.holders), ("--shared", self.shared)]
 
 
 def ms(seconds):
@@ -362,6 +366,7 @@ def main():
         ch = contention(tools, loops=6, runs=2 if smoke else 20, rounds=1 if smoke else 5,
                         contenders=(("locked-run", tools.locked_run), ("--holders 3", tools.holders)))
         big = big_reply(runs=1 if smoke else 5)
+        rd = readers(tools, 32, rounds=1 if smoke else 3)
     finally:
         servers.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -380,6 +385,12 @@ def main():
     lh = o["--holders 3"]
     say(f"| overhead, `--holders 3` | {ms(lh)} ({lh / lr:.2f}x one holder's) | - | - | <= 1.1x one holder's "
         f"| {verdict(lh <= 1.1 * lr)} |")
+    ls = o["--shared"]
+    say(f"| overhead, `--shared` | {ms(ls)} ({ls / lr:.2f}x an exclusive run's) | - | - "
+        f"| <= 1.1x an exclusive run's | {verdict(ls <= 1.1 * lr)} |")
+    rs, rx = rd["--shared"], rd["exclusive"]
+    say(f"| 32 waiters running `sleep 0.05` let in by one release: `--shared` / exclusive | {rs:.2f} s / {rx:.2f} s "
+        f"({rx / rs:.1f}x) | - | - | (measured) | - |")
     (lm, lp), (fm, fp), (em, ep), (rm, rp) = h["locked-run"], h["flock"], h["etcdctl lock"], h["Redlock, 5 servers"]
     say(f"| handoff median / p90 | {ms(lm)} / {ms(lp)} ({lm / fm:.2f}x flock) | {ms(fm)} / {ms(fp)} | {ms(em)} / {ms(ep)} "
         f"| median <= 1.3x flock, < etcdctl | {verdict(lm <= 1.3 * fm and lm < em)} |")

@@ -53,11 +53,12 @@ def queued(tools, name, how, count):
     raise ValueError(how)
 
 
-def one_round(tools, label, make, how, width, serial):
+def one_round(tools, label, make, how, width, serial, hold=None, work=("true",)):
+    """One round: `hold` (default `make`) holds, W waiters made by `make` queue and run `work`."""
     name = f"bench-scale-{label.replace(' ', '-')}-{width}-{serial}"
     fifo = tools.scratch / f"{name}.fifo"
     os.mkfifo(fifo)
-    holder = subprocess.Popen(make(name, "sh", "-c", f"read x < {fifo}"))
+    holder = subprocess.Popen((hold or make)(name, "sh", "-c", f"read x < {fifo}"))
     # The holder holds once a waiter would find it busy: for Redis, the lock key exists.
     deadline = time.monotonic() + 30
     while not holds(tools, name, how):
@@ -65,7 +66,7 @@ def one_round(tools, label, make, how, width, serial):
             sys.exit(f"bench: {label} holder did not take {name}")
         time.sleep(0.005)
     before = redis_counts(tools)
-    waiters = [os.posix_spawnp(cmd[0], cmd, os.environ) for cmd in [make(name, "true")] * width]
+    waiters = [os.posix_spawnp(cmd[0], cmd, os.environ) for cmd in [make(name, *work)] * width]
     deadline = time.monotonic() + 60
     while not queued(tools, name, how, width):
         if time.monotonic() > deadline:
@@ -137,3 +138,18 @@ def scale_table(say, results):
             f"| {fa[1]:.1f} | {nf[1]:.1f} | {fl[1]:.1f} | {et[1]:.1f} |")
         verdicts.append((width, fa, nf, fl, et))
     return verdicts
+
+
+def readers(tools, width, rounds):
+    """`width` waiters queued behind an exclusive holder, each running `sleep 0.05`: `--shared`
+    ones (admitted together when it lets go) against exclusive ones (one after another).
+    {label: seconds from the release to the last waiter's end}, medians over `rounds`."""
+    samples = {"--shared": [], "exclusive": []}
+    serial = 0
+    for _ in range(rounds):
+        for label, make in (("--shared", tools.shared), ("exclusive", tools.locked_run)):
+            serial += 1
+            per, _, _ = one_round(tools, f"readers-{label}", make, "redis", width, serial,
+                                  hold=tools.locked_run, work=("sleep", "0.05"))
+            samples[label].append(per * width)
+    return {label: statistics.median(found) for label, found in samples.items()}

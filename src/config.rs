@@ -21,6 +21,8 @@ pub struct RunConfig {
     pub min_hold: Option<Duration>,
     /// `--holders N`: up to N runs hold NAME at once.
     pub holders: u32,
+    /// `--shared`: held in shared mode.
+    pub shared: bool,
     /// `--max-run`: the command is stopped once it has run this long.
     pub max_run: Option<Duration>,
     /// Waiters are served in arrival order (not `--no-fair`), where the backend keeps a queue.
@@ -36,7 +38,10 @@ impl RunConfig {
     pub fn spec(&self) -> LockSpec {
         LockSpec {
             name: self.name.clone(),
-            mode: Mode::of_holders(self.holders),
+            mode: match self.shared {
+                true => Mode::Shared,
+                false => Mode::of_holders(self.holders),
+            },
             fair: self.fair,
         }
     }

@@ -56,6 +56,12 @@ impl Kind {
                      Redlock over several servers holds one lock at a time",
                 );
             }
+            (Kind::Redlock, Mode::Shared) => {
+                return Some(
+                    "--shared is for one Redis server (plain, Sentinel, Cluster) or file://: \
+                     Redlock over several servers holds one lock at a time",
+                );
+            }
             (Kind::Server | Kind::Redlock | Kind::Dir, _) => {}
         }
         match (self, how.wait_replicas.is_some()) {
@@ -81,7 +87,9 @@ pub fn open_backend(
     let nodes = match open_servers(conn)? {
         Servers::Dir(url) => {
             refuse(Kind::Dir, spec, how)?;
-            let lock = FileLock::at(&url, name, how.command)?.with_holders(spec.mode.holders());
+            let lock = FileLock::at(&url, name, how.command)?
+                .with_holders(spec.mode.holders())
+                .with_shared(spec.mode == Mode::Shared);
             return Ok(AnyBackend::new(lock));
         }
         Servers::Redis(nodes) => nodes,
@@ -91,6 +99,7 @@ pub fn open_backend(
         let node = nodes.into_iter().next().expect("one node");
         let lock = ServerLock::on(node, name, how.command)
             .with_holders(spec.mode.holders())
+            .with_shared(spec.mode == Mode::Shared)
             .with_fair(spec.fair);
         let lock = match how.wait_replicas {
             Some((n, wait)) => lock.with_wait_replicas(n, wait),

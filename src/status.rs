@@ -95,7 +95,8 @@ fn waiting(waiters: Option<u64>) -> String {
 }
 
 /// One JSON object: `name`, `held`, `fence` (last issued, or null), `ttl_ms` (null when free,
-/// -1 for a key without expiry), `holder` (null when free).
+/// -1 for a key without expiry), `holder` (null when free), `holders` (every one), `limit`
+/// (the N of `--holders N`), `mode` (`shared` or `exclusive`; null when free).
 pub fn to_json(name: &str, report: &Report) -> Value {
     let (ttl_ms, holder) = match &report.held {
         None => (Value::Null, Value::Null),
@@ -120,6 +121,11 @@ pub fn to_json(name: &str, report: &Report) -> Value {
         "holder": holder,
         "holders": holders,
         "limit": report.limit,
+        "mode": match (&report.held, report.shared) {
+            (None, _) => Value::Null,
+            (Some(_), true) => json!("shared"),
+            (Some(_), false) => json!("exclusive"),
+        },
     })
 }
 
@@ -149,26 +155,32 @@ pub fn to_text(name: &str, report: &Report) -> String {
         Expiry::Never => "no expiry: only a delete frees it".to_owned(),
         Expiry::WithHolder => "until its holder exits".to_owned(),
     };
+    let each = || {
+        let each: Vec<String> = report
+            .holders
+            .iter()
+            .map(|slot| {
+                let mut holder = slot.busy.holder.clone();
+                let own = holder.fence.take();
+                let own = own.map_or_else(String::new, |f| format!(", fence {f}"));
+                let token = slot.token.as_deref().unwrap_or("?");
+                format!("{holder}{own}, {} (token {token})", left(slot.busy.expiry))
+            })
+            .collect();
+        each.join("; ")
+    };
     match (&report.held, report.limit) {
         (None, _) => format!("{name}: free (last fence {fence})"),
-        (Some(_), Some(limit)) if limit > 1 => {
-            let each: Vec<String> = report
-                .holders
-                .iter()
-                .map(|slot| {
-                    let mut holder = slot.busy.holder.clone();
-                    let own = holder.fence.take();
-                    let own = own.map_or_else(String::new, |f| format!(", fence {f}"));
-                    let token = slot.token.as_deref().unwrap_or("?");
-                    format!("{holder}{own}, {} (token {token})", left(slot.busy.expiry))
-                })
-                .collect();
-            format!(
-                "{name}: held by {} of {limit} holders (last fence {fence}): {}",
-                report.holders.len(),
-                each.join("; ")
-            )
-        }
+        (Some(_), _) if report.shared => format!(
+            "{name}: held shared by {} (last fence {fence}): {}",
+            report.holders.len(),
+            each()
+        ),
+        (Some(_), Some(limit)) if limit > 1 => format!(
+            "{name}: held by {} of {limit} holders (last fence {fence}): {}",
+            report.holders.len(),
+            each()
+        ),
         (Some(busy), _) => {
             let mut holder = busy.holder.clone();
             holder.fence = None;
@@ -196,7 +208,7 @@ mod tests {
         assert_eq!(
             to_json("job", &free),
             json!({"name": "job", "held": false, "fence": 3, "ttl_ms": null, "holder": null,
-                   "holders": [], "limit": null})
+                   "holders": [], "limit": null, "mode": null})
         );
         let held = Report {
             fence: Some(4),

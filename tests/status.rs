@@ -18,7 +18,7 @@ fn free_held_and_free_again() {
     let out = status(&redis.url(), true).expect_with(1, "free");
     assert_eq!(
         out.json(),
-        serde_json::json!({"name": "job", "held": false, "fence": null, "ttl_ms": null, "holder": null, "holders": [], "limit": null, "waiters": 0})
+        serde_json::json!({"name": "job", "held": false, "fence": null, "ttl_ms": null, "holder": null, "holders": [], "limit": null, "mode": null, "waiters": 0})
     );
 
     let dir = scratch();

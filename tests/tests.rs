@@ -22,6 +22,8 @@ mod replicas_and_sentinel;
 mod running;
 mod second_review;
 mod secrets_and_tls;
+mod shared;
+mod shared_file;
 mod signals;
 mod status;
 mod systemd_and_logs;

@@ -129,6 +129,8 @@ pub struct Report {
     pub holders: Vec<Slot>,
     /// The N of the current holders (`--holders N`; 1 for one holder), when held.
     pub limit: Option<u32>,
+    /// Held in shared mode (`--shared`): `holders` lists every shared holder.
+    pub shared: bool,
 }
 
 /// The backend's own part of a report over several servers (Redlock): the quorum, and each

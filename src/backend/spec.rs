@@ -1,5 +1,5 @@
 //! What a backend is asked to hold, told when it is opened: the lock's name, its mode (one
-//! holder, or up to N), and whether waiters are served in arrival order.
+//! holder, up to N, or shared), and whether waiters are served in arrival order.
 
 use crate::name::LockName;
 
@@ -10,6 +10,8 @@ pub enum Mode {
     Exclusive,
     /// Up to N holders at once (`--holders N`, N > 1): a counting semaphore.
     Holders(u32),
+    /// Any number of shared holders (`--shared`), never beside an exclusive one: `flock -s`.
+    Shared,
 }
 
 impl Mode {
@@ -21,11 +23,20 @@ impl Mode {
         }
     }
 
-    /// The N of `--holders N` (1 for exclusive).
+    /// The N of `--holders N` (1 for exclusive and shared runs, which take no N).
     pub fn holders(self) -> u32 {
         match self {
-            Mode::Exclusive => 1,
+            Mode::Exclusive | Mode::Shared => 1,
             Mode::Holders(n) => n,
+        }
+    }
+
+    /// The options a run in this mode is given, for messages: `--holders 3`, `--shared`.
+    pub fn options(self) -> String {
+        match self {
+            Mode::Exclusive => "--holders 1".into(),
+            Mode::Holders(n) => format!("--holders {n}"),
+            Mode::Shared => "--shared".into(),
         }
     }
 }

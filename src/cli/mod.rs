@@ -197,6 +197,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub holders: u32,
 
+    /// Hold the lock in shared mode, as `flock -s`: any number of --shared runs at once, never
+    /// beside a run without it (the command gets LOCKED_RUN_SHARED=1)
+    ///
+    /// On Redis, waiters of both modes are served in arrival order: the --shared ones at the
+    /// head of the queue together, and a --shared newcomer never passes a waiter without
+    /// --shared. On file:// the kernel's flock decides, which gives a writer no priority.
+    #[arg(long)]
+    pub shared: bool,
+
     /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_run: Option<Duration>,
@@ -254,7 +263,7 @@ pub struct ReleaseArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// With --force, of several holders (--holders), free only the one whose LOCKED_RUN_TOKEN
+    /// With --force, of several holders (--holders, --shared), free only the one whose LOCKED_RUN_TOKEN
     /// this is (status shows each holder's token)
     #[arg(long, value_name = "TOKEN", requires = "force")]
     pub token: Option<String>,
@@ -357,6 +366,19 @@ impl RunArgs {
                 self.holders
             )));
         }
+        if self.shared && self.holders > 1 {
+            return Err(Failure::usage(format!(
+                "--shared and --holders {} do not go together: --shared admits any number of \
+                 shared runs, --holders N up to N of one kind",
+                self.holders
+            )));
+        }
+        if self.shared && self.no_fair {
+            return Err(Failure::usage(
+                "--shared and --no-fair do not go together: shared runs wait in arrival order \
+                 with every other waiter, so that readers cannot starve a writer",
+            ));
+        }
         if self.max_run.is_some_and(|d| d.is_zero()) {
             return Err(Failure::usage("--max-run must be longer than 0s"));
         }
@@ -381,6 +403,7 @@ impl RunArgs {
             kill_signal: self.kill_signal,
             min_hold: self.min_hold.filter(|d| !d.is_zero()),
             holders: self.holders,
+            shared: self.shared,
             max_run: self.max_run,
             fair: !self.no_fair,
             status_command,

@@ -110,6 +110,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         "ZRANK x",
         "ZCARD",
         "ZCOUNT 0 1",
+        "PTTL",
         "PEXPIRE 1",
         "DEL",
     ];
@@ -119,6 +120,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         "HMGET f",
         "HDEL f",
         "HGETALL",
+        "PTTL",
         "PEXPIRE 1",
         "DEL",
     ];

@@ -82,10 +82,11 @@ impl Paths {
     }
 }
 
-/// Takes an exclusive flock held by others only for moments (a fence being raised): tries,
-/// then retries after 1 ms, 2 ms, 4 ms ... 64 ms, for at most 5 s in all. A blocking flock
-/// would hang, deaf to signals, on a directory someone else keeps locked.
-async fn lock_briefly(file: &File) -> io::Result<()> {
+/// Takes an exclusive flock held by others only for moments (a fence being raised, a shared
+/// holder's file being looked at): tries, then retries after 1 ms, 2 ms, 4 ms ... 64 ms, for at
+/// most 5 s in all. A blocking flock would hang, deaf to signals, on a directory someone else
+/// keeps locked.
+pub(super) async fn lock_briefly(file: &File) -> io::Result<()> {
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {

@@ -39,6 +39,8 @@ pub fn dir_of(url: &str) -> Result<PathBuf, String> {
 #[derive(Clone, Debug)]
 pub struct Paths {
     pub dir: PathBuf,
+    /// The stem of every file of this NAME ([`super::stem::of`]).
+    pub stem: String,
     pub lock: PathBuf,
     pub fence: PathBuf,
     pub fence_tmp: PathBuf,
@@ -52,7 +54,24 @@ impl Paths {
             lock: dir.join(format!("{stem}.lock")),
             fence: dir.join(format!("{stem}.fence")),
             fence_tmp: dir.join(format!(".{stem}.fence.tmp")),
+            stem,
         }
+    }
+
+    /// The file of the shared holder whose token is `token` (`--shared`): `STEM.shared.TOKEN`.
+    pub fn member(&self, token: &str) -> PathBuf {
+        self.dir.join(format!("{}.shared.{token}", self.stem))
+    }
+
+    /// The token a shared holder's file is named after, if `file_name` is one of this NAME's:
+    /// `STEM.shared.` and a UUID, nothing more. No other NAME's file has such a name: every
+    /// file of a NAME ends in `.lock`, `.lock.N` or `.fence`, or starts with a dot, and two
+    /// stems followed by `.shared.` and a UUID of fixed length differ where the stems do.
+    pub fn member_token<'a>(&self, file_name: &'a str) -> Option<&'a str> {
+        let token = file_name
+            .strip_prefix(self.stem.as_str())?
+            .strip_prefix(".shared.")?;
+        (token.len() == 36 && uuid::Uuid::try_parse(token).is_ok()).then_some(token)
     }
 
     /// Slot `i` of a semaphore (`--holders N`): `STEM.lock.i`, created in order from 0, so

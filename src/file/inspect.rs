@@ -1,7 +1,7 @@
-//! What the operators' commands read of a `file://` lock (its one lock file, or a semaphore's
-//! slot files), without creating anything and without touching the lock whenever
-//! `/proc/locks` can tell; `release --force` of what only `--min-hold` keeps; and `doctor`'s
-//! check of a NAME's files.
+//! What the operators' commands read of a `file://` lock (its one lock file and its shared
+//! holders' files, or a semaphore's slot files), without creating anything and without
+//! touching the lock whenever `/proc/locks` can tell; `release --force` of what only
+//! `--min-hold` keeps; and `doctor`'s check of a NAME's files.
 
 use std::fs::{self, File};
 use std::io;
@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 
 use super::files::{Paths, flock, open_existing, open_lock_file, refused};
 use super::meta::{Meta, NotBefore};
-use super::proc_locks::{holder_of, is_locked, waiters};
+use super::proc_locks::{holder_of, is_locked, process, readers, waiters};
+use super::shared::{Member, members};
 use super::slots::existing_slots;
-use crate::backend::{BackendError, Busy, Expiry, Freed, Report, Slot};
+use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
 use crate::name::LockName;
 
 /// One file of a lock as it stands: what it says, and who keeps it (a process, or only a
@@ -21,10 +22,27 @@ struct Kept {
     file: File,
     meta: Meta,
     expiry: Option<Expiry>,
+    /// A shared holder's own file, not a lock file.
+    member: bool,
+}
+
+/// Every file of a lock as it stands: the lock file and the slot files there are, then the
+/// shared holders' files.
+fn files(paths: &Paths) -> Result<Vec<Kept>, BackendError> {
+    let mut kept = lock_files(paths)?;
+    let shared = members(paths).map_err(|e| refused(&paths.dir, "read", &e))?;
+    kept.extend(shared.into_iter().map(|m: Member| Kept {
+        path: m.path,
+        file: m.file,
+        meta: m.meta,
+        expiry: m.expiry,
+        member: true,
+    }));
+    Ok(kept)
 }
 
 /// The lock file and the slot files there are, each as it stands.
-fn files(paths: &Paths) -> Result<Vec<Kept>, BackendError> {
+fn lock_files(paths: &Paths) -> Result<Vec<Kept>, BackendError> {
     let mut kept = Vec::new();
     for path in std::iter::once(paths.lock.clone()).chain(existing_slots(paths)) {
         let file = match open_existing(&path, false) {
@@ -46,9 +64,28 @@ fn files(paths: &Paths) -> Result<Vec<Kept>, BackendError> {
             file,
             meta,
             expiry,
+            member: false,
         });
     }
     Ok(kept)
+}
+
+/// The processes that hold the lock file shared with no file of their own (`flock -s`): not
+/// `locked-run --shared` holders, whose files name them.
+fn others_sharing(paths: &Paths, files: &[Kept]) -> Vec<Holder> {
+    let Some(lock) = files.iter().find(|k| k.path == paths.lock) else {
+        return Vec::new();
+    };
+    let named: Vec<u32> = files
+        .iter()
+        .filter(|k| k.member && k.expiry == Some(Expiry::WithHolder))
+        .filter_map(|k| k.meta.holder.pid)
+        .collect();
+    readers(&lock.file)
+        .into_iter()
+        .filter(|pid| !named.contains(pid))
+        .map(process)
+        .collect()
 }
 
 /// `status`: every holder of the lock, the soonest to end first.
@@ -62,17 +99,23 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
     }
     let fence = paths.read_fence()?;
     let files = files(paths)?;
-    let watched: Vec<&Path> = files.iter().map(|k| k.path.as_path()).collect();
+    let watched: Vec<&Path> = files
+        .iter()
+        .filter(|k| !k.member)
+        .map(|k| k.path.as_path())
+        .collect();
     let waiters = waiters(&watched);
+    let others = others_sharing(paths, &files);
     let one = files
         .first()
         .is_some_and(|k| k.path == paths.lock && k.expiry.is_some());
+    let exclusive = files.iter().any(|k| !k.member && k.expiry.is_some());
     let mut holders: Vec<Slot> = Vec::new();
     let mut limit = None;
     for kept in files {
         let Some(expiry) = kept.expiry else { continue };
         let holder = match expiry {
-            Expiry::WithHolder => holder_of(&kept.file, kept.meta.holder),
+            Expiry::WithHolder if !kept.member => holder_of(&kept.file, kept.meta.holder),
             _ => kept.meta.holder,
         };
         limit = limit.or(kept.meta.limit);
@@ -81,6 +124,14 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
             busy: Busy { holder, expiry },
         });
     }
+    holders.extend(others.into_iter().map(|holder| Slot {
+        token: None,
+        busy: Busy {
+            holder,
+            expiry: Expiry::WithHolder,
+        },
+    }));
+    let shared = !exclusive && !holders.is_empty();
     holders.sort_by_key(|s| s.busy.expiry.left());
     let held = holders.first().map(|s| s.busy.clone());
     Ok(Report {
@@ -88,34 +139,46 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
         value: holders.first().and_then(|s| s.token.clone()),
         limit: held
             .is_some()
-            .then(|| if one { 1 } else { limit.unwrap_or(0) }),
+            .then(|| if one || shared { 1 } else { limit.unwrap_or(0) }),
         held,
         holders,
         waiters,
+        shared,
         ..Report::default()
     })
 }
 
 /// `release --force`: frees what only a `--min-hold` deadline keeps (the holder whose token is
-/// `token`, or every one); a lock that a live process holds cannot be taken from it (a flock
-/// belongs to its holder until it exits).
+/// `token`, or every one, exclusive or shared); a lock that a live process holds cannot be
+/// taken from it (a flock belongs to its holder until it exits), nor from a shared holder.
 pub fn force_release(
     paths: &Paths,
     name: &LockName,
     token: Option<&str>,
 ) -> Result<Freed, BackendError> {
     let fence = paths.read_fence()?;
-    let chosen: Vec<_> = files(paths)?
+    let files = files(paths)?;
+    // `flock -s` holders have no token: only "all" names them.
+    let others = match token {
+        None => others_sharing(paths, &files),
+        Some(_) => Vec::new(),
+    };
+    let chosen: Vec<_> = files
         .into_iter()
         .filter(|kept| token.is_none_or(|t| kept.meta.token.as_deref() == Some(t)))
         .collect();
     // All or nothing: a live holder among them is reported before anything is freed.
-    if let Some(live) = chosen
+    let live = chosen
         .iter()
         .find(|kept| kept.expiry == Some(Expiry::WithHolder))
-    {
+        .map(|live| match live.member {
+            true => live.meta.holder.clone(),
+            false => holder_of(&live.file, live.meta.holder.clone()),
+        })
+        .or(others.into_iter().next());
+    if let Some(holder) = live {
         let busy = Busy {
-            holder: holder_of(&live.file, live.meta.holder.clone()),
+            holder,
             expiry: Expiry::WithHolder,
         };
         return Ok(Freed::Kept(only_its_process_frees(name, &busy)));
@@ -123,6 +186,17 @@ pub fn force_release(
     let mut released = Vec::new();
     for kept in chosen {
         if kept.expiry.is_none() {
+            continue;
+        }
+        if kept.member {
+            // Its holder is gone: only the deadline is left, in a file nobody holds.
+            match fs::remove_file(&kept.path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(refused(&kept.path, "remove", &e));
+                }
+                _ => {}
+            }
+            released.push(kept.meta.holder);
             continue;
         }
         let file = open_existing(&kept.path, true).map_err(|e| refused(&kept.path, "open", &e))?;

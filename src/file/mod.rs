@@ -11,13 +11,16 @@
 //!   the command starts, so no token is issued twice, even when a holder is SIGKILLed.
 //! - Holder metadata, for `status` and a waiter's messages: `key=value` lines in the lock file,
 //!   written under the lock, emptied on release.
+//! - `--shared`: `flock(LOCK_SH)` on the same lock file, as `flock -s` takes it; each shared
+//!   holder's metadata is a file of its own (see `shared`).
 //! - `--min-hold`: a not-before deadline left in the lock file on release; the next holder
-//!   honours it by waiting (or by 75 with `-n`).
-//! - Waiting: a thread blocks in `flock(LOCK_EX)` on a descriptor of its own, so the kernel
-//!   wakes it the moment the holder lets go; it lets go at once and tells the waiter, which
-//!   then tries as usual. No polling, except while a `--min-hold` deadline (which no process
-//!   holds) is slept out: then the lock file is re-read every [`MIN_HOLD_RECHECK`], so that a
-//!   `release --force` is seen.
+//!   honours it by waiting (or by 75 with `-n`). A shared holder's deadline is left in its own
+//!   file, and keeps the lock from exclusive runs only.
+//! - Waiting: a thread blocks in `flock(LOCK_EX)` (`LOCK_SH` for a shared run) on a descriptor
+//!   of its own, so the kernel wakes it the moment the holder lets go; it lets go at once and
+//!   tells the waiter, which then tries as usual. No polling, except while a `--min-hold`
+//!   deadline (which no process holds) is slept out: then the lock file is re-read every
+//!   [`MIN_HOLD_RECHECK`], so that a `release --force` is seen.
 //! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
 //!   several users share, a planted link must not make a run write someone else's file. A lock
 //!   file replaced under a waiter (deleted and created again) is noticed after `flock`, by
@@ -30,6 +33,7 @@ mod files;
 mod inspect;
 mod meta;
 mod proc_locks;
+mod shared;
 mod slots;
 mod stem;
 
@@ -71,6 +75,10 @@ pub struct FileLock {
     held: RefCell<Option<Meta>>,
     /// `--holders N`: 1 is one lock file, more a semaphore of N slot files.
     holders: u32,
+    /// `--shared`: the lock file is locked shared (`LOCK_SH`), as `flock -s` does.
+    shared: bool,
+    /// A shared holder's own file (`STEM.shared.TOKEN`), locked while the lock is held.
+    member: RefCell<Option<File>>,
 }
 
 impl FileLock {
@@ -112,6 +120,8 @@ impl FileLock {
             file: RefCell::new(None),
             held: RefCell::new(None),
             holders: 1,
+            shared: false,
+            member: RefCell::new(None),
         })
     }
 
@@ -119,6 +129,28 @@ impl FileLock {
     pub fn with_holders(mut self, holders: u32) -> FileLock {
         self.holders = holders;
         self
+    }
+
+    /// Held in shared mode (`--shared`): with the other shared holders, never beside an
+    /// exclusive one.
+    pub fn with_shared(mut self, shared: bool) -> FileLock {
+        self.shared = shared;
+        self
+    }
+
+    /// How this run locks the lock file: `LOCK_SH` when shared, else `LOCK_EX`.
+    fn operation(&self) -> libc::c_int {
+        match self.shared {
+            true => libc::LOCK_SH,
+            false => libc::LOCK_EX,
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        match self.shared {
+            true => Mode::Shared,
+            false => Mode::of_holders(self.holders),
+        }
     }
 
     /// The lock file, opened (created) if it is not yet.
@@ -137,6 +169,61 @@ impl FileLock {
         // Closing the descriptor at exit would unlock too; an error here changes nothing.
         if let Some(file) = &*self.file.borrow() {
             let _ = flock(file, libc::LOCK_UN);
+        }
+    }
+
+    /// Locks the lock file without blocking, shared or exclusive as this run holds it; when
+    /// it is busy, who keeps it. A file deleted and created again under the same name is
+    /// another lock: the one at the path is locked instead (a few times at most, against
+    /// someone who keeps replacing it).
+    fn lock_at_path(&self) -> Result<Option<Busy>, BackendError> {
+        let operation = self.operation();
+        let mut replaced = 0;
+        loop {
+            let file = self.file()?;
+            let locked = match flock(&file, operation | libc::LOCK_NB) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+                Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
+            };
+            let here = self
+                .still_at_path(&file)
+                .map_err(|e| self.refused(refused(&self.paths.lock, "check", &e)))?;
+            if !locked && here {
+                return Ok(Some(Busy {
+                    holder: self.keeping(&file),
+                    expiry: Expiry::WithHolder,
+                }));
+            }
+            drop(file);
+            if here {
+                return Ok(None);
+            }
+            // Replaced: busy or not, the file we have is no longer the lock.
+            if locked {
+                self.unlock();
+            }
+            replaced += 1;
+            if replaced > 3 {
+                return Err(BackendError::Transient(format!(
+                    "{} keeps being replaced (deleted and created again) by someone else",
+                    self.paths.lock.display()
+                )));
+            }
+            let file = open_lock_file(&self.paths.lock)
+                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
+            *self.file.borrow_mut() = Some(file);
+        }
+    }
+
+    /// Who keeps the lock file from this run: its exclusive holder (the one the file names,
+    /// unless `/proc/locks` says another process holds it); for an exclusive run, the first
+    /// shared holder when shared ones hold it (the file then names a past exclusive holder).
+    fn keeping(&self, file: &File) -> Holder {
+        let named = || holder_of(file, Meta::read(file).holder);
+        match self.shared {
+            true => named(),
+            false => shared::first_live(&self.paths).unwrap_or_else(named),
         }
     }
 
@@ -243,45 +330,11 @@ impl Backend for FileLock {
         if self.holders > 1 {
             return self.acquire_slot().await;
         }
-        // A file deleted and created again under the same name is another lock: lock the one
-        // at the path (a few times at most, against someone who keeps replacing it).
-        let mut replaced = 0;
-        loop {
-            let file = self.file()?;
-            let locked = match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-                Ok(()) => true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-                Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
-            };
-            let here = self
-                .still_at_path(&file)
-                .map_err(|e| self.refused(refused(&self.paths.lock, "check", &e)))?;
-            if !locked && here {
-                return Ok(Attempt::Busy(Busy {
-                    holder: holder_of(&file, Meta::read(&file).holder),
-                    expiry: Expiry::WithHolder,
-                }));
-            }
-            drop(file);
-            if here {
-                break;
-            }
-            // Replaced: busy or not, the file we have is no longer the lock.
-            if locked {
-                self.unlock();
-            }
-            replaced += 1;
-            if replaced > 3 {
-                return Err(BackendError::Transient(format!(
-                    "{} keeps being replaced (deleted and created again) by someone else",
-                    self.paths.lock.display()
-                )));
-            }
-            let file = open_lock_file(&self.paths.lock)
-                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
-            *self.file.borrow_mut() = Some(file);
+        if let Some(busy) = self.lock_at_path()? {
+            return Ok(Attempt::Busy(busy));
         }
-        // Ours now; a --min-hold deadline left by the last holder still keeps it.
+        // Ours now (with the other shared holders, if shared); a --min-hold deadline left by
+        // the last exclusive holder still keeps it.
         let last = Meta::read(&*self.file()?);
         if let Some(left) = last.not_before.as_ref().and_then(NotBefore::left) {
             self.unlock();
@@ -293,11 +346,20 @@ impl Backend for FileLock {
         // Decided under a brief flock on DIR, as a semaphore's runs decide (see `slots`): the
         // fence is raised and the metadata written before DIR is let go.
         let dir = self.paths.lock_dir().await.map_err(|e| self.refused(e))?;
-        if let Some(holders) = slots::other_holders(&self.paths, 1) {
+        if let Some(theirs) = slots::other_holders(&self.paths, self.mode()) {
             self.unlock();
-            return Ok(Attempt::Mismatch {
-                theirs: Mode::of_holders(holders),
-            });
+            return Ok(Attempt::Mismatch { theirs });
+        }
+        if self.shared {
+            return self.join_shared(&dir).await.map_err(|e| self.refused(e));
+        }
+        // The shared holders are gone; a --min-hold deadline of theirs still keeps it.
+        if let Some((holder, left)) = shared::sweep(&self.paths).map_err(|e| self.refused(e))? {
+            self.unlock();
+            return Ok(Attempt::Busy(Busy {
+                holder,
+                expiry: Expiry::In(left),
+            }));
         }
         let fence = self
             .paths
@@ -323,6 +385,9 @@ impl Backend for FileLock {
         let Some(mut meta) = self.held.borrow_mut().take() else {
             return Ok(false);
         };
+        if self.shared {
+            return self.leave_shared(meta, keep_for);
+        }
         let file = self.file()?;
         let written = match keep_for {
             Some(hold) => {
@@ -365,6 +430,12 @@ pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
 /// (or each slot of a semaphore): when one returns, a holder has let go, and the waiter tries
 /// again. A thread whose file was let go is started again at the next wait; the others keep
 /// waiting, holding nothing, until the process exits (one woken meanwhile lets go at once).
+///
+/// A shared run's thread blocks in `flock(LOCK_SH)`: it returns once no exclusive holder is
+/// left, whatever shared holders there are. The kernel gives an exclusive waiter no priority:
+/// a shared lock is granted whenever no exclusive one is held, also while an exclusive waiter
+/// is blocked, so shared runs whose holds overlap without a gap keep an exclusive run waiting
+/// as long as they go on. `file://` keeps flock's order, as `flock -s` and `flock` have it.
 pub struct FileWakeups<'a> {
     lock: &'a FileLock,
     pending: Vec<(PathBuf, oneshot::Receiver<io::Result<()>>)>,
@@ -377,17 +448,23 @@ impl Wakeups for FileWakeups<'_> {
             1 => vec![lock.paths.lock.clone()],
             _ => slots::existing_slots(&lock.paths).collect(),
         };
+        let operation = lock.operation();
         // A file kept only by --min-hold has no holder to wait for: its deadline is slept
-        // out instead, re-read every MIN_HOLD_RECHECK (a `release --force` clears it).
+        // out instead, re-read every MIN_HOLD_RECHECK (a `release --force` clears it). For an
+        // exclusive run, the shared holders' deadlines keep the lock file too.
         let mut nap: Option<Duration> = None;
         for path in files {
             let kept = open_existing(&path, false)
                 .ok()
-                .and_then(|file| slots::min_hold_of(&file));
+                .and_then(|file| slots::min_hold_of(&file))
+                .or_else(|| match lock.mode() {
+                    Mode::Exclusive => shared::kept_for(&lock.paths),
+                    _ => None,
+                });
             match kept {
                 Some(left) => nap = Some(nap.map_or(left, |n| n.min(left))),
                 None if self.pending.iter().all(|(p, _)| *p != path) => {
-                    let waiting = block_until_free(path.clone());
+                    let waiting = block_until_free(path.clone(), operation);
                     self.pending.push((path, waiting));
                 }
                 None => {}
@@ -422,12 +499,13 @@ impl Wakeups for FileWakeups<'_> {
     }
 }
 
-/// Starts a thread that opens the lock file, blocks until it can lock it, and unlocks it at
-/// once: it never keeps the lock, so a wait that ends another way (a deadline, a signal)
-/// leaves nothing held even while the thread is still blocked. Unlocked, not only closed: the
-/// watcher started after the grant holds a copy of this descriptor, which would keep the lock
-/// (a slot this run never took) until the run ends.
-fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
+/// Starts a thread that opens the lock file, blocks until it can lock it (`operation`:
+/// `LOCK_EX`, or `LOCK_SH` for a shared run), and unlocks it at once: it never keeps the lock,
+/// so a wait that ends another way (a deadline, a signal) leaves nothing held even while the
+/// thread is still blocked. Unlocked, not only closed: the watcher started after the grant
+/// holds a copy of this descriptor, which would keep the lock (a slot this run never took)
+/// until the run ends.
+fn block_until_free(path: PathBuf, operation: libc::c_int) -> oneshot::Receiver<io::Result<()>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("flock-wait".into())
@@ -437,7 +515,7 @@ fn block_until_free(path: PathBuf) -> oneshot::Receiver<io::Result<()>> {
             let _ = nix::sys::signal::SigSet::all().thread_block();
             // Open for writing: NFS locks only such files exclusively.
             let waited = open_existing(&path, true).and_then(|file| {
-                flock(&file, libc::LOCK_EX)?;
+                flock(&file, operation)?;
                 flock(&file, libc::LOCK_UN)
             });
             let _ = tx.send(waited);

@@ -33,19 +33,27 @@ pub fn waiters(files: &[&Path]) -> Option<u64> {
     Some(blocked.difference(&holding).count() as u64)
 }
 
-/// Whether some process holds the lock on `file`. `/proc/locks` answers without touching the
-/// lock, when it can: an exclusive flock listed on the file's device and inode is a holder,
-/// and no flock listed at all is a free lock, as long as this process sees every process's
-/// locks (the initial PID namespace). Otherwise (a container, a filesystem whose device
-/// numbers differ from the ones `/proc/locks` prints, a shared lock) a shared lock is tried
-/// for an instant: a `-n` run at that very instant would find the lock busy.
+/// Whether some process holds the lock on `file` exclusively (a lock file's exclusive holder,
+/// a semaphore's slot, a shared holder's own file); shared holders of a lock file are not
+/// counted ([`readers`] names them). `/proc/locks` answers without touching the lock, when it
+/// can: an exclusive flock listed on the file's device and inode is a holder, a shared one
+/// listed there rules one out (the two never coexist), and no flock listed at all is a free
+/// lock, as long as this process sees every process's locks (the initial PID namespace).
+/// Otherwise (a container, a filesystem whose device numbers differ from the ones
+/// `/proc/locks` prints) a shared lock is tried for an instant: a `-n` run at that very
+/// instant would find the lock busy.
 pub fn is_locked(file: &File) -> io::Result<bool> {
+    locked_in(ProcLocks::read().as_ref(), file)
+}
+
+/// [`is_locked`], on one reading of `/proc/locks` (`None`: it could not be read).
+pub fn locked_in(locks: Option<&ProcLocks>, file: &File) -> io::Result<bool> {
     let meta = file.metadata()?;
-    if let Some(locks) = ProcLocks::read() {
+    if let Some(locks) = locks {
         let (on_file, exact) = locks.on(&meta);
-        let granted: Vec<&LockLine> = on_file.iter().filter(|l| !l.blocked).collect();
-        if exact && granted.iter().any(|l| l.write) {
-            return Ok(true);
+        let mut granted = on_file.iter().filter(|l| !l.blocked).peekable();
+        if exact && granted.peek().is_some() {
+            return Ok(granted.any(|l| l.write));
         }
         if on_file.is_empty() && sees_every_process() {
             return Ok(false);
@@ -61,9 +69,25 @@ pub fn is_locked(file: &File) -> io::Result<bool> {
     }
 }
 
+/// The processes that hold a shared flock on `file` (`flock -s`, `locked-run --shared`), as
+/// `/proc/locks` lists them (in this PID namespace only), each once.
+pub fn readers(file: &File) -> Vec<u32> {
+    let (Ok(meta), Some(locks)) = (file.metadata(), ProcLocks::read()) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = Vec::new();
+    for line in locks.on(&meta).0 {
+        if !line.blocked && !line.write && line.pid > 0 && !pids.contains(&(line.pid as u32)) {
+            pids.push(line.pid as u32);
+        }
+    }
+    pids
+}
+
 /// The holder the lock file names, checked against the process `/proc/locks` says holds the
 /// lock: a `locked-run` that was SIGKILLed leaves its metadata behind, and the lock may now be
-/// held by another program (`flock(1)`); then that process is named, not the dead one.
+/// held by another program (`flock(1)`, exclusive or shared); then that process is named, not
+/// the dead one.
 pub fn holder_of(file: &File, named: Holder) -> Holder {
     let Ok(meta) = file.metadata() else {
         return named;
@@ -72,9 +96,10 @@ pub fn holder_of(file: &File, named: Holder) -> Holder {
         return named;
     };
     let (on_file, _) = locks.on(&meta);
-    let Some(pid) = on_file
-        .iter()
-        .find(|l| !l.blocked && l.write && l.pid > 0)
+    let granted = || on_file.iter().filter(|l| !l.blocked && l.pid > 0);
+    let Some(pid) = granted()
+        .find(|l| l.write)
+        .or_else(|| granted().next())
         .map(|l| l.pid as u32)
     else {
         return named;
@@ -82,6 +107,11 @@ pub fn holder_of(file: &File, named: Holder) -> Holder {
     if named.pid == Some(pid) {
         return named;
     }
+    process(pid)
+}
+
+/// What this host tells of process `pid`: its name, from `/proc`.
+pub fn process(pid: u32) -> Holder {
     Holder {
         host: Some(hostname()),
         pid: Some(pid),
@@ -112,10 +142,11 @@ struct LockLine {
     inode: u64,
 }
 
-struct ProcLocks(Vec<LockLine>);
+/// One reading of `/proc/locks`.
+pub struct ProcLocks(Vec<LockLine>);
 
 impl ProcLocks {
-    fn read() -> Option<ProcLocks> {
+    pub fn read() -> Option<ProcLocks> {
         fs::read_to_string("/proc/locks")
             .ok()
             .map(|text| ProcLocks::parse(&text))

@@ -22,10 +22,8 @@ impl FileLock {
     /// One attempt at a slot of a semaphore.
     pub(super) async fn acquire_slot(&self) -> Result<Attempt, BackendError> {
         let dir = self.paths.lock_dir().await?;
-        if let Some(holders) = other_holders(&self.paths, self.holders) {
-            return Ok(Attempt::Mismatch {
-                theirs: Mode::of_holders(holders),
-            });
+        if let Some(theirs) = other_holders(&self.paths, self.mode()) {
+            return Ok(Attempt::Mismatch { theirs });
         }
         let mut busy: Option<Busy> = None;
         for i in 0..self.holders {
@@ -80,14 +78,23 @@ pub(super) fn existing_slots(paths: &Paths) -> impl Iterator<Item = PathBuf> + '
         .take_while(|p| p.symlink_metadata().is_ok())
 }
 
-/// The N of runs that hold NAME with another N than `ours` (called under the flock on DIR): a
-/// one-holder run (1), or a semaphore slot whose metadata names another N.
-pub(super) fn other_holders(paths: &Paths, ours: u32) -> Option<u32> {
-    if ours > 1 && held_with(&paths.lock, |meta| meta.token.is_some()).is_some() {
-        return Some(1);
+/// The mode of runs that hold NAME in another mode than `ours` (called under the flock on
+/// DIR): semaphore slots whose metadata names another N, for any run; for a semaphore's run
+/// also a one-holder run (exclusive) or shared holders. Exclusive and shared runs exclude each
+/// other on the lock file itself: they find it busy, not of another mode.
+pub(super) fn other_holders(paths: &Paths, ours: Mode) -> Option<Mode> {
+    if let Mode::Holders(_) = ours {
+        if held_with(&paths.lock, |meta| meta.token.is_some()).is_some() {
+            return Some(Mode::Exclusive);
+        }
+        if super::shared::any_live(paths) {
+            return Some(Mode::Shared);
+        }
     }
     existing_slots(paths).find_map(|path| {
-        held_with(&path, |meta| meta.limit.is_some_and(|limit| limit != ours))?.limit
+        let other = |limit: u32| Mode::of_holders(limit) != ours;
+        let meta = held_with(&path, |meta| meta.limit.is_some_and(other))?;
+        meta.limit.map(Mode::of_holders)
     })
 }
 

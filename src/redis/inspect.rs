@@ -9,6 +9,9 @@ use super::lock::ServerLock;
 use super::replies::{expiry, holder};
 use super::resp::Reply;
 use super::scripts;
+
+/// What `lock:{NAME}` holds while shared holders hold (see `shared`).
+const SHARED_MARKER: &str = "shared";
 use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
 
 impl ServerLock {
@@ -126,7 +129,8 @@ impl ServerLock {
                 .count() as u64,
         );
         let fence = fence.as_text().and_then(|f| f.parse().ok());
-        if let Some(value) = value.as_text() {
+        let marker = value.as_text().filter(|v| v == SHARED_MARKER);
+        if let Some(value) = value.as_text().filter(|_| marker.is_none()) {
             let fields = hash(holder_hash);
             let field = |k: &str| fields.get(k).cloned();
             let holder = if fields.get("token") == Some(&value) {
@@ -171,14 +175,19 @@ impl ServerLock {
                 })
             })
             .collect();
+        // Shared holders keep their marker in the lock's key; a marker whose holders all
+        // lapsed is held by nobody, and goes by itself.
+        let shared =
+            !slots.is_empty() && meta.get("limit").map(String::as_str) == Some(SHARED_MARKER);
         Ok(Report {
             fence,
             held: slots.first().map(|s| s.busy.clone()),
-            limit: (!slots.is_empty())
+            limit: (!slots.is_empty() && !shared)
                 .then(|| meta.get("limit").and_then(|l| l.parse().ok()))
                 .flatten(),
             holders: slots,
             waiters,
+            shared,
             ..Report::default()
         })
     }

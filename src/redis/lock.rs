@@ -15,7 +15,7 @@ use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
 use crate::redis::replies::{as_flag, parse_attempt, queued};
 use crate::redis::resp::Reply;
-use crate::redis::{scripts, semaphore};
+use crate::redis::{scripts, semaphore, shared};
 
 /// How long a token given back stays buried: an attempt of it that reaches the server later
 /// than this (held up in a proxy, a stalled network) could still take the lock.
@@ -45,6 +45,8 @@ pub struct ServerLock {
     pub(super) stray: Cell<bool>,
     /// `--holders N`: 1 is one holder's layout (`lock:{NAME}`), more a semaphore.
     holders: u32,
+    /// `--shared`: held with other shared holders (see `shared`), never beside an exclusive one.
+    shared: bool,
     /// The owner's unique token. A token that was given back is buried on the server and
     /// never used again: the run goes on with a fresh one ([`Backend::give_back`]).
     token: RefCell<String>,
@@ -67,6 +69,7 @@ impl ServerLock {
             queued: Cell::new(false),
             stray: Cell::new(false),
             holders: 1,
+            shared: false,
             node,
             name,
             token: RefCell::new(new_token()),
@@ -102,6 +105,12 @@ impl ServerLock {
     /// Up to `holders` runs may hold the lock at once (a semaphore; 1 is one holder).
     pub fn with_holders(mut self, holders: u32) -> ServerLock {
         self.holders = holders;
+        self
+    }
+
+    /// Held in shared mode (`--shared`).
+    pub fn with_shared(mut self, shared: bool) -> ServerLock {
+        self.shared = shared;
         self
     }
 
@@ -179,6 +188,11 @@ impl ServerLock {
             &keep_alive,
         ];
         let (script, keys, args) = match self.holders {
+            _ if self.shared => (
+                &shared::ACQUIRE,
+                every.to_vec(),
+                [&head[..], &tail].concat(),
+            ),
             1 => (
                 &scripts::ACQUIRE,
                 every.to_vec(),
@@ -265,20 +279,16 @@ impl ServerLock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let ttl_ms = timings.ttl_ms();
-        let (script, keys) = match self.holders {
-            1 => (
-                &scripts::RENEW,
-                [self.keys.lock.as_str(), &self.keys.holder],
-            ),
-            _ => (
-                &semaphore::RENEW,
-                [self.keys.holders.as_str(), &self.keys.holders_meta],
-            ),
+        let k = &self.keys;
+        let (script, keys): (_, &[&str]) = match self.holders {
+            _ if self.shared => (&shared::RENEW, &[&k.holders, &k.holders_meta, &k.lock]),
+            1 => (&scripts::RENEW, &[&k.lock, &k.holder]),
+            _ => (&semaphore::RENEW, &[&k.holders, &k.holders_meta]),
         };
         let token = self.token();
         let args = [token.as_str(), ttl_ms.as_str()];
         let Some((replicas, wait)) = self.wait_replicas else {
-            let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
+            let reply = self.node.eval(script, keys, &args, timeout, None).await?;
             return as_flag(&reply).ok_or_else(|| self.unexpected(&reply));
         };
         // Within half the attempt's own time limit: room for the round trip, and a server
@@ -288,7 +298,7 @@ impl ServerLock {
         let wait_command: [&[u8]; 3] = [b"WAIT", count.as_bytes(), ms.as_bytes()];
         let (reply, then) = self
             .node
-            .eval_then(script, &keys, &args, timeout, None, &[&wait_command])
+            .eval_then(script, keys, &args, timeout, None, &[&wait_command])
             .await?;
         let ours = as_flag(&reply).ok_or_else(|| self.unexpected(&reply))?;
         let acked = match then.first() {
@@ -322,20 +332,20 @@ impl ServerLock {
         timeout: Duration,
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
+        let k = &self.keys;
         let (script, key, meta) = match self.holders {
-            1 => (&scripts::RELEASE, &self.keys.lock, &self.keys.holder),
-            _ => (
-                &semaphore::RELEASE,
-                &self.keys.holders,
-                &self.keys.holders_meta,
-            ),
+            _ if self.shared => (&shared::RELEASE, &k.holders, &k.holders_meta),
+            1 => (&scripts::RELEASE, &k.lock, &k.holder),
+            _ => (&semaphore::RELEASE, &k.holders, &k.holders_meta),
         };
+        // The shared release also takes the marker in `lock:{NAME}`; the others ignore it.
         let keys = [
             key.as_str(),
             meta,
-            &self.keys.queue,
-            &self.keys.queue_alive,
-            &self.keys.gone,
+            &k.queue,
+            &k.queue_alive,
+            &k.gone,
+            &k.lock,
         ];
         let token = self.token();
         let bury_ms = match self.stray.get() {

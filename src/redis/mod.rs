@@ -10,6 +10,7 @@
 //!   which reads a reply in one pass whatever pieces it arrives in.
 //! - [`tls`]: TLS for `rediss://` (rustls).
 //! - [`scripts`]: the Lua scripts of the protocol; [`semaphore`]: those of `--holders N`;
+//!   [`shared`]: those of `--shared`;
 //!   [`replies`]: what they answer, read.
 //! - [`lock`]: the single-server backend ([`lock::ServerLock`]).
 //! - [`inspect`]: what `status` and `release` read of (and do to) a lock on one server.
@@ -29,6 +30,7 @@ pub mod resp;
 pub mod scripts;
 pub mod semaphore;
 pub mod sentinel;
+pub mod shared;
 pub mod tls;
 pub mod url;
 
@@ -36,7 +38,7 @@ use scripts::Script;
 
 /// Every script of the protocol, for the tests that check their SHA1s against their sources
 /// and against a server's `SCRIPT LOAD`.
-pub const SCRIPTS: [&Script; 10] = [
+pub const SCRIPTS: [&Script; 13] = [
     &scripts::ACQUIRE,
     &scripts::RENEW,
     &scripts::RENEW_OR_RETAKE,
@@ -47,6 +49,9 @@ pub const SCRIPTS: [&Script; 10] = [
     &semaphore::ACQUIRE,
     &semaphore::RENEW,
     &semaphore::RELEASE,
+    &shared::ACQUIRE,
+    &shared::RENEW,
+    &shared::RELEASE,
 ];
 
 #[cfg(test)]

@@ -25,7 +25,10 @@ pub(super) fn parse_attempt(reply: &Reply) -> Option<Attempt> {
             expiry: expiry(items.get(1)?.as_int()?),
         })),
         -1 => Some(Attempt::Mismatch {
-            theirs: Mode::of_holders(u32::try_from(items.get(1)?.as_int()?).ok()?),
+            theirs: match items.get(1)?.as_text()?.as_str() {
+                "shared" => Mode::Shared,
+                n => Mode::of_holders(n.parse().ok()?),
+            },
         }),
         2 => Some(Attempt::Busy(Busy {
             holder: Holder::default(),

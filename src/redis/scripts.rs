@@ -34,12 +34,17 @@ pub struct Script {
 ///   fair waiter when fewer than `free` waiters (of either kind) came before it, a racer when
 ///   fewer than `free` fair waiters did (racers race among themselves, never past a fair waiter
 ///   that came first);
+/// - `SHARED`, `is_shared(member)`: while shared holders (`--shared`) hold, `lock:{NAME}` holds
+///   this marker, with an expiry no earlier than the last shared lease; a shared waiter's place
+///   in the queue is `^` and its token (see [`super::shared`]);
 /// - `wake(command, channel, queue, free)`: announces a release to those whose turn it is, one
 ///   message each: of the first `free` waiters, each fair one on a channel of its own,
 ///   `channel:TOKEN`, with its token as the message (so a release wakes one waiter process, not
 ///   every waiter of the NAME); `race` on `channel` when a racer is among them (every racer
 ///   before the first fair waiter may ask); `released` on `channel` when nobody is queued (for
-///   waiters that keep no place: Redlock's); nothing when `free` is 0 or `command` empty;
+///   waiters that keep no place: Redlock's); the shared waiters at the head of the queue
+///   together, when the first is one (`wake_shared`); nothing when `free` is 0 or `command`
+///   empty;
 /// - `drop_lapsed(holders, meta, now)`: drops the semaphore holders whose lease ended (a
 ///   SIGKILLed holder), from both keys;
 /// - `fields(meta)`: a semaphore holder's packed metadata, `host pid command since fence`;
@@ -88,6 +93,10 @@ local function member(token, racer)
 end
 local function is_racer(m)
   return string.sub(m, 1, 1) == '~'
+end
+local SHARED = 'shared'
+local function is_shared(m)
+  return string.sub(m, 1, 1) == '^'
 end
 local function enqueue(queue, alive, m, now, ms)
   if not redis.call('ZSCORE', queue, m) then
@@ -153,6 +162,26 @@ local function announce(command, channel, message)
     pcall(redis.call, 'PUBLISH', channel, message)
   end
 end
+local function wake_shared(command, channel, queue)
+  if command == '' then
+    return
+  end
+  local from = 0
+  while true do
+    local page = redis.call('ZRANGE', queue, from, from + 99)
+    for _, m in ipairs(page) do
+      if not is_shared(m) then
+        return
+      end
+      local token = string.sub(m, 2)
+      announce(command, channel .. ':' .. token, token)
+    end
+    if #page < 100 then
+      return
+    end
+    from = from + 100
+  end
+end
 local function wake(command, channel, queue, free)
   if command == '' or free < 1 then
     return
@@ -162,11 +191,15 @@ local function wake(command, channel, queue, free)
     announce(command, channel, 'released')
     return
   end
+  if is_shared(first[1]) then
+    wake_shared(command, channel, queue)
+    return
+  end
   local race = false
   for _, m in ipairs(first) do
     if is_racer(m) then
       race = true
-    else
+    elseif not is_shared(m) then
       announce(command, channel .. ':' .. m, m)
     end
   end
@@ -202,8 +235,9 @@ if buried(KEYS[8], ARGV[1]) then
   return {3}
 end
 if redis.call('EXISTS', KEYS[4]) == 1 then
-  if redis.call('ZCOUNT', KEYS[4], '(' .. clock(), '+inf') > 0 then
-    return {-1, tonumber(redis.call('HGET', KEYS[5], 'limit')) or 0}
+  local limit = redis.call('HGET', KEYS[5], 'limit')
+  if limit ~= SHARED and redis.call('ZCOUNT', KEYS[4], '(' .. clock(), '+inf') > 0 then
+    return {-1, tonumber(limit) or 0}
   end
 end
 local mode = ARGV[7]
@@ -261,13 +295,18 @@ if not value then
   local alive = head and tonumber(redis.call('ZSCORE', KEYS[7], head)) or now
   return {2, math.max(alive - now, 0), ahead, queued}
 end
-if meta[1] ~= value then
+if value == SHARED then
+  -- Held by shared runs: the first of them stands for them all.
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local h, p, c, s, f = fields(first and redis.call('HGET', KEYS[5], first))
+  meta = {value, h or false, p or false, c or false, s or false, f or false}
+elseif meta[1] ~= value then
   meta = {false, false, false, false, false, false}
 end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "77fd60c8f4a8627757b8fae7ac44c9baf0fcafdb",
+    sha1: "deb2f32846c4ecfcb1f4679bbd0ca4178bd5b902",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -358,7 +397,7 @@ wake(ARGV[4], ARGV[3], KEYS[3], 1)
 return 1
 "#
     ),
-    sha1: "7fd3ed4da95b39b38c02cfb5584b3be6a4eaa6d2",
+    sha1: "be4f379521871ee915169d5099388bfa2cad6267",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -381,7 +420,8 @@ return 1
 };
 
 /// KEYS: lock, holder, fence, holders, holders-meta, queue, queue-alive. ARGV: channel,
-/// publish command, token (empty: every holder). `release --force`, for one holder and for a semaphore alike: deletes
+/// publish command, token (empty: every holder). `release --force`, for one holder, a semaphore
+/// and shared holders alike (the last shared holder's going takes the marker): deletes
 /// the holder whose token it is given (or every one whose lease has not ended: those that
 /// have are dropped unreported), never the fence counter, and wakes the
 /// waiters whose turn it is (`wake`). Returns `{last fence, {{token, host, pid, command, since, fence}, ...}}` of what it
@@ -396,7 +436,8 @@ if not ok then
 end
 local released = {}
 local limit = tonumber(redis.call('HGET', KEYS[5], 'limit')) or 1
-if value and (ARGV[3] == '' or ARGV[3] == value) then
+-- The shared holders' marker is no holder: they are, each in the holders' set.
+if value and value ~= SHARED and (ARGV[3] == '' or ARGV[3] == value) then
   local meta = redis.call('HMGET', KEYS[2], 'token', 'host', 'pid', 'command', 'since', 'fence')
   if meta[1] ~= value then
     meta = {false, false, false, false, false, false}
@@ -420,19 +461,30 @@ for _, member in ipairs(members) do
   redis.call('HDEL', KEYS[5], member)
   table.insert(released, {member, h or false, p or false, c or false, s or false, f or false})
 end
+local unmarked = false
 if redis.call('ZCARD', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[4], KEYS[5])
+  -- The last shared holder gone, the marker goes too.
+  if value == SHARED then
+    redis.call('DEL', KEYS[1])
+    unmarked = true
+  end
 end
-if #released > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+if #released > 0 or unmarked then
+  local still = redis.call('GET', KEYS[1])
   if redis.call('EXISTS', KEYS[6]) == 1 then
     prune(KEYS[6], KEYS[7], now)
   end
-  wake(ARGV[2], ARGV[1], KEYS[6], limit - redis.call('ZCARD', KEYS[4]))
+  if not still then
+    wake(ARGV[2], ARGV[1], KEYS[6], limit - redis.call('ZCARD', KEYS[4]))
+  elseif still == SHARED then
+    wake_shared(ARGV[2], ARGV[1], KEYS[6])
+  end
 end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "64ffb23bbac5561f74cf708c78da44126438cffd",
+    sha1: "1a96eb4be50a49e03a093ca99dd346d6a2613f41",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -453,9 +505,10 @@ bury(KEYS[8], token, now, tonumber(ARGV[4]))
 local was_head = false
 if redis.call('EXISTS', KEYS[6]) == 1 then
   local head = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
-  was_head = head == token or head == member(token, true)
+  was_head = head == token or head == member(token, true) or head == '^' .. token
   dequeue(KEYS[6], KEYS[7], token)
   dequeue(KEYS[6], KEYS[7], member(token, true))
+  dequeue(KEYS[6], KEYS[7], '^' .. token)
 end
 local released = 0
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
@@ -469,22 +522,32 @@ if counted and score then
   redis.call('HDEL', KEYS[5], token)
   if redis.call('ZCARD', KEYS[4]) == 0 then
     redis.call('DEL', KEYS[4], KEYS[5])
+    -- The last shared holder takes the marker with it.
+    if ok and value == SHARED then
+      redis.call('DEL', KEYS[1])
+      value = false
+    end
   end
   released = 1
 end
-if ARGV[3] ~= '' and (released == 1 or was_head) and redis.call('EXISTS', KEYS[1]) == 0 then
+if ARGV[3] ~= '' and (released == 1 or was_head) and ok and (not value or value == SHARED) then
   if redis.call('EXISTS', KEYS[6]) == 1 then
     prune(KEYS[6], KEYS[7], now)
   end
-  local free = 1
-  if tonumber(ARGV[5]) > 1 then
-    local held, live = pcall(redis.call, 'ZCOUNT', KEYS[4], '(' .. now, '+inf')
-    free = tonumber(ARGV[5]) - (held and live or 0)
+  if value then
+    -- Still held by shared runs: only shared waiters at the head may go.
+    wake_shared(ARGV[3], ARGV[2], KEYS[6])
+  else
+    local free = 1
+    if tonumber(ARGV[5]) > 1 then
+      local held, live = pcall(redis.call, 'ZCOUNT', KEYS[4], '(' .. now, '+inf')
+      free = tonumber(ARGV[5]) - (held and live or 0)
+    end
+    wake(ARGV[3], ARGV[2], KEYS[6], free)
   end
-  wake(ARGV[3], ARGV[2], KEYS[6], free)
 end
 return released
 "#
     ),
-    sha1: "1e5290145cd9def45328fae981180ae905460a66",
+    sha1: "2f4ffabd35e7f983ebd20a94a67d747ca0664260",
 };

@@ -25,7 +25,8 @@ use super::scripts::{Script, lua_helpers};
 /// `{1, fence}` when a slot is taken (or already ours: an earlier attempt whose reply was
 /// lost); `{0, ms until the soonest lease ends, host, pid, command, since, fence, queued}` of
 /// that holder when all N are held; `{2, ms, k, queued}` when a slot is free but k waiters
-/// come first; `{-1, M}` when the current holders use another N (M; 1 for a one-holder lock);
+/// come first; `{-1, M}` when the current holders use another N (M; 1 for a one-holder lock,
+/// `shared` for shared holders);
 /// `{3}` when the token was given back.
 pub const ACQUIRE: Script = Script {
     source: concat!(
@@ -34,7 +35,11 @@ pub const ACQUIRE: Script = Script {
 if buried(KEYS[7], ARGV[1]) then
   return {3}
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local plain, value = pcall(redis.call, 'GET', KEYS[1])
+if not plain or value then
+  if value == SHARED then
+    return {-1, SHARED}
+  end
   return {-1, 1}
 end
 local now = clock()
@@ -43,7 +48,11 @@ local mode = ARGV[8]
 local m = member(ARGV[1], mode == 'race')
 drop_lapsed(KEYS[3], KEYS[4], now)
 local count = redis.call('ZCARD', KEYS[3])
-local limit = tonumber(redis.call('HGET', KEYS[4], 'limit'))
+local given = redis.call('HGET', KEYS[4], 'limit')
+if count > 0 and given == SHARED then
+  return {-1, SHARED}
+end
+local limit = tonumber(given)
 if count > 0 and limit and limit ~= tonumber(ARGV[3]) then
   return {-1, limit}
 end
@@ -92,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "28b02073092734539185083bb2b0f9ef42a040a8",
+    sha1: "1d5a0b572f756c9ab7c44abd68395b1af3cd0d07",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -112,7 +121,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "88e4710b6d482fa7219a4060638b5c9a9f3df507",
+    sha1: "912ee955ff8638d04a33f9a390295fb2a1c282b4",
 };
 
 /// KEYS: holders, meta, queue, queue-alive, gone. ARGV: token, keep ms (0: free the slot
@@ -149,5 +158,5 @@ wake(ARGV[4], ARGV[3], KEYS[3], tonumber(ARGV[6]) - redis.call('ZCOUNT', KEYS[1]
 return 1
 "#
     ),
-    sha1: "1eafa8466f09bb3a772c2dfb7e93f73695925e01",
+    sha1: "12af1e7112ad001d221fe04045f352adfa17b228",
 };

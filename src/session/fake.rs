@@ -258,6 +258,7 @@ pub fn config(patience: Patience) -> RunConfig {
         kill_signal: Signal::SIGTERM,
         min_hold: None,
         holders: 1,
+        shared: false,
         max_run: None,
         fair: true,
         status_command: "locked-run status job".into(),

@@ -43,6 +43,7 @@ impl Job {
             ("LOCKED_RUN_TOKEN", backend.token()),
             ("LOCKED_RUN_TTL_MS", cfg.timings.ttl.as_millis().to_string()),
             ("LOCKED_RUN_HOLDERS", cfg.holders.to_string()),
+            ("LOCKED_RUN_SHARED", u8::from(cfg.shared).to_string()),
         ];
         // In a terminal the job shares our group, which is the terminal's to handle.
         let watcher = match interactive {

@@ -173,12 +173,12 @@ impl<'a> Waiter<'a> {
             }
             Ok(Attempt::Busy(busy)) => self.busy(now, busy),
             Ok(Attempt::Mismatch { theirs }) => Next::Fail(Failure::usage(format!(
-                "lock {name} is held by runs with --holders {}, and this run asks for \
-                 --holders {}: every run of one NAME must use the same --holders (a run \
-                 without it, or a program using the plain SET NX protocol, counts as 1); \
+                "lock {name} is held by runs with {}, and this run asks for {}: every run of one \
+                 NAME must use the same --holders (a run without it, or a program using the \
+                 plain SET NX protocol, counts as 1), and --shared only goes with --holders 1; \
                  nothing was run",
-                theirs.holders(),
-                self.cfg.holders
+                theirs.options(),
+                self.cfg.spec().mode.options(),
             ))),
             Err(error) => self.failed(now, error),
         }

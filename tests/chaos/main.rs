@@ -18,6 +18,7 @@ mod network;
 mod process;
 mod safety;
 mod server;
+mod shared;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +35,7 @@ use network::*;
 use process::*;
 use safety::*;
 use server::*;
+use shared::*;
 
 pub const TTL: &str = "2s";
 
@@ -124,6 +126,21 @@ fn main() {
             "--holders 2: a holder SIGKILLed, a waiter takes its slot",
             1,
             holders_wrapper_sigkilled,
+        ),
+        (
+            "--shared: redis killed while two hold",
+            2,
+            shared_server_killed,
+        ),
+        (
+            "--shared: a holder's lease taken away",
+            1,
+            shared_lease_stolen,
+        ),
+        (
+            "--shared: a holder SIGKILLed, a waiting writer goes",
+            1,
+            shared_holder_sigkilled,
         ),
     ];
     let scenarios: Vec<_> = scenarios

@@ -203,7 +203,11 @@ pub fn main(args: &[String]) -> ExitCode {
         .ok()
         .and_then(|f| f.parse().ok())
         .unwrap_or(0);
-    let holders = std::env::var("LOCKED_RUN_HOLDERS").unwrap_or_else(|_| "-".into());
+    // `--holders` as the command saw it, and `s` after it when it runs `--shared`.
+    let mut holders = std::env::var("LOCKED_RUN_HOLDERS").unwrap_or_else(|_| "-".into());
+    if std::env::var("LOCKED_RUN_SHARED").as_deref() == Ok("1") {
+        holders.push('s');
+    }
     let path = CString::new(std::path::Path::new(history).as_os_str().as_bytes()).unwrap();
     // SAFETY: open(2) with a valid path; the descriptor is ours until exit.
     let fd = unsafe {

@@ -28,13 +28,19 @@ pub struct Section {
     pub dead: Option<u64>,
     /// The last record the command wrote itself (it was alive then).
     pub last: u64,
-    /// `LOCKED_RUN_HOLDERS` as the command saw it.
+    /// `LOCKED_RUN_HOLDERS` as the command saw it, and `s` after it when `LOCKED_RUN_SHARED`
+    /// was 1.
     pub holders_env: String,
     pub inner_spawned: Option<(u64, i32)>,
     pub inner_exit: Option<(u64, i64)>,
 }
 
 impl Section {
+    /// Whether the command ran `--shared`.
+    pub fn shared(&self) -> bool {
+        self.holders_env.ends_with('s')
+    }
+
     /// When the command was certainly gone (None: no record says).
     pub fn gone(&self) -> Option<u64> {
         match (self.end, self.dead) {

@@ -1,5 +1,5 @@
 //! What one run does, drawn from the client's seeded stream: its NAME (with the NAME's fixed
-//! `--holders`), how it waits (fair, `--no-fair`, `-n`, `-w DUR`), `--max-run`, how long its
+//! `--holders`, or `--shared` or not on the NAME whose runs mix both), how it waits (fair, `--no-fair`, `-n`, `-w DUR`), `--max-run`, how long its
 //! command sleeps, whether the command runs a nested `locked-run` on another NAME, and which
 //! process fault (SIGKILL, SIGTERM, SIGSTOP) the client sends its wrapper, and when.
 
@@ -11,11 +11,18 @@ pub const KILL_AFTER_MS: u64 = TTL_MS / 3;
 /// The nested run's own wait, so an outer holder never waits on it for long.
 pub const INNER_WAIT_MS: u64 = 3000;
 
-/// The NAMEs and their `--holders` (fixed per NAME, as the contract requires). `a` is only ever
-/// an inner NAME of nested runs besides its own runs, and never an outer one of them: no cycle,
-/// so no deadlock between an outer holder and an inner waiter.
+/// The `--holders` of a NAME whose runs mix `--shared` and exclusive ones.
+pub const SHARED_MIX: u32 = 0;
+
+/// The NAMEs and their `--holders` (fixed per NAME, as the contract requires; `d`'s runs are
+/// `--shared` or exclusive, [`SHARED_MIX`]). `a` is only ever an inner NAME of nested runs
+/// besides its own runs, and never an outer one of them: no cycle, so no deadlock between an
+/// outer holder and an inner waiter. Redlock takes neither `--holders` nor `--shared`.
 pub fn names(holders_ok: bool) -> Vec<(&'static str, u32)> {
-    vec![("a", 1), ("b", 1), ("c", if holders_ok { 3 } else { 1 })]
+    match holders_ok {
+        true => vec![("a", 1), ("b", 1), ("c", 3), ("d", SHARED_MIX)],
+        false => vec![("a", 1), ("b", 1), ("c", 1)],
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +64,8 @@ pub struct Plan {
     pub holders: u32,
     /// `--holders 1` said out loud (it is the default).
     pub explicit_holders: bool,
+    /// `--shared` (on a [`SHARED_MIX`] NAME).
+    pub shared: bool,
     pub wait: Waiting,
     pub max_run: Option<u64>,
     pub sleep_ms: u64,
@@ -69,13 +78,21 @@ pub struct Plan {
 
 impl Plan {
     pub fn draw(rng: &mut Rng, run: u64, names: &[(&'static str, u32)], nested_mix: bool) -> Plan {
-        let (name, holders) = names[rng.weighted(&[40, 25, 35])];
+        let weights: &[u64] = match names.len() {
+            4 => &[35, 20, 25, 20],
+            _ => &[40, 25, 35],
+        };
+        let (name, holders) = names[rng.weighted(weights)];
+        let shared = holders == SHARED_MIX && rng.chance(60);
         let wait = match rng.weighted(&[50, 15, 15, 20]) {
             0 => Waiting::Fair,
+            // Shared runs wait in arrival order only (--no-fair is refused with --shared).
+            1 if shared => Waiting::Fair,
             1 => Waiting::NoFair,
             2 => Waiting::NoWait,
             _ => Waiting::For(rng.range(200, 4000)),
         };
+        let holders = holders.max(1);
         let max_run = rng.chance(10).then(|| rng.range(300, 1500));
         let sleep_ms = match rng.weighted(&[60, 30, 10]) {
             0 => rng.range(5, 50),
@@ -106,6 +123,7 @@ impl Plan {
             name,
             holders,
             explicit_holders: holders == 1 && rng.chance(20),
+            shared,
             wait,
             max_run,
             sleep_ms,
@@ -136,6 +154,9 @@ impl Plan {
         }
         if self.holders > 1 || self.explicit_holders {
             args.extend(["--holders".into(), self.holders.to_string()]);
+        }
+        if self.shared {
+            args.push("--shared".into());
         }
         args.extend([self.name.to_owned(), "--".into()]);
         args

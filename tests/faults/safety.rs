@@ -1,6 +1,8 @@
-//! The safety checks over a history: per NAME never more than N commands inside at once; fences
-//! strictly increasing in start order (N = 1) or unique (N > 1); every fenced SQLite write
-//! accepted (N = 1) or accepted in increasing fence order (N > 1); every command gone once its
+//! The safety checks over a history: per NAME never more than N commands inside at once (on the
+//! NAME that mixes `--shared` and exclusive runs: never an exclusive command beside another);
+//! fences strictly increasing in start order (N = 1; and across every exclusive run of the
+//! mixed NAME) or unique (N > 1); every fenced SQLite write accepted (N = 1) or accepted in
+//! increasing fence order (N > 1, shared); every command gone once its
 //! wrapper ended; every command's end recorded. Runs that lived through an empty restart are
 //! beyond the guarantee: what they break is counted as excused, and fences restart from a new
 //! epoch there.
@@ -8,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::{History, Section, Violation};
+use crate::plan::SHARED_MIX;
 
 /// A SIGKILLed wrapper's command is the watcher's to kill: it has this long.
 const WATCHER_NS: u64 = 1_000_000_000;
@@ -63,7 +66,12 @@ fn exclusion(h: &History, name: &str, limit: u32, sections: &[&Section], out: &m
             continue;
         }
         inside.insert(run);
-        if inside.len() as u32 > limit {
+        let over = match limit {
+            // Shared commands together, an exclusive one alone.
+            SHARED_MIX => inside.len() > 1 && inside.iter().any(|r| !h.sections[r].shared()),
+            _ => inside.len() as u32 > limit,
+        };
+        if over {
             let runs: Vec<u64> = inside.iter().copied().collect();
             let who: Vec<String> = runs.iter().map(|r| describe(&h.sections[r])).collect();
             let until = runs
@@ -107,7 +115,9 @@ fn fences(h: &History, name: &str, limit: u32, sections: &[&Section], out: &mut 
     }
     for (_, mut list) in by_epoch {
         list.sort_by_key(|s| s.start);
-        if limit == 1 {
+        if limit == SHARED_MIX {
+            mixed_fences(name, &list, out);
+        } else if limit == 1 {
             let mut last: Option<&Section> = None;
             for s in list {
                 if let Some(prev) = last {
@@ -140,6 +150,44 @@ fn fences(h: &History, name: &str, limit: u32, sections: &[&Section], out: &mut 
                     });
                 }
             }
+        }
+    }
+}
+
+/// The NAME whose runs mix `--shared` and exclusive ones, in start order: no fence twice, and
+/// an exclusive run's fence above every fence started before it and below every one started
+/// after it (shared runs between two exclusive ones may start in any order of their fences).
+fn mixed_fences(name: &str, list: &[&Section], out: &mut Vec<Violation>) {
+    let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
+    for s in list {
+        if let Some(other) = seen.insert(s.fence, s.run) {
+            out.push(Violation {
+                invariant: "fence issued twice",
+                name: name.to_owned(),
+                detail: format!("fence {} to runs {other} and {}", s.fence, s.run),
+                excused: None,
+            });
+        }
+    }
+    for (i, e) in list.iter().enumerate().filter(|(_, s)| !s.shared()) {
+        let before = list[..i].iter().find(|s| s.fence >= e.fence);
+        let after = list[i + 1..].iter().find(|s| s.fence <= e.fence);
+        for (first, second) in [before.map(|s| (*s, *e)), after.map(|s| (*e, *s))]
+            .into_iter()
+            .flatten()
+        {
+            out.push(Violation {
+                invariant: "fence not increasing in start order",
+                name: name.to_owned(),
+                detail: format!(
+                    "{} started at {} after {} started at {}",
+                    describe(second),
+                    ms(second.start),
+                    describe(first),
+                    ms(first.start)
+                ),
+                excused: None,
+            });
         }
     }
 }
