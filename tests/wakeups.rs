@@ -241,3 +241,54 @@ fn a_waiter_that_gave_back_listens_on_its_fresh_tokens_channel() {
         (format!("released:{{job}}:{fresh}"), fresh.clone())
     );
 }
+
+/// With `--holders N`, a woken waiter among the first N that leaves before taking its place
+/// hands its turn on: the waiter behind is told at once (not left to its next keep-alive).
+#[test]
+fn a_woken_waiter_that_leaves_tells_the_next_one() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let first = Holder::start(&redis, "job", &["--holders", "2"]);
+    let second = Holder::start(&redis, "job", &["--holders", "2"]);
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        waiters.push(waiter(&redis, &log, &format!("w{i}"), &["--holders", "2"]));
+        wait_until("the waiter queued", Duration::from_secs(10), || {
+            queue(&redis).len() == i
+        });
+    }
+    let tokens = queue(&redis);
+    // w1 and w2 cannot act on their wake-ups.
+    for w in &waiters[..2] {
+        signal(w.pid(), libc::SIGSTOP);
+    }
+    let observer = Observer::start(&redis);
+    lr().args(["release", "--force", "-u", &redis.url(), "job"])
+        .run()
+        .expect(0);
+    observer.until(|seen| seen.len() >= 2);
+    // w2 gives up: its place among the first two passes to w3, which is told so.
+    signal(waiters[1].pid(), libc::SIGTERM);
+    signal(waiters[1].pid(), libc::SIGCONT);
+    let own = (format!("released:{{job}}:{}", tokens[2]), tokens[2].clone());
+    let seen = observer.until(|seen| seen.contains(&own));
+    assert_eq!(
+        &seen[..2],
+        [
+            (format!("released:{{job}}:{}", tokens[0]), tokens[0].clone()),
+            (format!("released:{{job}}:{}", tokens[1]), tokens[1].clone()),
+        ]
+    );
+    signal(waiters[0].pid(), libc::SIGCONT);
+    let mut waiters = waiters.into_iter();
+    let (w1, w2, w3) = (
+        waiters.next().unwrap(),
+        waiters.next().unwrap(),
+        waiters.next().unwrap(),
+    );
+    assert_eq!(w1.wait().code(), Some(0));
+    assert_eq!(w2.wait().code(), Some(143));
+    assert_eq!(w3.wait().code(), Some(0));
+    let _ = (first.finish(), second.finish());
+}

@@ -394,8 +394,10 @@ impl ServerLock {
     }
 
     pub(super) fn unexpected(&self, reply: &Reply) -> BackendError {
+        // The start of it: a reply may be megabytes long.
+        let shown: String = format!("{reply:?}").chars().take(200).collect();
         BackendError::Refused(format!(
-            "Redis at {} gave an unexpected answer to the lock script: {reply:?}",
+            "Redis at {} gave an unexpected answer to the lock script: {shown}",
             self.node.address()
         ))
     }

@@ -56,10 +56,12 @@ pub(super) fn holder(
     since: Option<String>,
     fence: Option<String>,
 ) -> Holder {
+    // Written by whoever wrote the holder's record: shown as text, never as terminal control.
+    let text = |field: Option<String>| field.map(|f| crate::log::printable(&f));
     Holder {
-        host,
+        host: text(host),
         pid: pid.and_then(|p| p.parse().ok()),
-        command,
+        command: text(command),
         since_ms: since.and_then(|s| s.parse().ok()),
         fence: fence.and_then(|f| f.parse().ok()),
     }

@@ -390,14 +390,18 @@ if keep > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
-  prune(KEYS[3], KEYS[4], clock())
-end
-wake(ARGV[4], ARGV[3], KEYS[3], 1)
+-- Let go whatever follows: a queue key another program made something else must not make
+-- the release look failed.
+pcall(function()
+  if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+    prune(KEYS[3], KEYS[4], clock())
+  end
+  wake(ARGV[4], ARGV[3], KEYS[3], 1)
+end)
 return 1
 "#
     ),
-    sha1: "be4f379521871ee915169d5099388bfa2cad6267",
+    sha1: "72852070d8cfe8b0517c4b0222a008c5acca604d",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -502,13 +506,18 @@ pub const GIVE_BACK: Script = Script {
 local now = clock()
 local token = ARGV[1]
 bury(KEYS[8], token, now, tonumber(ARGV[4]))
-local was_head = false
+-- Whether its place was among the first N (N: the run's --holders): those a release may have
+-- woken, whose places the ones behind them now take.
+local was_first = false
 if redis.call('EXISTS', KEYS[6]) == 1 then
-  local head = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
-  was_head = head == token or head == member(token, true) or head == '^' .. token
-  dequeue(KEYS[6], KEYS[7], token)
-  dequeue(KEYS[6], KEYS[7], member(token, true))
-  dequeue(KEYS[6], KEYS[7], '^' .. token)
+  local first = math.max(tonumber(ARGV[5]), 1)
+  for _, m in ipairs({token, member(token, true), '^' .. token}) do
+    local rank = redis.call('ZRANK', KEYS[6], m)
+    if rank and rank < first then
+      was_first = true
+    end
+    dequeue(KEYS[6], KEYS[7], m)
+  end
 end
 local released = 0
 local ok, value = pcall(redis.call, 'GET', KEYS[1])
@@ -530,7 +539,7 @@ if counted and score then
   end
   released = 1
 end
-if ARGV[3] ~= '' and (released == 1 or was_head) and ok and (not value or value == SHARED) then
+if ARGV[3] ~= '' and (released == 1 or was_first) and ok and (not value or value == SHARED) then
   if redis.call('EXISTS', KEYS[6]) == 1 then
     prune(KEYS[6], KEYS[7], now)
   end
@@ -549,5 +558,5 @@ end
 return released
 "#
     ),
-    sha1: "2f4ffabd35e7f983ebd20a94a67d747ca0664260",
+    sha1: "0f5c3bf7eeaf6c593593762c17b89f3ca3029b90",
 };

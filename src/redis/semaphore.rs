@@ -151,12 +151,15 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
-  prune(KEYS[3], KEYS[4], now)
-end
-wake(ARGV[4], ARGV[3], KEYS[3], tonumber(ARGV[6]) - redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'))
+-- The slot is let go whatever follows (a queue key of the wrong type: another program's).
+pcall(function()
+  if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+    prune(KEYS[3], KEYS[4], now)
+  end
+  wake(ARGV[4], ARGV[3], KEYS[3], tonumber(ARGV[6]) - redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'))
+end)
 return 1
 "#
     ),
-    sha1: "12af1e7112ad001d221fe04045f352adfa17b228",
+    sha1: "0146164a79260b011310b45139724240de7bb093",
 };

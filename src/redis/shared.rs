@@ -187,23 +187,28 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 drop_lapsed(KEYS[1], KEYS[2], now)
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
-  prune(KEYS[3], KEYS[4], now)
-end
 if #last == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
   if marked then
     redis.call('DEL', KEYS[6])
   end
-  if plain and (marked or not value) then
-    wake(ARGV[4], ARGV[3], KEYS[3], 1)
-  end
 elseif marked then
   redis.call('PEXPIRE', KEYS[6], math.max(tonumber(last[2]) - now, 1))
-  wake_shared(ARGV[4], ARGV[3], KEYS[3])
 end
+-- Let go whatever follows: a queue key of the wrong type (another program's) must not make
+-- the release look failed.
+pcall(function()
+  if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 then
+    prune(KEYS[3], KEYS[4], now)
+  end
+  if #last == 0 and plain and (marked or not value) then
+    wake(ARGV[4], ARGV[3], KEYS[3], 1)
+  elseif #last > 0 and marked then
+    wake_shared(ARGV[4], ARGV[3], KEYS[3])
+  end
+end)
 return 1
 "#
     ),
-    sha1: "99113027efb0c337063e279f99eda08b9665dd00",
+    sha1: "d8777778ef075397ab049b95ede3d0e556ed5421",
 };

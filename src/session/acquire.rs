@@ -53,6 +53,8 @@ pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
                         let facts = Facts { lease: backend.tenure() == Tenure::Lease, queued: backend.queues() };
                         waiter.answered(clock.now(), attempt, facts)
                     }
+                    // A server that stopped answering must not stretch `--wait`.
+                    () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight()),
                 }
             }
             Next::Subscribe => tokio::select! {
@@ -93,6 +95,14 @@ pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
         if !waiter.listening() {
             wakeups = None;
         }
+    }
+}
+
+/// Sleeps until `deadline`; never, without one.
+async fn until<C: Clock>(clock: &C, deadline: Option<Duration>) {
+    match deadline {
+        Some(deadline) => clock.sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -94,6 +94,13 @@ impl Fake {
         self.arrived.notify_waiters();
     }
 
+    /// The subscription breaks (delivered to the one that exists).
+    pub fn break_subscription(&self) {
+        let broken = BackendError::Transient("lost the subscription".into());
+        self.messages.borrow_mut().push_back(Err(broken));
+        self.arrived.notify_waiters();
+    }
+
     fn ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }

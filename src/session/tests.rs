@@ -286,3 +286,56 @@ async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
         "released, and nothing else: {seen:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_subscription_is_made_again_at_once_the_first_time() {
+    let fake = Fake::new(vec![
+        after(1, busy(20_000)),
+        after(1, busy(20_000)),
+        after(1, granted(3)),
+    ]);
+    let cfg = config(Patience::Forever);
+    let clock = TestClock::new();
+    let mut signals = SignalAt::never();
+    let waiting = acquire(&fake, &clock, &cfg, &mut signals);
+    let faults = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fake.break_subscription();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        fake.publish(Wakeup::Anyone);
+    };
+    let (acquired, ()) = tokio::join!(waiting, faults);
+    assert_eq!(acquired.expect("acquired").fence, 3);
+    let at: Vec<u64> = fake.attempts().iter().map(|a| a.0).collect();
+    // Asked again at the break, listening again at once: the release at 500 ms wakes it
+    // (not its next poll, 2 s later).
+    assert_eq!(at, [0, 300, 500], "{:?}", fake.seen.borrow());
+    let subscribed = fake
+        .seen
+        .borrow()
+        .iter()
+        .filter(|s| matches!(s, Seen::Subscribed { .. }))
+        .count();
+    assert_eq!(subscribed, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
+    let fake = Fake::new(vec![after(1, busy(100)), Answer(lost(), None)]);
+    let cfg = config(Patience::For(Duration::from_secs(2)));
+    let clock = TestClock::new();
+    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+        .await
+        .expect_err("69");
+    assert_eq!(failure.exit, Exit::Unavailable);
+    assert!(
+        failure
+            .message
+            .contains("after 2s: the last attempt was not answered before the wait ran out"),
+        "{}",
+        failure.message
+    );
+    // At the deadline, not at the attempt's own timeout; what it may have taken is given back.
+    assert_eq!(crate::lease::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(fake.gave_back().len(), 1);
+}

@@ -77,6 +77,8 @@ pub struct Waiter<'a> {
     answered: bool,
     listening: bool,
     subscribe_after: Duration,
+    /// When the subscription last broke.
+    last_broke: Option<Duration>,
     last_busy: Option<Busy>,
     last_error: Option<BackendError>,
     retries: u32,
@@ -99,6 +101,7 @@ impl<'a> Waiter<'a> {
             answered: false,
             listening: false,
             subscribe_after: now,
+            last_broke: None,
             last_busy: None,
             last_error: None,
             retries: 0,
@@ -127,6 +130,22 @@ impl<'a> Waiter<'a> {
     /// An attempt is sent now.
     pub fn sending(&mut self, now: Duration) {
         self.sent = now;
+    }
+
+    /// The `--wait` deadline, if any.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    /// The wait ran out while an attempt was unanswered (a server that stopped answering): it
+    /// ends now, not when the attempt times out; what the attempt may have taken is given
+    /// back.
+    pub fn ran_out_in_flight(&mut self) -> Failure {
+        self.maybe_held = true;
+        self.last_error = Some(BackendError::Transient(
+            "the last attempt was not answered before the wait ran out".into(),
+        ));
+        self.gave_up()
     }
 
     /// A signal ended the wait; `in_flight` when an attempt was unanswered.
@@ -223,11 +242,15 @@ impl<'a> Waiter<'a> {
     /// A sleep ended.
     pub fn woke(&mut self, now: Duration, why: Woke) -> Next {
         if let Woke::Broke(e) = &why {
-            // Resubscribe after a pause, not at once: a subscription that breaks as soon as it
-            // is made must not turn into a busy loop.
             tracing::info!("{e}; resubscribing");
             self.listening = false;
-            self.subscribe_after = now + RETRY_CAP;
+            // At once (the retry's own request subscribes again in its write, and a release
+            // for us must not wait for the keep-alive), unless it broke before within
+            // RETRY_CAP: a subscription that breaks as soon as it is made must not turn into
+            // a busy loop.
+            let again = self.last_broke.is_some_and(|t| now < t + RETRY_CAP);
+            self.subscribe_after = if again { now + RETRY_CAP } else { now };
+            self.last_broke = Some(now);
         }
         match why {
             Woke::Time => match self.deadline {

@@ -326,7 +326,9 @@ fn protocol_error(what: &str) -> io::Error {
 }
 
 fn unexpected(reply: &Reply) -> io::Error {
-    protocol_error(&format!("unexpected {reply:?}"))
+    // The start of it: a reply may be megabytes long.
+    let shown: String = format!("{reply:?}").chars().take(200).collect();
+    protocol_error(&format!("unexpected {shown}"))
 }
 
 /// `tokio::time::timeout` with the error a caller of this module expects.

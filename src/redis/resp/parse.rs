@@ -127,6 +127,13 @@ impl Parser {
                 self.at = end;
                 self.element_ended()
             } else {
+                // A type byte no reply starts with is refused at once, not after its line
+                // (which may never end: a server that speaks another protocol).
+                // (A CR there is an empty line, which its own error names.)
+                let stray = |&&k: &&u8| !is_type_byte(k) && k != b'\r';
+                if let Some(&kind) = within.get(self.at).filter(stray) {
+                    return Err(not_a_type_byte(kind));
+                }
                 let Some(end) = self.line_end(within) else {
                     break;
                 };
@@ -254,8 +261,33 @@ fn header(line: &[u8]) -> io::Result<Header<'_>> {
         b':' => Header::Int(number()?),
         b'$' | b'!' | b'=' => Header::String(kind, number()?),
         b'*' | b'~' | b'>' | b'%' | b'|' => Header::Aggregate(kind, number()?),
-        other => return Err(protocol_error(&format!("unknown type byte {other:#x}"))),
+        other => return Err(not_a_type_byte(other)),
     })
+}
+
+/// Whether a reply (or an element of one) may start with `byte`.
+fn is_type_byte(byte: u8) -> bool {
+    matches!(
+        byte,
+        b'+' | b'-'
+            | b'_'
+            | b'#'
+            | b','
+            | b'('
+            | b':'
+            | b'$'
+            | b'!'
+            | b'='
+            | b'*'
+            | b'~'
+            | b'>'
+            | b'%'
+            | b'|'
+    )
+}
+
+fn not_a_type_byte(byte: u8) -> io::Error {
+    protocol_error(&format!("unknown type byte {byte:#x}"))
 }
 
 /// The values an aggregate of `count` entries holds: a map's and an attribute's entries are
