@@ -344,3 +344,41 @@ fn in_a_cluster_shared_runs_hold_together_in_the_locks_slot() {
     let owner = cluster.owner("lock:{job}");
     two_readers_then_a_writer(&cluster.url(), owner);
 }
+
+#[test]
+fn a_shared_min_hold_keeps_exclusive_runs_out_no_longer_than_the_hold() {
+    let redis = Redis::start();
+    lr().url(&redis.url())
+        .args(["--shared", "--min-hold", "2s", "job", "true"])
+        .run()
+        .expect(0);
+    // The marker lasts to the end of the hold, not the 30 s lease.
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!(pttl > 0 && pttl <= 2000, "{pttl}");
+    let asked = Instant::now();
+    lr().url(&redis.url())
+        .args(["-w", "20s", "job", "true"])
+        .run()
+        .expect(0);
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+}
+
+#[test]
+fn a_marker_deleted_by_hand_is_put_back_before_an_exclusive_run_can_take_the_lock() {
+    let redis = Redis::start();
+    let reader = Holder::start(&redis, "job", &["--shared"]);
+    let _: i64 = redis.cmd(&["DEL", "lock:{job}"]);
+    lr().url(&redis.url())
+        .args(["-n", "job", "true"])
+        .run()
+        .expect(75);
+    assert_eq!(redis.cmd::<String>(&["GET", "lock:{job}"]), "shared");
+    let pttl: i64 = redis.cmd(&["PTTL", "lock:{job}"]);
+    assert!(pttl > 0, "with the shared lease's expiry: {pttl}");
+    reader.finish().expect(0);
+    assert!(!redis.exists("lock:{job}"));
+}

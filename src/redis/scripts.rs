@@ -236,8 +236,17 @@ if buried(KEYS[8], ARGV[1]) then
 end
 if redis.call('EXISTS', KEYS[4]) == 1 then
   local limit = redis.call('HGET', KEYS[5], 'limit')
-  if limit ~= SHARED and redis.call('ZCOUNT', KEYS[4], '(' .. clock(), '+inf') > 0 then
-    return {-1, tonumber(limit) or 0}
+  local now = clock()
+  if redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf') > 0 then
+    if limit ~= SHARED then
+      return {-1, tonumber(limit) or 0}
+    end
+    -- Shared holders hold: their marker must be there (a hand DEL took it), or SET NX
+    -- below would take the lock beside them.
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+      redis.call('SET', KEYS[1], SHARED, 'PX', math.max(tonumber(last[2]) - now, 1))
+    end
   end
 end
 local mode = ARGV[7]
@@ -306,7 +315,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "deb2f32846c4ecfcb1f4679bbd0ca4178bd5b902",
+    sha1: "f2a517c3a745683eddd224c6916fa74be129ba72",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -529,6 +538,7 @@ local counted, score = pcall(redis.call, 'ZSCORE', KEYS[4], token)
 if counted and score then
   redis.call('ZREM', KEYS[4], token)
   redis.call('HDEL', KEYS[5], token)
+  drop_lapsed(KEYS[4], KEYS[5], now)
   if redis.call('ZCARD', KEYS[4]) == 0 then
     redis.call('DEL', KEYS[4], KEYS[5])
     -- The last shared holder takes the marker with it.
@@ -558,5 +568,5 @@ end
 return released
 "#
     ),
-    sha1: "0f5c3bf7eeaf6c593593762c17b89f3ca3029b90",
+    sha1: "9c605f7903d256a5b2c17a3aff75632cec527b12",
 };

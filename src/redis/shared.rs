@@ -24,8 +24,9 @@ use super::scripts::{Script, lua_helpers};
 ///
 /// Replies as the one-holder acquire's: `{1, fence}` when taken (or already ours: an earlier
 /// attempt whose reply was lost); `{0, pttl, host, pid, command, since, fence, queued}` of an
-/// exclusive holder; `{2, ms, k, queued}` when it is free or held shared but k waiters come
-/// first (ms: until the first one's keep-alive ends); `{-1, N}` while a semaphore of N holds;
+/// exclusive holder, or of the first shared holder while an exclusive waiter comes first;
+/// `{2, ms, k, queued}` when it is free but k waiters come first (ms: until the first one's
+/// keep-alive ends); `{-1, N}` while a semaphore of N holds;
 /// `{3}` when the token was given back.
 pub const ACQUIRE: Script = Script {
     source: concat!(
@@ -105,20 +106,28 @@ if mode == 'queue' then
   enqueue(KEYS[6], KEYS[7], m, now, tonumber(ARGV[8]))
   queued = 1
 end
-if open then
+if not value then
   local ahead = redis.call('ZRANK', KEYS[6], m) or redis.call('ZCARD', KEYS[6])
   local head = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
   local alive = head and tonumber(redis.call('ZSCORE', KEYS[7], head)) or now
   return {2, math.max(alive - now, 0), ahead, queued}
 end
-local meta = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'command', 'since', 'fence')
-if meta[1] ~= value then
-  meta = {false, false, false, false, false, false}
+local meta
+if value == SHARED then
+  -- Held shared, with an exclusive waiter before us: the first shared holder stands for all.
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+  local h, p, c, s, f = fields(first and redis.call('HGET', KEYS[5], first))
+  meta = {value, h or false, p or false, c or false, s or false, f or false}
+else
+  meta = redis.call('HMGET', KEYS[3], 'token', 'host', 'pid', 'command', 'since', 'fence')
+  if meta[1] ~= value then
+    meta = {false, false, false, false, false, false}
+  end
 end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "2a2da31a9e658aac9cca6be7590020a39db17ff5",
+    sha1: "cb33cc3da66b9ceb3d57c42ec34a12969c0d16d9",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -178,8 +187,12 @@ local keep = tonumber(ARGV[2])
 if keep > 0 then
   redis.call('ZADD', KEYS[1], 'XX', now + keep, ARGV[1])
   outlive({KEYS[1], KEYS[2]}, keep)
-  if marked and redis.call('PTTL', KEYS[6]) < keep then
-    redis.call('PEXPIRE', KEYS[6], keep)
+  if marked then
+    -- The marker lasts as long as the longest share left, ours to the end of the hold
+    -- included: no longer (exclusive runs would wait on a lock nobody holds).
+    drop_lapsed(KEYS[1], KEYS[2], now)
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[6], math.max(tonumber(last[2]) - now, 1))
   end
   return 1
 end
@@ -210,5 +223,5 @@ end)
 return 1
 "#
     ),
-    sha1: "d8777778ef075397ab049b95ede3d0e556ed5421",
+    sha1: "df863bc9854b43f3bd250443d3d12331a7064571",
 };
