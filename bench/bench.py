@@ -115,6 +115,10 @@ class Tools:
     def flock(self, name, *cmd):
         return ["flock", str(self.scratch / f"{name}.flock"), *cmd]
 
+    def etcd(self, name, *cmd):
+        url = self.servers.etcd.replace("http://", "etcd://")
+        return [str(self.binary), "-u", url, name, "--", *cmd]
+
     def etcdctl(self, name, *cmd):
         return ["etcdctl", f"--endpoints={self.servers.etcd}", "lock", name, "--", *cmd]
 
@@ -129,7 +133,7 @@ class Tools:
 
     def all(self):
         return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl),
-                ("Redlock, 5 servers", self.redlock), ("file", self.file)]
+                ("Redlock, 5 servers", self.redlock), ("file", self.file), ("locked-run etcd", self.etcd)]
 
     def overheads(self):
         """What the overhead measures: every tool, a semaphore's run (`--holders 3`) and a
@@ -382,6 +386,9 @@ def main():
     say(f"| overhead, Redlock over 5 servers | {ms(rl)} ({rl / fl:.2f}x flock) | - | - | (measured) | - |")
     lf = o["file"]
     say(f"| overhead, host-local `file://` | {ms(lf)} ({lf / fl:.2f}x flock) | - | - | (measured) | - |")
+    le = o["locked-run etcd"]
+    say(f"| overhead, `etcd://` (one member) | {ms(le)} ({le / fl:.2f}x flock, {le / et:.2f}x etcdctl lock) | - "
+        f"| - | < etcdctl lock | {verdict(le < et)} |")
     lh = o["--holders 3"]
     say(f"| overhead, `--holders 3` | {ms(lh)} ({lh / lr:.2f}x one holder's) | - | - | <= 1.1x one holder's "
         f"| {verdict(lh <= 1.1 * lr)} |")
@@ -397,6 +404,9 @@ def main():
     say(f"| handoff, Redlock over 5 servers | {ms(rm)} / {ms(rp)} ({rm / fm:.2f}x flock) | - | - | (measured) | - |")
     hf, hfp = h["file"]
     say(f"| handoff, host-local `file://` | {ms(hf)} / {ms(hfp)} ({hf / fm:.2f}x flock) | - | - | (measured) | - |")
+    he, hep = h["locked-run etcd"]
+    say(f"| handoff, `etcd://` | {ms(he)} / {ms(hep)} ({he / fm:.2f}x flock) | - | - | < etcdctl lock "
+        f"| {verdict(he < em)} |")
     say(f"| peak RSS of the wrapper | {r['locked-run'] / 1024:.1f} MiB | - | {r['etcdctl lock'] / 1024:.1f} MiB "
         f"| <= 5 MiB | {verdict(r['locked-run'] <= 5 * 1024)} |")
     # Besides the scripts: HELLO when connecting, SUBSCRIBE/UNSUBSCRIBE around the acquire.

@@ -102,7 +102,8 @@ def scale(tools, widths, rounds):
     handoff or None)}}, medians over `rounds` rounds (more for small W) in which the tools
     take turns."""
     contenders = [("fair", tools.locked_run, "redis"), ("--no-fair", tools.no_fair, "redis"),
-                  ("flock", tools.flock, "flock"), ("etcdctl lock", tools.etcdctl, "etcd")]
+                  ("flock", tools.flock, "flock"), ("etcdctl lock", tools.etcdctl, "etcd"),
+                  ("locked-run etcd", tools.etcd, "etcd")]
     results = {}
     serial = 0
     for width in widths:
@@ -125,17 +126,17 @@ def scale(tools, widths, rounds):
 
 
 def scale_table(say, results):
-    say("| W | fair ms/handoff (x flock) | `--no-fair` | flock | etcdctl lock "
+    say("| W | fair ms/handoff (x flock) | `--no-fair` | flock | etcdctl lock | `etcd://` "
         "| commands/handoff fair: sent (with the scripts') | `--no-fair` | context switches/waiter fair "
-        "| `--no-fair` | flock | etcdctl |")
-    say("|---|---|---|---|---|---|---|---|---|---|---|")
+        "| `--no-fair` | flock | etcdctl | `etcd://` |")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     verdicts = []
     for width, r in results.items():
-        fa, nf, fl, et = r["fair"], r["--no-fair"], r["flock"], r["etcdctl lock"]
+        fa, nf, fl, et, ed = r["fair"], r["--no-fair"], r["flock"], r["etcdctl lock"], r["locked-run etcd"]
         say(f"| {width} | {fa[0] * 1000:.2f} ({fa[0] / fl[0]:.2f}x) | {nf[0] * 1000:.2f} ({nf[0] / fl[0]:.2f}x) "
-            f"| {fl[0] * 1000:.2f} | {et[0] * 1000:.2f} "
+            f"| {fl[0] * 1000:.2f} | {et[0] * 1000:.2f} | {ed[0] * 1000:.2f} "
             f"| {fa[2][1]:.1f} ({fa[2][0]:.1f}) | {nf[2][1]:.1f} ({nf[2][0]:.1f}) "
-            f"| {fa[1]:.1f} | {nf[1]:.1f} | {fl[1]:.1f} | {et[1]:.1f} |")
+            f"| {fa[1]:.1f} | {nf[1]:.1f} | {fl[1]:.1f} | {et[1]:.1f} | {ed[1]:.1f} |")
         verdicts.append((width, fa, nf, fl, et))
     return verdicts
 

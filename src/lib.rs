@@ -17,6 +17,8 @@
 //!   wake-ups, inspect, force-release), the lock specification, and the one type for any backend.
 //! - [`redis`]: the Redis backends: one server (plain, TLS, Sentinel, Cluster) and Redlock,
 //!   with the URL, connection, protocol and script layers under them.
+//! - [`etcd`]: the consensus backend (`etcd://`): etcd's own lock recipe over its JSON gateway,
+//!   the fence a create revision.
 //! - [`file`]: the host-local backend (`file:///DIR`): `flock(2)` and a durable fence counter.
 //! - [`child`]: finding, spawning, signalling and reaping the command.
 //! - [`watcher`]: kills the job's process group should `locked-run` itself be SIGKILLed.
@@ -33,6 +35,7 @@ pub mod child;
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod etcd;
 pub mod exit;
 pub mod file;
 pub mod lease;

@@ -1,12 +1,13 @@
 //! Opening what the URLs name for a lock specification (nothing is connected yet): one Redis
-//! server, Redlock over several, or a directory of this host, as one [`AnyBackend`]; the one
-//! place where a backend's kind refuses what it cannot give; and the runtime everything runs
-//! on. Adding a backend is a directory of its own and a line here.
+//! server, Redlock over several, an etcd cluster, or a directory of this host, as one
+//! [`AnyBackend`]; the one place where a backend's kind refuses what it cannot give; and the
+//! runtime everything runs on. Adding a backend is a directory of its own and a line here.
 
 use std::time::Duration;
 
 use crate::backend::{AnyBackend, LockSpec, Mode};
 use crate::cli::ConnArgs;
+use crate::etcd::{self, EtcdLock};
 use crate::exit::Failure;
 use crate::file::{self, FileLock};
 use crate::name::LockName;
@@ -45,6 +46,8 @@ enum Kind {
     Redlock,
     /// A directory of this host (`file://`).
     Dir,
+    /// An etcd cluster (`etcd://`).
+    Etcd,
 }
 
 impl Kind {
@@ -62,7 +65,9 @@ impl Kind {
                      Redlock over several servers holds one lock at a time",
                 );
             }
-            (Kind::Server | Kind::Redlock | Kind::Dir, _) => {}
+            (Kind::Etcd, Mode::Holders(_)) => return Some("--holders is not yet on etcd://"),
+            (Kind::Etcd, Mode::Shared) => return Some("--shared is not yet on etcd://"),
+            (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd, _) => {}
         }
         match (self, how.wait_replicas.is_some()) {
             (Kind::Redlock, true) => Some(
@@ -72,6 +77,10 @@ impl Kind {
             (Kind::Dir, true) => {
                 Some("--wait-replicas is for a Redis primary with replicas, not for file://")
             }
+            (Kind::Etcd, true) => Some(
+                "--wait-replicas is for a Redis primary with replicas; etcd commits every write \
+                 through Raft on a quorum of its members",
+            ),
             _ => None,
         }
     }
@@ -84,6 +93,15 @@ pub fn open_backend(
     how: &Opening,
 ) -> Result<AnyBackend, Failure> {
     let name = spec.name.clone();
+    if let Some(client) = open_etcd(conn)? {
+        refuse(Kind::Etcd, spec, how)?;
+        if !spec.fair {
+            tracing::info!(
+                "--no-fair changes nothing on etcd://: its waiters are always served in arrival order"
+            );
+        }
+        return Ok(AnyBackend::new(EtcdLock::on(client, name, how.command)));
+    }
     let nodes = match open_servers(conn)? {
         Servers::Dir(url) => {
             refuse(Kind::Dir, spec, how)?;
@@ -153,6 +171,40 @@ fn open_redlock(nodes: Vec<Node>, name: &LockName, how: &Opening) -> Result<Redl
     Ok(Redlock::new(locks, how.node_timeout))
 }
 
+/// The etcd cluster the URLs name, if they name one (nothing is connected yet): one `etcd://`
+/// or `etcds://` URL listing its endpoints, with the TLS options for `etcds://`, and the
+/// user's password from the URL, `--password-file` or `REDISCLI_AUTH`.
+pub fn open_etcd(conn: &ConnArgs) -> Result<Option<etcd::Client>, Failure> {
+    let urls = conn.urls();
+    let Some(url) = urls.iter().find(|url| etcd::is_etcd_url(url)) else {
+        return Ok(None);
+    };
+    if urls.len() > 1 {
+        return Err(Failure::usage(
+            "an etcd:// URL names a whole cluster: give one, listing its endpoints \
+             (etcd://HOST:PORT,HOST:PORT), and no other URL",
+        ));
+    }
+    let mut parsed = etcd::parse_url(url).map_err(Failure::usage)?;
+    let options = conn.tls();
+    let tls = match (parsed.tls, &options) {
+        (true, _) => Some(tls::connector(&options).map_err(Failure::usage)?),
+        (false, o) if o.ca_cert.is_some() || o.cert.is_some() || o.key.is_some() => {
+            // Ignoring them would leave a connection believed encrypted in plain text.
+            return Err(Failure::usage(
+                "--tls-ca-cert, --tls-cert and --tls-key are for etcds:// URLs (etcd over TLS), \
+                 and an etcd:// URL is given",
+            ));
+        }
+        (false, _) => None,
+    };
+    if parsed.user.is_some() && parsed.password.is_none() {
+        parsed.password = conn.default_password()?;
+    }
+    conn.warn_about_visible_passwords();
+    Ok(Some(etcd::Client::new(parsed, tls, conn.connect_timeout)))
+}
+
 /// What the URLs name: a directory of this host (its `file://` URL), or Redis servers.
 pub enum Servers {
     Dir(String),
@@ -163,6 +215,12 @@ pub enum Servers {
 /// connected yet): for a run, `status`, `release` and `doctor` alike.
 pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
     let urls = conn.urls();
+    if urls.iter().any(|url| etcd::is_etcd_url(url)) {
+        // Checked by `open_etcd` before this is called for a run, `status` or `release`.
+        return Err(Failure::usage(
+            "`doctor` does not check etcd:// clusters yet (`etcdctl endpoint health` does)",
+        ));
+    }
     let options = conn.tls();
     let rediss = urls.iter().any(|url| url.starts_with("rediss://"));
     if !rediss && (options.ca_cert.is_some() || options.cert.is_some() || options.key.is_some()) {

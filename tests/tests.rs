@@ -8,6 +8,7 @@ mod command_line;
 mod doctor;
 mod durability;
 mod errors;
+mod etcd;
 mod fair;
 mod fencing;
 mod holders;

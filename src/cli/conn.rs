@@ -12,9 +12,10 @@ use crate::name::LockName;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnArgs {
-    /// Redis server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
+    /// Server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
     /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...]; three or more
-    /// for Redlock; or file:///DIR for locks on this host only, with no server
+    /// for Redlock; etcd://[user@]host:port[,host:port...] for an etcd cluster (etcds:// for
+    /// TLS); or file:///DIR for locks on this host only, with no server
     /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
     /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH, not on the command line, which `ps`
     /// shows.
@@ -25,19 +26,19 @@ pub struct ConnArgs {
     #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
-    /// Read the Redis password from FILE (its first line), for URLs that carry none
+    /// Read the Redis (or etcd) password from FILE (its first line), for URLs that carry none
     #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<std::path::PathBuf>,
 
-    /// rediss://: trust the CA certificate(s) in this PEM file instead of the system's
+    /// rediss:// and etcds://: trust the CA certificate(s) in this PEM file instead of the system's
     #[arg(long, value_name = "FILE", global = true)]
     pub tls_ca_cert: Option<std::path::PathBuf>,
 
-    /// rediss://: a client certificate (PEM), for servers that ask for one
+    /// rediss:// and etcds://: a client certificate (PEM), for servers that ask for one
     #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
     pub tls_cert: Option<std::path::PathBuf>,
 
-    /// rediss://: the client certificate's private key (PEM)
+    /// rediss:// and etcds://: the client certificate's private key (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
     pub tls_key: Option<std::path::PathBuf>,
 }
@@ -74,11 +75,10 @@ impl ConnArgs {
 
     /// Warns when a password was given on the command line, where `ps` shows it to every user.
     pub fn warn_about_visible_passwords(&self) {
-        if self
-            .url
-            .iter()
-            .any(|u| crate::redis::url::url_has_password(u))
-        {
+        if self.url.iter().any(|u| match crate::etcd::is_etcd_url(u) {
+            true => crate::etcd::has_password(u),
+            false => crate::redis::url::url_has_password(u),
+        }) {
             tracing::warn!(
                 "a password given with --url is visible to every user of this machine (ps); \
                  put the URL in LOCKED_RUN_URL, or the password in --password-file or REDISCLI_AUTH"
@@ -95,7 +95,11 @@ impl ConnArgs {
         let mut line = format!("locked-run {sub}");
         for url in &self.url {
             line.push_str(" -u ");
-            line.push_str(&shell_word(&crate::redis::url::printable(url)));
+            let printable = match crate::etcd::is_etcd_url(url) {
+                true => crate::etcd::printable(url),
+                false => crate::redis::url::printable(url),
+            };
+            line.push_str(&shell_word(&printable));
         }
         let files = [
             ("--password-file", &self.password_file),

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 pub mod certs;
 pub mod cmd;
+pub mod etcd;
 pub mod holder;
 pub mod process;
 pub mod proxy;
@@ -29,6 +30,8 @@ pub mod topology;
 pub use certs::*;
 #[allow(unused_imports)]
 pub use cmd::{LockedRun, lr, status_json};
+#[allow(unused_imports)]
+pub use etcd::Etcd;
 #[allow(unused_imports)]
 pub use holder::Holder;
 #[allow(unused_imports)]

@@ -1,0 +1,161 @@
+//! What the operators' commands read of a lock in etcd, and `release --force`: the keys under
+//! `NAME/` by create revision (the first holds, the others wait), the holder's lease's time to
+//! live, and the forced delete of the holder's key and its lease.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::EtcdLock;
+use super::wire::{self, Kv, int, kvs};
+use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
+
+impl EtcdLock {
+    pub(super) async fn report(&self) -> Result<Report, BackendError> {
+        let deadline = Instant::now() + self.client.connect_timeout();
+        let reply = self
+            .client
+            .must("/v3/kv/range", &wire::range_first(&self.prefix), deadline)
+            .await?;
+        let Some(owner) = kvs(&reply).into_iter().next() else {
+            return Ok(Report {
+                waiters: Some(0),
+                ..Report::default()
+            });
+        };
+        let expiry = self.expiry(owner.lease, deadline).await?;
+        let busy = Busy {
+            holder: holder_of(&owner),
+            expiry,
+        };
+        Ok(Report {
+            fence: Some(owner.create_revision as u64),
+            held: Some(busy.clone()),
+            value: Some(owner.key.clone()),
+            // Every key but the holder's is a waiter's (etcdctl's too).
+            waiters: Some((int(&reply["count"]) - 1).max(0) as u64),
+            holders: vec![Slot {
+                token: Some(owner.key),
+                busy,
+            }],
+            limit: Some(1),
+            ..Report::default()
+        })
+    }
+
+    /// When a holder's lease ends: a key on no lease (put by hand) has no expiry.
+    async fn expiry(&self, lease: i64, deadline: Instant) -> Result<Expiry, BackendError> {
+        if lease == 0 {
+            return Ok(Expiry::Never);
+        }
+        let reply = self
+            .client
+            .must(
+                "/v3/lease/timetolive",
+                &json!({"ID": lease.to_string()}),
+                deadline,
+            )
+            .await?;
+        // -1: expired this instant, and its keys about to go.
+        let ttl = int(&reply["TTL"]).max(0) as u64;
+        Ok(Expiry::In(Duration::from_secs(ttl)))
+    }
+
+    /// Deletes the holder's key (`token`: that key, which must be under `NAME/`) and revokes
+    /// its lease; says whom it was taken from.
+    pub(super) async fn force(&self, token: Option<&str>) -> Result<Freed, BackendError> {
+        let deadline = Instant::now() + self.client.connect_timeout();
+        let found = match token {
+            None => {
+                let reply = self
+                    .client
+                    .must("/v3/kv/range", &wire::range_first(&self.prefix), deadline)
+                    .await?;
+                kvs(&reply).into_iter().next()
+            }
+            Some(key) if key.starts_with(&self.prefix) => {
+                let reply = self
+                    .client
+                    .must(
+                        "/v3/kv/txn",
+                        &wire::txn(&[], &[wire::get(key)], &[]),
+                        deadline,
+                    )
+                    .await?;
+                kvs(wire::txn_range(&reply, 0)).into_iter().next()
+            }
+            Some(key) => {
+                return Err(BackendError::Refused(format!(
+                    "{key} is not a key of lock {} (they start with {})",
+                    self.name, self.prefix
+                )));
+            }
+        };
+        let Some(kv) = found else {
+            return Ok(Freed::Released {
+                holders: Vec::new(),
+                fence: None,
+            });
+        };
+        let delete = wire::txn(
+            &[wire::created_at(&kv.key, kv.create_revision)],
+            &[wire::delete(&kv.key)],
+            &[],
+        );
+        self.client.must("/v3/kv/txn", &delete, deadline).await?;
+        // Its holder's next keep-alive then finds the lease gone.
+        if kv.lease != 0 {
+            self.revoke(kv.lease, deadline).await?;
+        }
+        Ok(Freed::Released {
+            holders: vec![holder_of(&kv)],
+            fence: Some(kv.create_revision as u64),
+        })
+    }
+}
+
+/// Who holds a key, from its value (`locked-run`'s JSON); a key of another program (etcdctl
+/// leaves its value empty) names nobody, but has its fence.
+pub fn holder_of(kv: &Kv) -> Holder {
+    let value: serde_json::Value = serde_json::from_slice(&kv.value).unwrap_or_default();
+    let text = |field: &str| value[field].as_str().map(str::to_owned);
+    Holder {
+        host: text("host"),
+        pid: value["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+        command: text("command"),
+        since_ms: value["since"].as_u64(),
+        fence: Some(kv.create_revision as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_read_from_its_keys_value_and_etcdctls_names_nobody() {
+        let ours = Kv {
+            key: "job/2040a2418ec67f0a".into(),
+            create_revision: 17,
+            lease: 1,
+            value: br#"{"host":"web-3","pid":4242,"command":"backup.sh","since":1764673200000}"#
+                .to_vec(),
+        };
+        assert_eq!(
+            holder_of(&ours).to_string(),
+            "web-3 pid 4242 (backup.sh) since 2025-12-02T11:00:00Z, fence 17"
+        );
+        let etcdctl = Kv {
+            value: Vec::new(),
+            ..ours
+        };
+        assert_eq!(
+            holder_of(&etcdctl),
+            Holder {
+                fence: Some(17),
+                ..Holder::default()
+            }
+        );
+    }
+}

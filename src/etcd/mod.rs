@@ -1,0 +1,513 @@
+//! The consensus backend, `etcd://host:port[,host:port...]`: the lock in an etcd v3 cluster,
+//! where every write is committed through Raft, so the fence (a create revision) never
+//! repeats, also across a failover of etcd's leader.
+//!
+//! The lock is etcd's own recipe (`client/v3/concurrency/mutex.go`), so that `locked-run` and
+//! `etcdctl lock NAME` exclude each other on the same NAME:
+//!
+//! - Each run grants itself a lease (TTL: `--ttl` rounded up to whole seconds; etcd may raise
+//!   it to its minimum) and creates the key `NAME/<lease id in hex>` on it, only if absent,
+//!   with its holder's metadata as the value (JSON, for `status`; etcdctl's value is empty).
+//! - The key under `NAME/` with the lowest create revision holds the lock. Its create revision
+//!   is the fence: etcd's cluster-wide revision, strictly increasing.
+//! - A waiter keeps its key and watches the key just before its own (the highest create
+//!   revision below its own) for a delete: arrival order, one wake-up per handoff. It keeps
+//!   its lease alive at each attempt, which the session repeats while the waiter holds a place
+//!   ([`Backend::queues`]); a waiter whose lease lapsed anyway queues again, at the end.
+//! - Release, give-back and a `-n` run that found the lock held all revoke the lease, which
+//!   deletes the key with it: an attempt still on its way then finds its lease gone and takes
+//!   nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
+//!
+//! Every request may be sent twice (on a kept-alive connection found closed): a second grant
+//! leaves a lease with no key, which lapses; a second create finds the key there and reads it
+//! back as ours; keep-alive, revoke and reads change nothing twice.
+
+mod client;
+mod inspect;
+mod url;
+mod watch;
+mod wire;
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+pub use client::Client;
+pub use url::{EtcdUrl, has_password, is_etcd_url, parse as parse_url, printable};
+
+use crate::backend::{
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Tenure, hostname, wall_clock_ms,
+};
+use crate::lease::Timings;
+use crate::name::LockName;
+use client::NOT_FOUND;
+use inspect::holder_of;
+use watch::{EtcdWakeups, Predecessor, Watch};
+use wire::{int, kvs, txn_range};
+
+/// A lock on one NAME in one etcd cluster.
+pub struct EtcdLock {
+    client: Client,
+    name: LockName,
+    /// `NAME/`: every contender's key starts with it.
+    prefix: String,
+    /// The holder's metadata stored in the key (JSON), less the time.
+    host: String,
+    command: String,
+    /// This run's lease and key, once granted; `None` once revoked or lost.
+    place: Cell<Option<Place>>,
+    /// The key before ours at the last attempt, for the waiter's watch.
+    wait_on: RefCell<Option<Predecessor>>,
+    /// The key held, for `LOCKED_RUN_KEY` (see [`Backend::key`]).
+    held_key: Cell<Option<&'static str>>,
+    /// What was said once with `-v` about the lease's length.
+    said: Cell<bool>,
+}
+
+/// A lease of this run and its key `NAME/<lease hex>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    lease: i64,
+    /// The key's create revision, once it exists.
+    created: Option<i64>,
+}
+
+/// What one round of an attempt found.
+enum Round {
+    Done(Attempt),
+    /// Our key vanished between two reads (a `release --force`, a lapsed lease): once more.
+    Again,
+}
+
+impl EtcdLock {
+    /// The lock `name` in the cluster `client` talks to; `command` is shown to `status`.
+    pub fn on(client: Client, name: LockName, command: &str) -> EtcdLock {
+        EtcdLock {
+            client,
+            prefix: format!("{name}/"),
+            name,
+            host: hostname(),
+            command: command.to_owned(),
+            place: Cell::new(None),
+            wait_on: RefCell::new(None),
+            held_key: Cell::new(None),
+            said: Cell::new(false),
+        }
+    }
+
+    fn key_of(&self, lease: i64) -> String {
+        format!("{}{lease:x}", self.prefix)
+    }
+
+    /// The key a waiter waits on, as the last attempt found it.
+    fn waits_on(&self) -> Option<Predecessor> {
+        self.wait_on.borrow().clone()
+    }
+
+    /// The value of our key: who holds (or waits), for `status` and the waiters' messages.
+    fn value(&self) -> Vec<u8> {
+        json!({
+            "host": self.host,
+            "pid": std::process::id(),
+            "command": self.command,
+            "since": wall_clock_ms(),
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    /// A lease of `--ttl` rounded up to whole seconds.
+    async fn grant(&self, timings: &Timings, deadline: Instant) -> Result<i64, BackendError> {
+        let ttl = timings.ttl;
+        let asked = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let reply = self
+            .client
+            .must(
+                "/v3/lease/grant",
+                &json!({"TTL": asked.to_string()}),
+                deadline,
+            )
+            .await?;
+        let (lease, granted) = (int(&reply["ID"]), int(&reply["TTL"]));
+        if lease <= 0 || granted < asked as i64 {
+            return Err(BackendError::Refused(format!(
+                "etcd at {} granted lease {lease} of {granted}s for the {asked}s asked",
+                self.client.url()
+            )));
+        }
+        self.place.set(Some(Place {
+            lease,
+            created: None,
+        }));
+        // The lease clock counts with --ttl from the instant the attempt was sent, before the
+        // grant: etcd's lease, at least as long and started later, outlasts what it trusts.
+        if !self.said.replace(true) && granted as u128 * 1000 != ttl.as_millis() {
+            tracing::info!(
+                "etcd leases last whole seconds: lock {} is on a lease of {granted}s for --ttl {} \
+                 (etcd raises short ones to its minimum); the command is stopped by --ttl all the same",
+                self.name,
+                crate::lease::show(ttl)
+            );
+        }
+        Ok(lease)
+    }
+
+    /// Keeps `lease` alive: false when etcd no longer has it (expired, or revoked).
+    async fn keep_alive(&self, lease: i64, deadline: Instant) -> Result<bool, BackendError> {
+        let request = json!({"ID": lease.to_string()});
+        match self
+            .client
+            .call("/v3/lease/keepalive", &request, deadline)
+            .await?
+        {
+            // An unknown or expired lease is answered without a TTL.
+            Ok(reply) => Ok(int(&reply["result"]["TTL"]) > 0),
+            Err(status) if status.code == NOT_FOUND => Ok(false),
+            Err(status) => Err(self.client.refused(&status)),
+        }
+    }
+
+    /// Revokes `lease`, deleting its key: false when there was no such lease any more.
+    async fn revoke(&self, lease: i64, deadline: Instant) -> Result<bool, BackendError> {
+        let request = json!({"ID": lease.to_string()});
+        match self
+            .client
+            .call("/v3/lease/revoke", &request, deadline)
+            .await?
+        {
+            Ok(_) => Ok(true),
+            Err(status) if status.code == NOT_FOUND => Ok(false),
+            Err(status) => Err(self.client.refused(&status)),
+        }
+    }
+
+    /// Gives up this run's place: its lease is revoked (and its key with it); a later attempt
+    /// starts afresh. Forgotten even when the revoke went unanswered: the lease then lapses.
+    async fn leave(&self, deadline: Instant) -> Result<bool, BackendError> {
+        self.wait_on.replace(None);
+        match self.place.take() {
+            Some(place) => self.revoke(place.lease, deadline).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Moves our key to a new lease of `hold` (rounded up to whole seconds), so that it
+    /// outlives the revoke of ours: false when the key was no longer ours. A lease granted
+    /// for nothing (the key gone) is revoked.
+    async fn keep_for(
+        &self,
+        place: Place,
+        hold: Duration,
+        deadline: Instant,
+    ) -> Result<bool, BackendError> {
+        let Some(created) = place.created else {
+            return Ok(false);
+        };
+        let secs = hold.as_secs() + u64::from(hold.subsec_nanos() > 0);
+        let reply = self
+            .client
+            .must(
+                "/v3/lease/grant",
+                &json!({"TTL": secs.to_string()}),
+                deadline,
+            )
+            .await?;
+        let (lease, granted) = (int(&reply["ID"]), int(&reply["TTL"]));
+        if granted as u64 > secs {
+            tracing::info!(
+                "--min-hold: lock {} is kept for {granted}s, etcd's shortest lease",
+                self.name
+            );
+        }
+        let key = self.key_of(place.lease);
+        let moved = wire::txn(
+            &[wire::created_at(&key, created)],
+            &[wire::move_to(&key, lease)],
+            &[],
+        );
+        let reply = self.client.must("/v3/kv/txn", &moved, deadline).await;
+        let ours = matches!(&reply, Ok(r) if r["succeeded"] == true);
+        if !ours {
+            let _ = self.revoke(lease, deadline).await;
+        }
+        reply.map(|_| ours)
+    }
+
+    /// The key that holds the lock now, if any.
+    async fn holder_key(&self, deadline: Instant) -> Result<Option<wire::Kv>, BackendError> {
+        let reply = self
+            .client
+            .must("/v3/kv/range", &wire::range_first(&self.prefix), deadline)
+            .await?;
+        Ok(kvs(&reply).into_iter().next())
+    }
+
+    fn acquired(&self, key: String, created: i64) -> Attempt {
+        if self.held_key.get() != Some(key.as_str()) {
+            // Leaked, once per grant: `key()` lends a &str for the run, and the key changes
+            // only when a lease does (a give-back, a lapse), a handful of times at most.
+            self.held_key.set(Some(Box::leak(key.into_boxed_str())));
+        }
+        Attempt::Acquired {
+            fence: created as u64,
+        }
+    }
+
+    async fn round(
+        &self,
+        timings: &Timings,
+        listen: bool,
+        deadline: Instant,
+    ) -> Result<Round, BackendError> {
+        self.wait_on.replace(None);
+        // 1. A live lease: ours kept alive, or a new one.
+        let lease = match self.place.get() {
+            Some(place) if self.keep_alive(place.lease, deadline).await? => place.lease,
+            Some(_) => {
+                tracing::info!(
+                    "this run's lease on lock {} lapsed while it waited: it queues again, at the end",
+                    self.name
+                );
+                self.place.set(None);
+                self.grant(timings, deadline).await?
+            }
+            None => {
+                // -n: a run that will not wait does not queue, even for an instant.
+                if !listen {
+                    if let Some(holder) = self.holder_key(deadline).await? {
+                        return Ok(Round::Done(busy(&holder)));
+                    }
+                }
+                self.grant(timings, deadline).await?
+            }
+        };
+        let key = self.key_of(lease);
+        // A waiter whose key exists (on this lease) has nothing to create: only a read, which
+        // etcd serves without a write to its log (no fsync on the way to a handoff).
+        let known = self
+            .place
+            .get()
+            .filter(|p| p.lease == lease)
+            .and_then(|p| p.created);
+        let (created, holder) = match known {
+            Some(created) => (created, None),
+            None => {
+                // 2. Our key, created if absent, and the holder's, in one transaction.
+                let holder = wire::first_created(&self.prefix);
+                let create = wire::txn(
+                    &[wire::absent(&key)],
+                    &[wire::put(&key, &self.value(), lease), holder.clone()],
+                    &[wire::get(&key), holder],
+                );
+                let reply = match self.client.call("/v3/kv/txn", &create, deadline).await? {
+                    Ok(reply) => reply,
+                    // The lease lapsed between the keep-alive and the put.
+                    Err(status) if status.code == NOT_FOUND => {
+                        self.place.set(None);
+                        return Ok(Round::Again);
+                    }
+                    Err(status) => return Err(self.client.refused(&status)),
+                };
+                let created = match reply["succeeded"] == true {
+                    true => wire::revision(&reply),
+                    false => match kvs(txn_range(&reply, 0)).first() {
+                        Some(kv) => kv.create_revision,
+                        None => return Ok(Round::Again),
+                    },
+                };
+                self.place.set(Some(Place {
+                    lease,
+                    created: Some(created),
+                }));
+                let Some(holder) = kvs(txn_range(&reply, 1)).into_iter().next() else {
+                    return Ok(Round::Again);
+                };
+                if holder.create_revision == created {
+                    return Ok(Round::Done(self.acquired(key, created)));
+                }
+                // 3. Held by another.
+                if !listen {
+                    if let Err(e) = self.leave(deadline).await {
+                        // Kept as a place, for the give-back on the way out to try again.
+                        self.place.set(Some(Place {
+                            lease,
+                            created: Some(created),
+                        }));
+                        tracing::info!("could not give up the place of lock {}: {e}", self.name);
+                    }
+                    return Ok(Round::Done(busy(&holder)));
+                }
+                (created, Some(holder))
+            }
+        };
+        // 4. Waiting: the key just before ours, read in one view with ours, so that "none
+        // before ours" means ours is the first.
+        let view = wire::txn(
+            &[],
+            &[
+                wire::get(&key),
+                wire::last_created_up_to(&self.prefix, created - 1),
+                wire::first_created(&self.prefix),
+            ],
+            &[],
+        );
+        let view = self.client.must("/v3/kv/txn", &view, deadline).await?;
+        let ours = kvs(txn_range(&view, 0))
+            .first()
+            .is_some_and(|kv| kv.create_revision == created);
+        if !ours {
+            tracing::info!(
+                "the key {key} of this run's place was deleted (release --force?): queueing again"
+            );
+            let _ = self.leave(deadline).await;
+            return Ok(Round::Again);
+        }
+        let Some(before) = kvs(txn_range(&view, 1)).into_iter().next() else {
+            return Ok(Round::Done(self.acquired(key, created)));
+        };
+        self.wait_on.replace(Some(Predecessor {
+            key: before.key,
+            from: wire::revision(&view) + 1,
+        }));
+        match kvs(txn_range(&view, 2)).into_iter().next().or(holder) {
+            Some(holder) => Ok(Round::Done(busy(&holder))),
+            None => Ok(Round::Again),
+        }
+    }
+}
+
+/// Held by the key `holder`: its end is its holder's business (a release or a lapse, seen by
+/// the watch), not a time to sleep until.
+fn busy(holder: &wire::Kv) -> Attempt {
+    Attempt::Busy(Busy {
+        holder: holder_of(holder),
+        expiry: Expiry::WithHolder,
+    })
+}
+
+impl Backend for EtcdLock {
+    type Wakeups<'a> = EtcdWakeups<'a>;
+
+    fn tenure(&self) -> Tenure {
+        Tenure::Lease
+    }
+
+    /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`, and
+    /// each attempt keeps its lease alive.
+    fn queues(&self) -> bool {
+        self.place.get().is_some()
+    }
+
+    /// `NAME/<lease hex>` once held; `NAME/` before.
+    fn key(&self) -> &str {
+        self.held_key.get().unwrap_or(&self.prefix)
+    }
+
+    /// The key is the token: an operator frees a holder by it.
+    fn token(&self) -> String {
+        self.key().to_owned()
+    }
+
+    async fn give_back(&self, timeout: Duration) -> Result<bool, BackendError> {
+        self.leave(Instant::now() + timeout).await
+    }
+
+    async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
+        let deadline = Instant::now() + self.client.connect_timeout().min(timings.ttl / 2);
+        for _ in 0..3 {
+            if let Round::Done(attempt) = self.round(timings, listen, deadline).await? {
+                return Ok(attempt);
+            }
+        }
+        Err(BackendError::Transient(format!(
+            "this run's key for lock {} kept vanishing (someone deletes the keys under {})",
+            self.name, self.prefix
+        )))
+    }
+
+    /// Keeps the lease alive, and checks that our key is still there: a `release --force` or
+    /// a hand delete leaves the lease. The session counts the lease from the instant this was
+    /// sent, with `--ttl`, which is at most what etcd granted.
+    async fn renew(&self, _timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
+        let Some(Place {
+            lease,
+            created: Some(created),
+        }) = self.place.get()
+        else {
+            return Ok(false);
+        };
+        let deadline = Instant::now() + timeout;
+        if !self.keep_alive(lease, deadline).await? {
+            return Ok(false);
+        }
+        let key = self.key_of(lease);
+        let reply = self
+            .client
+            .must(
+                "/v3/kv/txn",
+                &wire::txn(&[], &[wire::get(&key)], &[]),
+                deadline,
+            )
+            .await?;
+        let still = kvs(txn_range(&reply, 0))
+            .first()
+            .is_some_and(|kv| kv.create_revision == created);
+        if !still {
+            tracing::info!("the key {key} of lock {} was deleted", self.name);
+        }
+        Ok(still)
+    }
+
+    /// Revokes the lease, which deletes the key in the same step. `Ok(false)` when the lease
+    /// was gone already. With `keep_for` (`--min-hold`), the key is first moved to a lease of
+    /// its own that lasts that long (whole seconds, at least etcd's minimum): it keeps its
+    /// create revision, so it holds the lock until that lease ends, and its waiters wake then.
+    async fn release(
+        &self,
+        keep_for: Option<Duration>,
+        timeout: Duration,
+    ) -> Result<bool, BackendError> {
+        let deadline = Instant::now() + timeout;
+        if let (Some(hold), Some(place)) = (keep_for, self.place.get()) {
+            match self.keep_for(place, hold, deadline).await {
+                Ok(moved) => {
+                    self.leave(deadline).await?;
+                    return Ok(moved);
+                }
+                Err(e) => tracing::warn!(
+                    "could not keep lock {} for --min-hold ({e}): it is released now",
+                    self.name
+                ),
+            }
+        }
+        self.leave(deadline).await
+    }
+
+    async fn inspect(&self) -> Result<Report, BackendError> {
+        self.report().await
+    }
+
+    async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
+        self.force(token).await
+    }
+
+    /// A watch on the key before ours, from the revision after the read that found it: it
+    /// covers the time since that attempt.
+    async fn subscribe(&self) -> Result<(EtcdWakeups<'_>, bool), BackendError> {
+        let Some(on) = self.waits_on() else {
+            let none = EtcdWakeups {
+                lock: self,
+                watch: None,
+            };
+            return Ok((none, false));
+        };
+        let watch = Watch::open(self, &on).await?;
+        let wakeups = EtcdWakeups {
+            lock: self,
+            watch: Some(watch),
+        };
+        Ok((wakeups, true))
+    }
+}

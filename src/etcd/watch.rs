@@ -1,0 +1,149 @@
+//! A waiter's wake-up: a watch on the key just before its own, from the revision after the
+//! read that found it, so that a delete between that read and the watch is still seen. The
+//! watched key changes only when it is deleted (create revisions only grow), and each attempt
+//! says which key that is: a watch on a key no longer the one before ours is replaced.
+
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::EtcdLock;
+use super::client::{Status, Stream};
+use super::wire::{b64, int};
+use crate::backend::{BackendError, Wakeup, Wakeups};
+
+/// The key a waiter waits on, and the revision its watch starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Predecessor {
+    pub key: String,
+    pub from: i64,
+}
+
+/// One watch on one key.
+pub struct Watch {
+    key: String,
+    stream: Stream,
+    /// Bytes received and not yet parsed: the gateway sends one JSON object per message, but
+    /// a message may come in pieces.
+    buf: Vec<u8>,
+    /// A delete came with the confirmation.
+    seen: bool,
+}
+
+impl Watch {
+    /// Watches `on.key` from `on.from`, once etcd confirmed the watch.
+    pub async fn open(lock: &EtcdLock, on: &Predecessor) -> Result<Watch, BackendError> {
+        let deadline = Instant::now() + lock.client.connect_timeout();
+        let request = json!({"create_request": {
+            "key": b64(on.key.as_bytes()),
+            "start_revision": on.from.to_string(),
+        }});
+        let stream = lock.client.stream("/v3/watch", &request, deadline).await?;
+        let mut watch = Watch {
+            key: on.key.clone(),
+            stream,
+            buf: Vec::new(),
+            seen: false,
+        };
+        loop {
+            let message = tokio::time::timeout_at(deadline, watch.message())
+                .await
+                .map_err(|_| watch.broke("no confirmation in time"))??;
+            if message["result"]["created"] == true {
+                watch.seen = deleted(&message);
+                return Ok(watch);
+            }
+        }
+    }
+
+    /// Resolves when the key is deleted.
+    async fn deleted(&mut self) -> Result<(), BackendError> {
+        if self.seen {
+            return Ok(());
+        }
+        loop {
+            if deleted(&self.message().await?) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The next message of the stream; an error etcd sent, or a watch it cancelled
+    /// (compacted past its start), is an error.
+    async fn message(&mut self) -> Result<Value, BackendError> {
+        loop {
+            let mut values = serde_json::Deserializer::from_slice(&self.buf).into_iter::<Value>();
+            match values.next() {
+                Some(Ok(message)) => {
+                    let used = values.byte_offset();
+                    self.buf.drain(..used);
+                    if let Some(status) = Status::of(&message) {
+                        return Err(self.broke(&status.message));
+                    }
+                    if message["result"]["canceled"] == true {
+                        let why = match int(&message["result"]["compact_revision"]) {
+                            0 => message["result"]["cancel_reason"]
+                                .as_str()
+                                .unwrap_or("no reason given")
+                                .to_owned(),
+                            r => format!("its history was compacted up to revision {r}"),
+                        };
+                        return Err(self.broke(&format!("etcd cancelled the watch: {why}")));
+                    }
+                    return Ok(message);
+                }
+                Some(Err(e)) if !e.is_eof() => {
+                    return Err(self.broke(&format!("an unreadable message: {e}")));
+                }
+                // Incomplete (or nothing yet): read on.
+                _ => {}
+            }
+            match self.stream.body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.buf.extend_from_slice(data);
+                    }
+                }
+                Some(Err(e)) => return Err(self.broke(&e.to_string())),
+                None => return Err(self.broke("the stream ended")),
+            }
+        }
+    }
+
+    fn broke(&self, why: &str) -> BackendError {
+        BackendError::Transient(format!(
+            "the watch on {} at etcd {} broke: {why}",
+            self.key, self.stream.at
+        ))
+    }
+}
+
+/// Whether a watch message holds a delete.
+fn deleted(message: &Value) -> bool {
+    message["result"]["events"]
+        .as_array()
+        .is_some_and(|events| events.iter().any(|e| e["type"] == "DELETE"))
+}
+
+/// A waiter's wake-ups: the delete of the key before its own.
+pub struct EtcdWakeups<'a> {
+    pub(super) lock: &'a EtcdLock,
+    pub(super) watch: Option<Watch>,
+}
+
+impl Wakeups for EtcdWakeups<'_> {
+    async fn next(&mut self) -> Result<Wakeup, BackendError> {
+        let Some(on) = self.lock.waits_on() else {
+            // No key before ours at the last attempt: nothing to wait for.
+            return std::future::pending().await;
+        };
+        if self.watch.as_ref().is_none_or(|w| w.key != on.key) {
+            self.watch = None;
+            self.watch = Some(Watch::open(self.lock, &on).await?);
+        }
+        let watch = self.watch.as_mut().expect("opened above");
+        watch.deleted().await?;
+        self.watch = None;
+        Ok(Wakeup::Anyone)
+    }
+}
