@@ -20,6 +20,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cli::{LogArgs, LogFormat};
+use crate::exit::printable;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 static LOCK: OnceLock<String> = OnceLock::new();
@@ -77,27 +78,6 @@ pub fn failure_line(message: &str, status: u8) -> String {
             json_line(Level::ERROR, message, fields)
         }
     }
-}
-
-/// The longest text line `locked-run` writes: what a server or another program wrote into a
-/// reply or a holder record (quoted in a message) must not flood a terminal or a journal.
-const MAX_LINE: usize = 2000;
-
-/// `message` as one line of text: control characters (a newline that would forge a second
-/// line, a terminal's escape sequences) escaped, and cut at [`MAX_LINE`] characters.
-pub fn printable(message: &str) -> String {
-    let mut line = String::with_capacity(message.len().min(MAX_LINE));
-    for (count, c) in message.chars().enumerate() {
-        if count == MAX_LINE {
-            line.push_str("... (cut)");
-            break;
-        }
-        match c.is_control() {
-            true => line.extend(c.escape_default()),
-            false => line.push(c),
-        }
-    }
-    line
 }
 
 /// Prints events up to `max` on stderr; `locked-run` uses no spans.
@@ -261,20 +241,5 @@ fn level_word(level: &Level) -> &'static str {
         Level::INFO => "info",
         Level::DEBUG => "debug",
         Level::TRACE => "trace",
-    }
-}
-
-#[cfg(test)]
-mod printable_tests {
-    use super::printable;
-
-    #[test]
-    fn a_message_stays_one_short_line_of_text() {
-        assert_eq!(
-            printable("held by web-1\nlocked-run: FAKE\u{1b}[31m"),
-            "held by web-1\\nlocked-run: FAKE\\u{1b}[31m"
-        );
-        let long = "x".repeat(10_000);
-        assert!(printable(&long).len() < 2100);
     }
 }

@@ -9,7 +9,8 @@
 //! - [`resp`]: the protocol client (RESP2/RESP3), one connection at a time, and its parser,
 //!   which reads a reply in one pass whatever pieces it arrives in.
 //! - [`tls`]: TLS for `rediss://` (rustls).
-//! - [`scripts`]: the Lua scripts of the protocol; [`semaphore`]: those of `--holders N`;
+//! - [`scripts`]: the Lua scripts of the protocol (their shared functions in `lua.rs`);
+//!   [`semaphore`]: those of `--holders N`;
 //!   [`shared`]: those of `--shared`;
 //!   [`replies`]: what they answer, read.
 //! - [`lock`]: the single-server backend ([`lock::ServerLock`]).
@@ -22,6 +23,7 @@ pub mod give_back;
 pub mod inspect;
 pub mod keys;
 pub mod lock;
+mod lua;
 pub mod node;
 pub mod pubsub;
 pub mod redlock;

@@ -38,8 +38,9 @@ pub fn holders_contention_file() -> Figure {
     contended(&format!("file://{}", locks.path().display()))
 }
 
-/// The lease of the slot held by `token`, as the server counts it: its score less TIME.
-fn slot_expiry(redis: &Redis, token: &str) -> Instant {
+/// The lease of the slot (or share, `--shared`) held by `token`, as the server counts it: its
+/// score less TIME.
+pub fn slot_expiry(redis: &Redis, token: &str) -> Instant {
     let before = Instant::now();
     let score: String = redis.cmd(&["ZSCORE", "holders:{job}", token]);
     let time: Vec<String> = redis.cmd(&["TIME"]);

@@ -4,18 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::holders::slot_expiry;
 use crate::support::*;
 use crate::*;
-
-/// The end of the shared lease held by `token`, as the server counts it: its score less TIME.
-fn lease_end(redis: &Redis, token: &str) -> Instant {
-    let before = Instant::now();
-    let score: String = redis.cmd(&["ZSCORE", "holders:{job}", token]);
-    let time: Vec<String> = redis.cmd(&["TIME"]);
-    let now_ms = time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
-    let left = score.parse::<f64>().unwrap() as u64 - now_ms;
-    before + Duration::from_millis(left)
-}
 
 /// A shared holder, with the token it holds.
 fn reader(url: &str, dir: &std::path::Path) -> (Running, i32, String) {
@@ -40,8 +31,8 @@ pub fn shared_server_killed() -> Figure {
     let (first, first_child, first_token) = reader(&redis.url(), one.path());
     let (second, second_child, second_token) = reader(&redis.url(), two.path());
     let ends = [
-        lease_end(&redis, &first_token),
-        lease_end(&redis, &second_token),
+        slot_expiry(&redis, &first_token),
+        slot_expiry(&redis, &second_token),
     ];
     redis.kill();
     let mut worst = None;
