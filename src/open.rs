@@ -95,6 +95,14 @@ pub fn open_backend(
     let name = spec.name.clone();
     if let Some(client) = open_etcd(conn)? {
         refuse(Kind::Etcd, spec, how)?;
+        if name.as_str().contains('/') {
+            // etcd's recipe keeps NAME's contenders under `NAME/`: lock `p` would see lock
+            // `p/job`'s keys as its own contenders, and `release --force p` would free them.
+            return Err(Failure::usage(format!(
+                "lock names on etcd:// hold no '/' ({name:?}): etcd's lock keeps a NAME's keys \
+                 under NAME/, where another NAME's would mix with them; use '-' or '.'"
+            )));
+        }
         if !spec.fair {
             tracing::info!(
                 "--no-fair changes nothing on etcd://: its waiters are always served in arrival order"
@@ -186,6 +194,12 @@ pub fn open_etcd(conn: &ConnArgs) -> Result<Option<etcd::Client>, Failure> {
         ));
     }
     let mut parsed = etcd::parse_url(url).map_err(Failure::usage)?;
+    if conn.sentinel_password_file.is_some() {
+        return Err(Failure::usage(
+            "--sentinel-password-file is for redis+sentinel:// and rediss+sentinel:// URLs, and \
+             an etcd:// URL is given",
+        ));
+    }
     let options = conn.tls();
     let tls = match (parsed.tls, &options) {
         (true, _) => Some(tls::connector(&options).map_err(Failure::usage)?),
@@ -222,12 +236,20 @@ pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
         ));
     }
     let options = conn.tls();
-    let rediss = urls.iter().any(|url| url.starts_with("rediss://"));
+    let rediss = urls.iter().any(|url| crate::redis::url::is_tls(url));
     if !rediss && (options.ca_cert.is_some() || options.cert.is_some() || options.key.is_some()) {
         // Ignoring them would leave a connection believed encrypted in plain text.
         return Err(Failure::usage(
-            "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs, and none is given \
-             (redis+sentinel:// and redis+cluster:// connect without TLS)",
+            "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs (and \
+             rediss+sentinel://, rediss+cluster://), and none is given (redis+sentinel:// and \
+             redis+cluster:// connect without TLS)",
+        ));
+    }
+    let sentinels = urls.iter().any(|url| url.contains("+sentinel://"));
+    if !sentinels && conn.sentinel_password_file.is_some() {
+        return Err(Failure::usage(
+            "--sentinel-password-file is for redis+sentinel:// and rediss+sentinel:// URLs, and \
+             none is given",
         ));
     }
     if urls.iter().any(|url| file::is_file_url(url)) {
@@ -247,10 +269,15 @@ pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
         true => Some(tls::connector(&options).map_err(Failure::usage)?),
         false => None,
     };
+    let sentinel_auth = match sentinels {
+        true => conn.sentinel_auth()?,
+        false => None,
+    };
     let nodes = urls
         .iter()
         .map(|url| {
             Node::open_with(url, conn.connect_timeout, password.as_deref(), tls.as_ref())
+                .map(|node| node.with_sentinel_auth(sentinel_auth.clone()))
                 .map_err(Failure::usage)
         })
         .collect::<Result<Vec<Node>, Failure>>()?;

@@ -399,6 +399,36 @@ fn what_etcd_cannot_give_yet_is_a_usage_error() {
         .job(["true"])
         .run()
         .expect_one_line(2, "not a usable etcd URL");
+    // Lock `p` would take lock `p/job`'s keys (under `p/job/`) for its own contenders.
+    lr().url(url)
+        .args(["p/job", "true"])
+        .run()
+        .expect_one_line(2, "lock names on etcd:// hold no '/'");
+}
+
+/// A member that takes connections and never answers (a hung process, a half-open link)
+/// listed first: every request moves on to the next member within its share of the time, so
+/// runs and releases go on while two of three answer.
+#[test]
+fn a_hung_member_listed_first_costs_a_share_of_the_time_not_the_run() {
+    let etcd = Etcd::start_cluster();
+    let proxy = Proxy::start(etcd.members[0].client_port);
+    proxy.set(Mode::Blackhole);
+    let others: Vec<String> = etcd.members[1..].iter().map(|m| m.endpoint()).collect();
+    let url = format!("etcd://127.0.0.1:{},{}", proxy.port, others.join(","));
+    for _ in 0..2 {
+        let out = lr()
+            .url(&url)
+            .job(["sh", "-c", "echo $LOCKED_RUN_FENCE"])
+            .run()
+            .expect(0);
+        assert!(out.stdout.trim().parse::<u64>().unwrap() > 0, "{out:?}");
+    }
+    assert!(
+        etcd.keys("job/").is_empty(),
+        "released on a member that answers"
+    );
+    assert_eq!(etcd.leases(), 0, "the lease revoked");
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod replicas_and_sentinel;
 mod running;
 mod second_review;
 mod secrets_and_tls;
+mod secured;
 mod shared;
 mod shared_file;
 mod signals;

@@ -13,7 +13,8 @@ use crate::name::LockName;
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnArgs {
     /// Server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
-    /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...]; three or more
+    /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...] (TLS at every
+    /// hop: rediss+sentinel://, rediss+cluster://); three or more
     /// for Redlock; etcd://[user@]host:port[,host:port...] for an etcd cluster (etcds:// for
     /// TLS); or file:///DIR for locks on this host only, with no server
     /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
@@ -29,6 +30,12 @@ pub struct ConnArgs {
     /// Read the Redis (or etcd) password from FILE (its first line), for URLs that carry none
     #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<std::path::PathBuf>,
+
+    /// redis+sentinel:// and rediss+sentinel://: the sentinels' own password (`password` or
+    /// `user:password`, the first line of FILE), when it is not the data nodes'
+    /// [env: LOCKED_RUN_SENTINEL_AUTH holds the same, if this is not given]
+    #[arg(long, value_name = "FILE", global = true)]
+    pub sentinel_password_file: Option<std::path::PathBuf>,
 
     /// rediss:// and etcds://: trust the CA certificate(s) in this PEM file instead of the system's
     #[arg(long, value_name = "FILE", global = true)]
@@ -73,6 +80,38 @@ impl ConnArgs {
         Ok(crate::backend::env_password())
     }
 
+    /// The sentinels' own credentials: `--sentinel-password-file`, else
+    /// `LOCKED_RUN_SENTINEL_AUTH`; `None` when neither is given (the sentinels are then asked
+    /// with the data nodes' credentials).
+    pub fn sentinel_auth(&self) -> Result<Option<crate::redis::sentinel::SentinelAuth>, Failure> {
+        use crate::redis::sentinel::SentinelAuth;
+        if let Some(path) = &self.sentinel_password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(format!(
+                    "cannot read --sentinel-password-file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            let line = text.lines().next().unwrap_or("");
+            return match SentinelAuth::parse(line) {
+                Some(auth) => Ok(Some(auth)),
+                None => Err(Failure::usage(format!(
+                    "--sentinel-password-file {} is empty (or has no password after `user:`)",
+                    path.display()
+                ))),
+            };
+        }
+        match std::env::var("LOCKED_RUN_SENTINEL_AUTH") {
+            Ok(text) if !text.is_empty() => match SentinelAuth::parse(&text) {
+                Some(auth) => Ok(Some(auth)),
+                None => Err(Failure::usage(
+                    "LOCKED_RUN_SENTINEL_AUTH has no password: give `password` or `user:password`",
+                )),
+            },
+            _ => Ok(None),
+        }
+    }
+
     /// Warns when a password was given on the command line, where `ps` shows it to every user.
     pub fn warn_about_visible_passwords(&self) {
         if self.url.iter().any(|u| match crate::etcd::is_etcd_url(u) {
@@ -103,6 +142,7 @@ impl ConnArgs {
         }
         let files = [
             ("--password-file", &self.password_file),
+            ("--sentinel-password-file", &self.sentinel_password_file),
             ("--tls-ca-cert", &self.tls_ca_cert),
             ("--tls-cert", &self.tls_cert),
             ("--tls-key", &self.tls_key),

@@ -8,10 +8,11 @@ use crate::name::RESERVED;
 /// The shared options' long names, which mean the same before or after a subcommand: those
 /// that take a value, and those that do not. Their short names are `-u URL`, `-v` and `-q`
 /// (clustered as `-vq`, `-vvu URL`). A unit test holds these against clap's global options.
-pub(super) const SHARED_WITH_VALUE: [&str; 7] = [
+pub(super) const SHARED_WITH_VALUE: [&str; 8] = [
     "--url",
     "--connect-timeout",
     "--password-file",
+    "--sentinel-password-file",
     "--tls-ca-cert",
     "--tls-cert",
     "--tls-key",

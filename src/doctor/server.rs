@@ -1,5 +1,6 @@
-//! `doctor` for one Redis server: reachability, what server and version it is, role, cluster
-//! mode, eviction, persistence, permissions and clock.
+//! `doctor` for one Redis server: each hop before it (the sentinels, a cluster's seeds),
+//! reachability and TLS, what server and version it is, role, cluster mode, eviction,
+//! persistence, permissions and clock.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -24,6 +25,20 @@ pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, F
     };
     let timeout = node.connect_timeout();
 
+    // The hops before the data node: each sentinel, or each seed of a cluster, on its own,
+    // so that the one that fails is named.
+    for (hop, said) in node.hops(timeout).await {
+        let check = if hop.starts_with("sentinel") {
+            "sentinel"
+        } else {
+            "seed"
+        };
+        match said {
+            Ok(detail) => add(check, Level::Ok, format!("{hop}: {detail}")),
+            Err(e) => add(check, Level::Fail, e),
+        }
+    }
+
     // Reachability: the first PING connects, the second measures the round trip.
     if let Err(e) = node.exchange(&[&[b"PING"]], timeout, None).await {
         add("reachable", Level::Fail, e.to_string());
@@ -39,6 +54,13 @@ pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, F
             started.elapsed().as_secs_f64() * 1000.0
         ),
     );
+    if node.is_tls() {
+        add(
+            "tls",
+            Level::Ok,
+            "the server's certificate verified (--tls-ca-cert, or the system's CAs)".into(),
+        );
+    }
 
     // INFO: version, role, cluster mode, identity.
     let info = match node
@@ -111,7 +133,14 @@ pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, F
             add(
                 "cluster",
                 Level::Ok,
-                "Redis Cluster, reached through redis+cluster://".into(),
+                format!(
+                    "Redis Cluster, reached through {}",
+                    if node.is_tls() {
+                        "rediss+cluster://"
+                    } else {
+                        "redis+cluster://"
+                    }
+                ),
             );
         } else {
             add(

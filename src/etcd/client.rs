@@ -269,7 +269,9 @@ impl Client {
     }
 
     /// One request on the kept-alive connection (a new one if there is none, or if the kept
-    /// one turns out closed); the endpoint that answered, and its answer.
+    /// one turns out closed); the endpoint that answered, and its answer. A member that fails
+    /// or goes silent gets its share of the time left, and the request goes on to the next
+    /// member: one hung member must not cost a run while the others answer.
     async fn post(
         &self,
         path: &str,
@@ -284,9 +286,13 @@ impl Client {
                 (at, sender, false)
             }
         };
+        let members = self.url.endpoints.len();
+        let mut tried = 0;
         loop {
             let request = self.request(at, path, body)?;
-            let exchanged = timeout_at(deadline, async {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let share = Instant::now() + left / (members - tried).max(1) as u32;
+            let exchanged = timeout_at(share, async {
                 sender.ready().await?;
                 let response = sender.send_request(request).await?;
                 let status = response.status();
@@ -305,8 +311,20 @@ impl Client {
                     (at, sender) = self.connect(deadline).await?;
                     reused = false;
                 }
-                Ok(Err(e)) => return Err(self.lost(at, &e.to_string())),
-                Err(_) => return Err(self.lost(at, "no answer in time")),
+                failed => {
+                    let why = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "no answer in time".to_owned(),
+                    };
+                    let lost = self.lost(at, &why);
+                    tried += 1;
+                    if tried >= members || Instant::now() >= deadline {
+                        return Err(lost);
+                    }
+                    tracing::debug!("{lost}: asking the next member");
+                    (at, sender) = self.connect(deadline).await?;
+                    reused = false;
+                }
             }
         }
     }

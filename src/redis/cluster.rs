@@ -1,18 +1,21 @@
 //! Redis Cluster: which node owns the lock's hash slot (asked of the seeds with CLUSTER SLOTS,
-//! remembered, and followed on MOVED), the redirections a node answers with, and whether the
-//! servers have sharded pub/sub.
+//! remembered, and followed on MOVED), the redirections a node answers with, whether the
+//! servers have sharded pub/sub, and TLS to every node for `rediss+cluster://`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use tokio_rustls::TlsConnector;
+
 use super::resp::{Addr, Connection, Reply, share, within};
 
 /// The seeds of a `redis+cluster://` URL, and what was learnt of the cluster since.
-#[derive(Debug)]
 pub struct Cluster {
     seeds: Vec<(String, u16)>,
+    /// `rediss+cluster://`: TLS to the seeds and to every node they lead to.
+    tls: Option<TlsConnector>,
     /// The hash slot of the lock's keys (set by the lock, from its NAME).
     slot: OnceLock<u16>,
     /// The node last found to own `slot` (updated on MOVED).
@@ -25,10 +28,37 @@ impl Cluster {
     pub fn new(seeds: Vec<(String, u16)>) -> Cluster {
         Cluster {
             seeds,
+            tls: None,
             slot: OnceLock::new(),
             route: Mutex::new(None),
             sharded: AtomicBool::new(true),
         }
+    }
+
+    /// Speaks TLS to every node.
+    pub fn with_tls(mut self, tls: Option<TlsConnector>) -> Cluster {
+        self.tls = tls;
+        self
+    }
+
+    pub fn tls(&self) -> Option<&TlsConnector> {
+        self.tls.as_ref()
+    }
+
+    /// The seeds' addresses, in the URL's order.
+    pub fn seed_addrs(&self) -> Vec<Addr> {
+        self.seeds
+            .iter()
+            .map(|(host, port)| Addr::Tcp {
+                host: host.clone(),
+                port: *port,
+            })
+            .collect()
+    }
+
+    /// The hash slot of the lock's keys.
+    pub fn slot(&self) -> u16 {
+        self.slot.get().copied().unwrap_or(0)
     }
 
     pub fn seeds(&self) -> &[(String, u16)] {
@@ -71,30 +101,35 @@ impl Cluster {
         if let Some(owner) = known {
             return Ok(owner);
         }
-        let slot = self.slot.get().copied().unwrap_or(0);
-        let owner = slot_owner(&self.seeds, slot, auth, timeout).await?;
-        self.moved(owner.clone());
-        Ok(owner)
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no cluster node given");
+        let share = share(timeout, self.seeds.len());
+        for seed in self.seed_addrs() {
+            match self.ask(&seed, auth, share).await {
+                Ok(owner) => {
+                    self.moved(owner.clone());
+                    return Ok(owner);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
-}
 
-/// The node of a Redis Cluster that owns `slot`, asked of the seeds in turn (CLUSTER SLOTS),
-/// after `auth` (the URL's user and password, if any).
-async fn slot_owner(
-    seeds: &[(String, u16)],
-    slot: u16,
-    auth: &[Vec<Vec<u8>>],
-    timeout: Duration,
-) -> io::Result<Addr> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no cluster node given");
-    let timeout = share(timeout, seeds.len());
-    for (host, port) in seeds {
-        let seed = Addr::Tcp {
-            host: host.clone(),
-            port: *port,
+    /// The node that owns the lock's slot, asked of one `seed` (CLUSTER SLOTS) within
+    /// `timeout`, after `auth` (the URL's user and password, if any). Errors name the seed.
+    pub async fn ask(
+        &self,
+        seed: &Addr,
+        auth: &[Vec<Vec<u8>>],
+        timeout: Duration,
+    ) -> io::Result<Addr> {
+        let slot = self.slot();
+        let Addr::Tcp { host, .. } = seed else {
+            return Err(io::Error::other("a cluster seed is host:port"));
         };
+        let tls = if self.tls.is_some() { " (TLS)" } else { "" };
         let ask = async {
-            let mut conn = Connection::connect(&seed, None).await?;
+            let mut conn = Connection::connect(seed, self.tls.as_ref()).await?;
             let auth = super::resp::as_batch(auth);
             let mut batch: Vec<&[&[u8]]> = auth.iter().map(Vec::as_slice).collect();
             let slots: [&[u8]; 2] = [b"CLUSTER", b"SLOTS"];
@@ -107,41 +142,64 @@ async fn slot_owner(
                 .cloned()
                 .ok_or_else(|| io::Error::other("no reply to CLUSTER SLOTS"))
         };
-        match within(timeout, ask).await {
-            Ok(Reply::Error(e)) => last = io::Error::other(format!("cluster node {seed}: {e}")),
-            Ok(reply) => {
-                for range in reply.items() {
-                    let items = range.items();
-                    let (Some(start), Some(end)) = (
-                        items.first().and_then(Reply::as_int),
-                        items.get(1).and_then(Reply::as_int),
-                    ) else {
-                        continue;
-                    };
-                    if (start..=end).contains(&i64::from(slot)) {
-                        let primary = items.get(2).map(Reply::items).unwrap_or_default();
-                        if let (Some(ip), Some(port)) = (
-                            primary.first().and_then(Reply::as_text),
-                            primary.get(1).and_then(Reply::as_int),
-                        ) {
-                            // An empty address means "the node you asked".
-                            let host = if ip.is_empty() { host.clone() } else { ip };
-                            return Ok(Addr::Tcp {
-                                host,
-                                port: port as u16,
-                            });
-                        }
-                    }
+        let reply = within(timeout, ask).await.map_err(|e| {
+            let what = match e.kind() {
+                io::ErrorKind::InvalidData if self.tls.is_some() => {
+                    format!("TLS handshake failed: {e}")
                 }
-                last = io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no node of the cluster owns slot {slot}"),
-                );
-            }
-            Err(e) => last = io::Error::new(e.kind(), format!("cluster node {seed}: {e}")),
+                _ => e.to_string(),
+            };
+            io::Error::new(e.kind(), format!("cluster node {seed}{tls}: {what}"))
+        })?;
+        if let Reply::Error(e) = &reply {
+            // A refused password is a set-up to fix, not a node that is gone.
+            let kind = match e.split_whitespace().next() {
+                Some("WRONGPASS" | "NOAUTH" | "NOPERM") => io::ErrorKind::PermissionDenied,
+                _ => io::ErrorKind::Other,
+            };
+            return Err(io::Error::new(
+                kind,
+                format!("cluster node {seed}{tls}: {e}"),
+            ));
         }
+        for range in reply.items() {
+            let items = range.items();
+            let (Some(start), Some(end)) = (
+                items.first().and_then(Reply::as_int),
+                items.get(1).and_then(Reply::as_int),
+            ) else {
+                continue;
+            };
+            if (start..=end).contains(&i64::from(slot)) {
+                let primary = items.get(2).map(Reply::items).unwrap_or_default();
+                if let (Some(ip), Some(port)) = (
+                    primary.first().and_then(Reply::as_text),
+                    primary.get(1).and_then(Reply::as_int),
+                ) {
+                    // An empty address means "the node you asked".
+                    let host = if ip.is_empty() { host.clone() } else { ip };
+                    return Ok(Addr::Tcp {
+                        host,
+                        port: port as u16,
+                    });
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no node of the cluster owns slot {slot}"),
+        ))
     }
-    Err(last)
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("seeds", &self.seeds)
+            .field("tls", &self.tls.is_some())
+            .field("slot", &self.slot.get())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A MOVED or ASK among the replies: the kind, and where to go.

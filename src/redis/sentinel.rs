@@ -1,20 +1,112 @@
-//! Sentinel: asking the sentinels of a `redis+sentinel://` URL, in turn, where the primary is.
+//! Sentinel: asking the sentinels of a `redis+sentinel://` (or `rediss+sentinel://`, TLS) URL,
+//! in turn, where the primary is, as the sentinels' own user when they have one.
 
 use std::io;
 use std::time::Duration;
 
+use tokio_rustls::TlsConnector;
+
 use super::resp::{Addr, Connection, Reply, share, within};
 
-/// The sentinels of a `redis+sentinel://` URL and the name of the primary they watch.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The sentinels of a sentinel URL, the name of the primary they watch, and how they are
+/// spoken to: TLS (`rediss+sentinel://`, the same set-up as for the servers they name) and
+/// their own credentials, if they have any apart from the data nodes'.
+#[derive(Clone)]
 pub struct Sentinel {
     pub(crate) hosts: Vec<(String, u16)>,
     pub(crate) master: String,
+    pub(crate) tls: Option<TlsConnector>,
+    auth: Option<SentinelAuth>,
+}
+
+/// Two URLs name the same sentinels when they list the same hosts and primary.
+impl PartialEq for Sentinel {
+    fn eq(&self, other: &Sentinel) -> bool {
+        self.hosts == other.hosts && self.master == other.master
+    }
+}
+
+impl Eq for Sentinel {}
+
+impl std::fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("hosts", &self.hosts)
+            .field("master", &self.master)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The sentinels' own credentials (`LOCKED_RUN_SENTINEL_AUTH`, `--sentinel-password-file`):
+/// `password` or `user:password`. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SentinelAuth {
+    pub user: Option<String>,
+    pub password: String,
+}
+
+impl std::fmt::Debug for SentinelAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelAuth")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SentinelAuth {
+    /// `password`, or `user:password` (split at the first `:`, so a password holding a `:`
+    /// is given as `default:pass:word`). `None` when empty.
+    pub fn parse(text: &str) -> Option<SentinelAuth> {
+        let text = text.trim_end_matches(['\r', '\n']);
+        match text.split_once(':') {
+            Some((user, password)) if !password.is_empty() => Some(SentinelAuth {
+                user: Some(user.to_owned()).filter(|u| !u.is_empty()),
+                password: password.to_owned(),
+            }),
+            Some(_) => None,
+            None if text.is_empty() => None,
+            None => Some(SentinelAuth {
+                user: None,
+                password: text.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Why a sentinel gave no primary: the kind tells a refused password (`PermissionDenied`,
+/// which retrying does not fix) from a sentinel that is gone.
+fn refused(sentinel: &Addr, what: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("sentinel {sentinel} {what}"),
+    )
 }
 
 impl Sentinel {
     pub fn new(hosts: Vec<(String, u16)>, master: String) -> Sentinel {
-        Sentinel { hosts, master }
+        Sentinel {
+            hosts,
+            master,
+            tls: None,
+            auth: None,
+        }
+    }
+
+    /// Speaks TLS to the sentinels (and the node speaks it to the primary they name).
+    pub fn with_tls(mut self, tls: Option<TlsConnector>) -> Sentinel {
+        self.tls = tls;
+        self
+    }
+
+    /// The sentinels' own credentials; without them, the data nodes' are tried.
+    pub fn set_auth(&mut self, auth: Option<SentinelAuth>) {
+        self.auth = auth;
+    }
+
+    /// Whether the sentinels are asked with a password (their own, or the data nodes').
+    pub fn authenticates(&self, data_password: Option<&str>) -> bool {
+        self.auth.is_some() || data_password.is_some()
     }
 
     pub fn first_host(&self) -> String {
@@ -22,52 +114,132 @@ impl Sentinel {
         format!("{host}:{port}")
     }
 
-    /// Asks the sentinels in turn where the primary is, each within its share of `timeout`:
-    /// a sentinel that is gone (its host with it: no answer at all) must not leave the others
-    /// no time to answer.
-    pub async fn primary(&self, timeout: Duration) -> io::Result<Addr> {
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "no sentinel given");
-        let timeout = share(timeout, self.hosts.len());
-        for (host, port) in &self.hosts {
-            let sentinel = Addr::Tcp {
+    /// The sentinels' addresses, in the URL's order.
+    pub fn addrs(&self) -> Vec<Addr> {
+        self.hosts
+            .iter()
+            .map(|(host, port)| Addr::Tcp {
                 host: host.clone(),
                 port: *port,
-            };
-            let ask = async {
-                let mut conn = Connection::connect(&sentinel, None).await?;
-                conn.command(&[
-                    b"SENTINEL",
-                    b"get-master-addr-by-name",
-                    self.master.as_bytes(),
-                ])
-                .await
-            };
-            match within(timeout, ask).await {
-                Ok(Reply::Error(e)) => {
-                    last = io::Error::other(format!("sentinel {sentinel} refused: {e}"));
+            })
+            .collect()
+    }
+
+    /// Asks the sentinels in turn where the primary is, each within its share of `timeout`:
+    /// a sentinel that is gone (its host with it: no answer at all) must not leave the others
+    /// no time to answer. `data` is the data nodes' user and password, which the sentinels
+    /// share unless they have their own.
+    pub async fn primary(
+        &self,
+        data: (Option<&str>, Option<&str>),
+        timeout: Duration,
+    ) -> io::Result<Addr> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no sentinel given");
+        let timeout = share(timeout, self.hosts.len());
+        for sentinel in self.addrs() {
+            match self.ask(&sentinel, data, timeout).await {
+                Ok(primary) => return Ok(primary),
+                // A refused password is the likelier cause than a sentinel that is down:
+                // it is the one said, unless another sentinel answers.
+                Err(e) if last.kind() == io::ErrorKind::PermissionDenied => {
+                    tracing::debug!("{e}");
                 }
-                Ok(reply) => match reply.items() {
-                    [ip, port] => {
-                        if let (Some(host), Some(port)) = (ip.as_text(), port.as_int()) {
-                            return Ok(Addr::Tcp {
-                                host,
-                                port: port as u16,
-                            });
-                        }
-                    }
-                    _ => {
-                        last = io::Error::new(
-                            io::ErrorKind::NotFound,
-                            format!(
-                                "sentinel {sentinel} does not know a primary named {:?}",
-                                self.master
-                            ),
-                        )
-                    }
-                },
-                Err(e) => last = io::Error::new(e.kind(), format!("sentinel {sentinel}: {e}")),
+                Err(e) => last = e,
             }
         }
         Err(last)
+    }
+
+    /// Asks one sentinel, within `timeout`, where the primary is. Every error names the
+    /// sentinel and what failed: the connection, the TLS handshake, the password, the name.
+    pub async fn ask(
+        &self,
+        sentinel: &Addr,
+        data: (Option<&str>, Option<&str>),
+        timeout: Duration,
+    ) -> io::Result<Addr> {
+        let (own, auth) = match (&self.auth, data) {
+            (Some(auth), _) => (true, Some((auth.user.as_deref(), auth.password.as_str()))),
+            (None, (user, Some(password))) => (false, Some((user, password))),
+            (None, (_, None)) => (false, None),
+        };
+        let mut batch: Vec<Vec<&[u8]>> = Vec::new();
+        if let Some((user, password)) = auth {
+            let mut command: Vec<&[u8]> = vec![b"AUTH"];
+            command.extend(user.map(str::as_bytes));
+            command.push(password.as_bytes());
+            batch.push(command);
+        }
+        batch.push(vec![
+            b"SENTINEL",
+            b"get-master-addr-by-name",
+            self.master.as_bytes(),
+        ]);
+        let ask = async {
+            let mut conn = Connection::connect(sentinel, self.tls.as_ref()).await?;
+            let batch: Vec<&[&[u8]]> = batch.iter().map(Vec::as_slice).collect();
+            conn.pipeline(&batch).await
+        };
+        let tls = if self.tls.is_some() { " (TLS)" } else { "" };
+        let mut replies = within(timeout, ask).await.map_err(|e| {
+            let what = match e.kind() {
+                io::ErrorKind::TimedOut => {
+                    format!("did not answer within {}", crate::lease::show(timeout))
+                }
+                io::ErrorKind::InvalidData if self.tls.is_some() => {
+                    format!("TLS handshake failed: {e}")
+                }
+                _ => e.to_string(),
+            };
+            io::Error::new(e.kind(), format!("sentinel {sentinel}{tls}: {what}"))
+        })?;
+        let answer = replies.pop().unwrap_or(Reply::Bulk(None));
+        let auth_error = replies.first().and_then(|r| match r {
+            // A sentinel without a password: nothing to authenticate.
+            Reply::Error(e) if !e.contains("without any password configured") => Some(e.clone()),
+            _ => None,
+        });
+        match (&answer, auth_error) {
+            // The sentinel's own credentials refused: a set-up to fix, even where the sentinel
+            // would answer without them.
+            (_, Some(e)) if own => Err(refused(
+                sentinel,
+                format!(
+                    "refused the sentinel password (LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file): {e}"
+                ),
+            )),
+            (Reply::Error(e), Some(auth)) if e.starts_with("NOAUTH") => Err(refused(
+                sentinel,
+                format!(
+                    "refused the password (the data nodes', as the sentinels have none of their own given): {auth}; give the sentinels' in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file"
+                ),
+            )),
+            (Reply::Error(e), None) if e.starts_with("NOAUTH") => Err(refused(
+                sentinel,
+                "wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file"
+                    .into(),
+            )),
+            (Reply::Error(e), _) => Err(io::Error::other(format!(
+                "sentinel {sentinel} refused: {e}"
+            ))),
+            _ => match answer.items() {
+                [ip, port] => match (ip.as_text(), port.as_int()) {
+                    (Some(host), Some(port)) => Ok(Addr::Tcp {
+                        host,
+                        port: port as u16,
+                    }),
+                    _ => Err(io::Error::other(format!(
+                        "sentinel {sentinel} answered {answer:?} for the primary's address"
+                    ))),
+                },
+                _ => Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "sentinel {sentinel} does not know a primary named {:?}",
+                        self.master
+                    ),
+                )),
+            },
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! TLS for `rediss://` URLs, with rustls: the system's roots by default (`--tls-ca-cert` for a
-//! private CA), and client certificates (`--tls-cert`, `--tls-key`) where the server asks.
+//! TLS for `rediss://`, `rediss+sentinel://` and `rediss+cluster://` URLs (one set-up for every
+//! hop), with rustls: the system's roots by default (`--tls-ca-cert` for a private CA), and
+//! client certificates (`--tls-cert`, `--tls-key`) where the server asks.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

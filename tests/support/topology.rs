@@ -1,5 +1,6 @@
 //! Topologies of several servers: a primary with a replica and three sentinels, a
-//! three-primary Redis Cluster, and five independent servers for Redlock.
+//! three-primary Redis Cluster, and five independent servers for Redlock; and the first two
+//! secured at every hop (TLS only, ACL users).
 
 use std::time::Duration;
 
@@ -324,4 +325,477 @@ impl Redis {
 /// are not about that timeout (`a_slow_server_does_not_stall_the_acquisition` is).
 pub fn locked_run_on(five: &Five) -> std::process::Command {
     lr().on(five).into_command()
+}
+
+/// The data nodes' ACL user of the secured fixtures ([`SecuredWatched`], [`SecuredCluster`]).
+pub const DATA_USER: &str = "locker";
+pub const DATA_PASS: &str = "data-node-secret";
+/// The sentinels' own ACL user, apart from the data nodes'.
+pub const SENTINEL_USER: &str = "watcher";
+pub const SENTINEL_PASS: &str = "sentinel-secret";
+
+/// A TLS-only server process of a secured fixture (its port is the TLS port), killed on drop.
+pub struct TlsProcess {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl Drop for TlsProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TlsProcess {
+    /// Starts `redis-server ARGS` (a config file, or options) on a TLS port it is given, and
+    /// waits until `ready` (asked with the port) says it answers.
+    fn start(args: impl Fn(u16) -> Vec<String>, ready: impl Fn(u16) -> bool) -> TlsProcess {
+        for _ in 0..10 {
+            let port = free_port();
+            let child = std::process::Command::new(server_bin())
+                .args(args(port))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server is installed");
+            let mut process = TlsProcess { port, child };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(Some(_)) = process.child.try_wait() {
+                    break; // the port was taken meanwhile: try another
+                }
+                if ready(port) {
+                    return process;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "TLS server on {port} did not answer"
+                );
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("could not start a TLS redis-server");
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+/// `redis-cli` over TLS (trusting `ca`, with the tests' client certificate) as `user`, to
+/// `port`.
+pub fn tls_cli(certs: &Certs, ca: &Path, port: u16, user: (&str, &str), args: &[&str]) -> String {
+    let out = std::process::Command::new(cli_bin())
+        .args(["--tls", "--cacert", path_str(ca)])
+        .args(["--cert", path_str(&certs.client_cert)])
+        .args(["--key", path_str(&certs.client_key)])
+        .args(["--user", user.0, "--pass", user.1, "--no-auth-warning"])
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The certificates of a secured fixture: the tests' [`Certs`], and what the servers trust and
+/// show (the data nodes may show a certificate of the other CA, which every server trusts
+/// and the client, given only the tests' CA, does not).
+pub struct Trust {
+    pub certs: Certs,
+    /// What the servers trust: the tests' CA, and the other one too when the data nodes
+    /// show its certificate.
+    pub servers_ca: PathBuf,
+    /// The data nodes' certificate and key.
+    pub node_cert: PathBuf,
+    pub node_key: PathBuf,
+}
+
+impl Trust {
+    /// With `other_ca`, the data nodes' certificate is signed by the other CA.
+    pub fn make(other_ca: bool) -> Trust {
+        let certs = Certs::make();
+        if !other_ca {
+            return Trust {
+                servers_ca: certs.ca.clone(),
+                node_cert: certs.server_cert.clone(),
+                node_key: certs.server_key.clone(),
+                certs,
+            };
+        }
+        let d = certs.dir.path();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(d)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "node.key",
+            "-out",
+            "node.csr",
+            "-subj",
+            "/CN=node",
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "node.csr",
+            "-CA",
+            "other-ca.crt",
+            "-CAkey",
+            "other-ca.key",
+            "-CAcreateserial",
+            "-out",
+            "node.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ]);
+        let bundle = format!(
+            "{}{}",
+            std::fs::read_to_string(&certs.ca).unwrap(),
+            std::fs::read_to_string(&certs.other_ca).unwrap()
+        );
+        std::fs::write(d.join("both-cas.crt"), bundle).unwrap();
+        Trust {
+            servers_ca: d.join("both-cas.crt"),
+            node_cert: d.join("node.crt"),
+            node_key: d.join("node.key"),
+            certs,
+        }
+    }
+
+    /// `redis-cli` over TLS to `port` as `user`.
+    pub fn cli(&self, port: u16, user: (&str, &str), args: &[&str]) -> String {
+        tls_cli(&self.certs, &self.servers_ca, port, user, args)
+    }
+
+    /// `--tls-ca-cert` (the tests' CA only), `--tls-cert`, `--tls-key`.
+    pub fn client_args(&self) -> Vec<String> {
+        vec![
+            "--tls-ca-cert".into(),
+            path_str(&self.certs.ca).into(),
+            "--tls-cert".into(),
+            path_str(&self.certs.client_cert).into(),
+            "--tls-key".into(),
+            path_str(&self.certs.client_key).into(),
+        ]
+    }
+}
+
+/// TLS options every secured server takes: TLS only, client certificates required (so that
+/// `--tls-cert`/`--tls-key` must reach every hop), TLS between the servers too.
+fn tls_server_args(trust: &Trust, cert: &Path, key: &Path, port: u16) -> Vec<String> {
+    [
+        "--port",
+        "0",
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        path_str(cert),
+        "--tls-key-file",
+        path_str(key),
+        "--tls-ca-cert-file",
+        path_str(&trust.servers_ca),
+        "--tls-auth-clients",
+        "yes",
+        "--tls-replication",
+        "yes",
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// A TLS-only data node with the ACL user [`DATA_USER`] and no default user.
+fn secured_node(trust: &Trust, dir: &Path, extra: &[&str]) -> TlsProcess {
+    TlsProcess::start(
+        |port| {
+            let mut args = tls_server_args(trust, &trust.node_cert, &trust.node_key, port);
+            args.extend(
+                [
+                    "--dir",
+                    path_str(dir),
+                    // Each word apart: one argument would be a user name with spaces.
+                    "--user",
+                    "default",
+                    "off",
+                    "--user",
+                    DATA_USER,
+                    "on",
+                    &format!(">{DATA_PASS}"),
+                    "~*",
+                    "&*",
+                    "+@all",
+                    "--masteruser",
+                    DATA_USER,
+                    "--masterauth",
+                    DATA_PASS,
+                ]
+                .map(str::to_owned),
+            );
+            args.extend(extra.iter().map(|s| s.to_string()));
+            args
+        },
+        |port| trust.cli(port, (DATA_USER, DATA_PASS), &["PING"]).trim() == "PONG",
+    )
+}
+
+/// [`Watched`], secured at every hop: a primary, a replica and three sentinels, all TLS-only
+/// with client certificates required; the data nodes with the ACL user [`DATA_USER`], the
+/// sentinels with their own, [`SENTINEL_USER`]; no default user anywhere.
+pub struct SecuredWatched {
+    pub trust: Trust,
+    pub primary: TlsProcess,
+    pub replica: TlsProcess,
+    pub sentinels: Vec<TlsProcess>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl SecuredWatched {
+    pub fn start() -> SecuredWatched {
+        SecuredWatched::start_with(false)
+    }
+
+    /// With `other_ca`, the data nodes show a certificate of the other CA (which the sentinels
+    /// trust, and a client given only the tests' CA does not).
+    pub fn start_with(other_ca: bool) -> SecuredWatched {
+        let trust = Trust::make(other_ca);
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| scratch()).collect();
+        let primary = secured_node(&trust, dirs[0].path(), &[]);
+        let replica = secured_node(
+            &trust,
+            dirs[1].path(),
+            &["--replicaof", "127.0.0.1", &primary.port.to_string()],
+        );
+        let data = (DATA_USER, DATA_PASS);
+        wait_until("the replica is in sync", Duration::from_secs(10), || {
+            trust
+                .cli(replica.port, data, &["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        let sentinels = (0..3)
+            .map(|i| {
+                let conf = file(&dirs[2], &format!("sentinel-{i}.conf"));
+                let dir = path_str(dirs[2].path()).to_owned();
+                TlsProcess::start(
+                    |port| {
+                        std::fs::write(
+                            &conf,
+                            format!(
+                                "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                                 tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+                                 tls-auth-clients yes\ntls-replication yes\n\
+                                 user default off\nuser {SENTINEL_USER} on >{SENTINEL_PASS} allchannels +@all\n\
+                                 sentinel sentinel-user {SENTINEL_USER}\nsentinel sentinel-pass {SENTINEL_PASS}\n\
+                                 sentinel monitor mymaster 127.0.0.1 {p} 2\n\
+                                 sentinel auth-user mymaster {DATA_USER}\nsentinel auth-pass mymaster {DATA_PASS}\n\
+                                 sentinel down-after-milliseconds mymaster 2000\n\
+                                 sentinel failover-timeout mymaster 10000\n",
+                                cert = path_str(&trust.certs.server_cert),
+                                key = path_str(&trust.certs.server_key),
+                                ca = path_str(&trust.servers_ca),
+                                p = primary.port,
+                            ),
+                        )
+                        .unwrap();
+                        vec![path_str(&conf).to_owned(), "--sentinel".to_owned()]
+                    },
+                    |port| {
+                        trust.cli(port, (SENTINEL_USER, SENTINEL_PASS), &["PING"]).trim()
+                            == "PONG"
+                    },
+                )
+            })
+            .collect();
+        let watched = SecuredWatched {
+            trust,
+            primary,
+            replica,
+            sentinels,
+            _dirs: dirs,
+        };
+        let replica_port = watched.replica.port.to_string();
+        wait_until(
+            "the sentinels know the primary, its replica and each other",
+            Duration::from_secs(30),
+            || {
+                watched.sentinels.iter().all(|s| {
+                    let replicas = watched.sentinel(s.port, &["SENTINEL", "replicas", "mymaster"]);
+                    let master = watched.sentinel(s.port, &["SENTINEL", "master", "mymaster"]);
+                    replicas.contains(&replica_port)
+                        && !replicas.contains("s_down")
+                        && master.contains("num-other-sentinels\n2")
+                })
+            },
+        );
+        watched
+    }
+
+    /// `redis-cli` to a sentinel, as [`SENTINEL_USER`].
+    pub fn sentinel(&self, port: u16, args: &[&str]) -> String {
+        self.trust.cli(port, (SENTINEL_USER, SENTINEL_PASS), args)
+    }
+
+    /// `redis-cli` to a data node, as [`DATA_USER`].
+    pub fn data(&self, node: &TlsProcess, args: &[&str]) -> String {
+        self.trust.cli(node.port, (DATA_USER, DATA_PASS), args)
+    }
+
+    /// The sentinels, `host:port,...`.
+    pub fn hosts(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        hosts.join(",")
+    }
+
+    /// `rediss+sentinel://locker:PASSWORD@SENTINELS/mymaster`: for LOCKED_RUN_URL, not argv.
+    pub fn url(&self) -> String {
+        format!(
+            "rediss+sentinel://{DATA_USER}:{DATA_PASS}@{}/mymaster",
+            self.hosts()
+        )
+    }
+
+    /// `--tls-ca-cert`, `--tls-cert`, `--tls-key` with the tests' CA and client certificate.
+    pub fn tls_args(&self) -> Vec<String> {
+        self.trust.client_args()
+    }
+
+    /// Forces a failover and waits until the replica is the primary the sentinels name.
+    pub fn fail_over(&self) {
+        let first = self.sentinels[0].port;
+        wait_until(
+            "SENTINEL FAILOVER accepted",
+            Duration::from_secs(30),
+            || {
+                let out = self.sentinel(first, &["SENTINEL", "FAILOVER", "mymaster"]);
+                assert!(
+                    out.contains("OK") || out.contains("NOGOODSLAVE"),
+                    "SENTINEL FAILOVER: {out}"
+                );
+                out.contains("OK")
+            },
+        );
+        let replica_port = self.replica.port.to_string();
+        wait_until("the replica was promoted", Duration::from_secs(30), || {
+            self.sentinel(first, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
+                .contains(&replica_port)
+                && self
+                    .data(&self.replica, &["INFO", "replication"])
+                    .contains("role:master")
+        });
+    }
+}
+
+/// [`Cluster`], secured: three primaries, TLS only (client certificates required, TLS on the
+/// cluster bus), the ACL user [`DATA_USER`] and no default user.
+pub struct SecuredCluster {
+    pub trust: Trust,
+    pub nodes: Vec<TlsProcess>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl SecuredCluster {
+    pub fn start() -> SecuredCluster {
+        let trust = Trust::make(false);
+        let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| scratch()).collect();
+        let nodes: Vec<TlsProcess> = dirs
+            .iter()
+            .map(|dir| {
+                let bus = free_port().to_string();
+                secured_node(
+                    &trust,
+                    dir.path(),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-port",
+                        &bus,
+                        "--tls-cluster",
+                        "yes",
+                    ],
+                )
+            })
+            .collect();
+        let mut create = std::process::Command::new(cli_bin());
+        create
+            .args(["--tls", "--cacert", path_str(&trust.servers_ca)])
+            .args(["--cert", path_str(&trust.certs.client_cert)])
+            .args(["--key", path_str(&trust.certs.client_key)])
+            .args([
+                "--user",
+                DATA_USER,
+                "--pass",
+                DATA_PASS,
+                "--no-auth-warning",
+            ])
+            .args(["--cluster", "create"]);
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = SecuredCluster {
+            trust,
+            nodes,
+            _dirs: dirs,
+        };
+        wait_until("the cluster is up", Duration::from_secs(20), || {
+            cluster.nodes.iter().all(|n| {
+                cluster
+                    .trust
+                    .cli(n.port, (DATA_USER, DATA_PASS), &["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+            })
+        });
+        cluster
+    }
+
+    /// `rediss+cluster://locker:PASSWORD@NODES`: for LOCKED_RUN_URL, not argv.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!(
+            "rediss+cluster://{DATA_USER}:{DATA_PASS}@{}",
+            hosts.join(",")
+        )
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::cluster::{Cluster, redirection};
 use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
+use super::sentinel::{Sentinel, SentinelAuth};
 use super::url::Topology;
 use crate::backend::BackendError;
 use crate::lease::show;
@@ -77,6 +78,88 @@ impl Node {
             listen_refused: std::sync::Mutex::new(None),
             listening_on: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The sentinels' own credentials (`LOCKED_RUN_SENTINEL_AUTH`, `--sentinel-password-file`),
+    /// for a sentinel URL; without them the sentinels are asked with the data nodes'.
+    pub fn with_sentinel_auth(mut self, auth: Option<SentinelAuth>) -> Node {
+        if let Topology::Sentinel(sentinel) = &mut self.topology {
+            sentinel.set_auth(auth);
+        }
+        self
+    }
+
+    /// The sentinels of a sentinel URL.
+    pub fn sentinel(&self) -> Option<&Sentinel> {
+        match &self.topology {
+            Topology::Sentinel(sentinel) => Some(sentinel),
+            _ => None,
+        }
+    }
+
+    /// The data nodes' user and password, which the sentinels share unless given their own.
+    pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
+        (self.user.as_deref(), self.password.as_deref())
+    }
+
+    /// Whether every hop speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls().is_some()
+    }
+
+    /// The TLS set-up of every hop, if this URL speaks TLS.
+    pub(crate) fn tls(&self) -> Option<&tokio_rustls::TlsConnector> {
+        match &self.topology {
+            Topology::Direct { tls, .. } => tls.as_ref(),
+            Topology::Sentinel(sentinel) => sentinel.tls.as_ref(),
+            Topology::Cluster(cluster) => cluster.tls(),
+        }
+    }
+
+    /// Each hop before the data node, asked on its own (for `doctor`): every sentinel of a
+    /// sentinel URL (reached, TLS verified, authenticated, naming the primary), or every seed of
+    /// a cluster URL (naming the owner of the lock's slot). Each is the hop's name and what it
+    /// said, or why it failed; empty for one server.
+    pub async fn hops(&self, timeout: Duration) -> Vec<(String, Result<String, String>)> {
+        let timeout = timeout.min(self.connect_timeout);
+        let tls = if self.is_tls() { ", TLS verified" } else { "" };
+        let mut hops = Vec::new();
+        match &self.topology {
+            Topology::Direct { .. } => {}
+            Topology::Sentinel(sentinel) => {
+                let auth = match sentinel.authenticates(self.password.as_deref()) {
+                    true => ", authenticated",
+                    false => "",
+                };
+                for addr in sentinel.addrs() {
+                    let said = sentinel.ask(&addr, self.credentials(), timeout).await;
+                    hops.push((
+                        format!("sentinel {addr}"),
+                        said.map(|primary| {
+                            format!("reached{tls}{auth}; names the primary {primary}")
+                        })
+                        .map_err(|e| e.to_string()),
+                    ));
+                }
+            }
+            Topology::Cluster(cluster) => {
+                let auth = match self.password.is_some() {
+                    true => ", authenticated",
+                    false => "",
+                };
+                for addr in cluster.seed_addrs() {
+                    let said = cluster.ask(&addr, &self.hello(false), timeout).await;
+                    hops.push((
+                        format!("cluster node {addr}"),
+                        said.map(|owner| {
+                            format!("reached{tls}{auth}; slot {} is on {owner}", cluster.slot())
+                        })
+                        .map_err(|e| e.to_string()),
+                    ));
+                }
+            }
+        }
+        hops
     }
 
     /// The commands a new connection starts with: HELLO 3 (with AUTH) or AUTH, and SELECT.
@@ -192,7 +275,7 @@ impl Node {
         let attempt = async {
             let mut conn = within(
                 timeout.min(self.connect_timeout),
-                Connection::connect(target, None),
+                Connection::connect(target, self.tls()),
             )
             .await?;
             // As on any new connection: nothing runs before the password is taken.
@@ -329,12 +412,17 @@ impl Node {
                 within(timeout, Connection::connect(addr, tls.as_ref())).await
             }
             Topology::Sentinel(sentinel) => {
-                let primary = sentinel.primary(timeout).await?;
-                within(timeout, Connection::connect(&primary, None)).await
+                let primary = sentinel.primary(self.credentials(), timeout).await?;
+                let tls = sentinel.tls.as_ref();
+                within(timeout, Connection::connect(&primary, tls))
+                    .await
+                    .map_err(|e| hop(&e, "the primary", &primary, tls.is_some()))
             }
             Topology::Cluster(cluster) => {
                 let owner = cluster.owner(&self.hello(false), timeout).await?;
-                within(timeout, Connection::connect(&owner, None)).await
+                within(timeout, Connection::connect(&owner, cluster.tls()))
+                    .await
+                    .map_err(|e| hop(&e, "cluster node", &owner, cluster.tls().is_some()))
             }
         }
     }
@@ -347,17 +435,29 @@ impl Node {
 
     pub(super) fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
         let address = &self.address;
+        if error.kind() == io::ErrorKind::PermissionDenied {
+            // A sentinel or cluster seed that refused the password: retrying will not fix it.
+            return BackendError::Refused(format!("Redis at {address}: {error}"));
+        }
         // A TLS handshake that failed (certificates, protocol), rather than no connection.
         let handshake = !matches!(
             error.kind(),
             io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::NotFound
         );
-        let tls = matches!(self.topology, Topology::Direct { tls: Some(_), .. });
-        let tls_hint = if tls && handshake {
-            "; check the server's certificate against --tls-ca-cert (or the system's CAs), and \
-             --tls-cert/--tls-key if the server wants a client certificate"
-        } else {
-            ""
+        let tls_hint = match (self.is_tls(), handshake, error.kind()) {
+            (true, true, _) => {
+                "; check the server's certificate against --tls-ca-cert (or the system's CAs), and \
+                 --tls-cert/--tls-key if the server wants a client certificate"
+            }
+            // A server that wants TLS hangs up on a plain client.
+            (false, _, io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => {
+                match &self.topology {
+                    Topology::Sentinel(_) => "; if the sentinels speak TLS, use rediss+sentinel://",
+                    Topology::Cluster(_) => "; if the cluster speaks TLS, use rediss+cluster://",
+                    Topology::Direct { .. } => "; if the server speaks TLS, use rediss://",
+                }
+            }
+            _ => "",
         };
         BackendError::Transient(match error.kind() {
             io::ErrorKind::TimedOut => {
@@ -396,6 +496,11 @@ impl Node {
             "NOPERM" => {
                 "; the Redis user needs EVAL, EVALSHA, PUBLISH and SUBSCRIBE on the lock's keys (see the README's ACL section)"
             }
+            "NOAUTH" | "WRONGPASS" if self.sentinel().is_some() => {
+                "; the primary the sentinels name wants the data nodes' password (in the URL \
+                 through LOCKED_RUN_URL, --password-file or REDISCLI_AUTH; the sentinels' own \
+                 goes in LOCKED_RUN_SENTINEL_AUTH)"
+            }
             "NOAUTH" | "WRONGPASS" => {
                 "; the server requires a password: give it in the URL through LOCKED_RUN_URL, or in REDISCLI_AUTH"
             }
@@ -409,6 +514,16 @@ impl Node {
         };
         BackendError::Refused(format!("Redis at {address} refused: {error}{hint}"))
     }
+}
+
+/// A failure to reach a server the sentinels or a cluster's seeds named, naming that hop.
+fn hop(error: &io::Error, what: &str, addr: &Addr, tls: bool) -> io::Error {
+    let detail = match error.kind() {
+        io::ErrorKind::InvalidData if tls => format!("TLS handshake failed: {error}"),
+        _ => error.to_string(),
+    };
+    let tls = if tls { " (TLS)" } else { "" };
+    io::Error::new(error.kind(), format!("{what} {addr}{tls}: {detail}"))
 }
 
 /// The error a script's command raised, as Redis 7 and Valkey report it (`READONLY You can't

@@ -8,7 +8,9 @@
 //!   is asked of the sentinels (port 26379 by default) at every new connection, so after a
 //!   failover the next attempt reaches the new primary;
 //! - `redis+cluster://[user[:password]@]host[:port][,host[:port]...]`: seed nodes of a Redis
-//!   Cluster, asked which node owns the lock's hash slot.
+//!   Cluster, asked which node owns the lock's hash slot;
+//! - `rediss+sentinel://...` and `rediss+cluster://...`: the same over TLS at every hop (the
+//!   sentinels and the primary they name; the seeds and every node they lead to).
 
 use std::path::PathBuf;
 
@@ -72,8 +74,8 @@ pub fn parse(
     default_password: Option<&str>,
     tls: Option<&tokio_rustls::TlsConnector>,
 ) -> Result<Target, String> {
-    if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
-        return parse_multi(url, default_password);
+    if multi_scheme(url).is_some() {
+        return parse_multi(url, default_password, tls);
     }
     let parsed = ::url::Url::parse(url).map_err(|e| match e {
         ::url::ParseError::InvalidPort => port_out_of_range(url),
@@ -143,11 +145,7 @@ pub fn parse(
     if password.is_none() {
         user = None; // AUTH needs a password; a bare user name means the default user
     }
-    let tls = match (secure, tls) {
-        (false, _) => None,
-        (true, Some(tls)) => Some(tls.clone()),
-        (true, None) => Some(super::tls::connector(&TlsOptions::default())?),
-    };
+    let tls = tls_for(secure, tls)?;
     Ok(Target {
         address,
         user,
@@ -157,18 +155,89 @@ pub fn parse(
     })
 }
 
+/// The TLS set-up of a secure URL: the one given, else the system's CAs.
+fn tls_for(
+    secure: bool,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Result<Option<tokio_rustls::TlsConnector>, String> {
+    match (secure, tls) {
+        (false, _) => Ok(None),
+        (true, Some(tls)) => Ok(Some(tls.clone())),
+        (true, None) => Ok(Some(super::tls::connector(&TlsOptions::default())?)),
+    }
+}
+
+/// The schemes of URLs that name several hosts, and what they are.
+const MULTI_SCHEMES: [(&str, Multi); 4] = [
+    (
+        "redis+sentinel://",
+        Multi {
+            cluster: false,
+            secure: false,
+        },
+    ),
+    (
+        "rediss+sentinel://",
+        Multi {
+            cluster: false,
+            secure: true,
+        },
+    ),
+    (
+        "redis+cluster://",
+        Multi {
+            cluster: true,
+            secure: false,
+        },
+    ),
+    (
+        "rediss+cluster://",
+        Multi {
+            cluster: true,
+            secure: true,
+        },
+    ),
+];
+
+/// A sentinel or cluster scheme: which, and whether over TLS.
+#[derive(Clone, Copy)]
+struct Multi {
+    cluster: bool,
+    secure: bool,
+}
+
+fn multi_scheme(url: &str) -> Option<Multi> {
+    MULTI_SCHEMES
+        .iter()
+        .find(|(scheme, _)| url.starts_with(scheme))
+        .map(|(_, multi)| *multi)
+}
+
+/// Whether `url` speaks TLS: `rediss://`, `rediss+sentinel://`, `rediss+cluster://`.
+pub fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://") || multi_scheme(url).is_some_and(|m| m.secure)
+}
+
 /// A URL that names several hosts: sentinels, or the seeds of a Cluster.
-fn parse_multi(url: &str, default_password: Option<&str>) -> Result<Target, String> {
-    let is_cluster = url.starts_with("redis+cluster://");
+fn parse_multi(
+    url: &str,
+    default_password: Option<&str>,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Result<Target, String> {
+    let Multi {
+        cluster: is_cluster,
+        secure,
+    } = multi_scheme(url).expect("a sentinel or cluster URL");
+    let s = if secure { "s" } else { "" };
     let usage = || {
         if is_cluster {
             format!(
-                "{} is not a cluster URL: use redis+cluster://[user[:password]@]host[:port][,host[:port]...]",
+                "{} is not a cluster URL: use redis{s}+cluster://[user[:password]@]host[:port][,host[:port]...]",
                 redact_multi(url)
             )
         } else {
             format!(
-                "{} is not a sentinel URL: use redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
+                "{} is not a sentinel URL: use redis{s}+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
                 redact_multi(url)
             )
         }
@@ -260,10 +329,11 @@ fn parse_multi(url: &str, default_password: Option<&str>) -> Result<Target, Stri
     if password.is_none() {
         user = None;
     }
+    let tls = tls_for(secure, tls)?;
     let topology = if is_cluster {
-        Topology::Cluster(Cluster::new(hosts))
+        Topology::Cluster(Cluster::new(hosts).with_tls(tls))
     } else {
-        Topology::Sentinel(Sentinel::new(hosts, master))
+        Topology::Sentinel(Sentinel::new(hosts, master).with_tls(tls))
     };
     Ok(Target {
         address: redact_multi(url),
@@ -359,7 +429,7 @@ fn split_multi(rest: &str) -> (Option<&str>, &str, Option<&str>) {
 
 /// Any URL as it may be printed: without its password (a `file://` URL has none).
 pub fn printable(url: &str) -> String {
-    if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
+    if multi_scheme(url).is_some() {
         return redact_multi(url);
     }
     match ::url::Url::parse(url) {
@@ -371,8 +441,9 @@ pub fn printable(url: &str) -> String {
 /// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
 pub fn url_has_password(url: &str) -> bool {
     if let Some(rest) = url
-        .strip_prefix("redis+sentinel://")
-        .or_else(|| url.strip_prefix("redis+cluster://"))
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .filter(|_| multi_scheme(url).is_some())
     {
         let (auth, _, _) = split_multi(rest);
         return auth.is_some_and(|auth| auth.split_once(':').is_some_and(|(_, p)| !p.is_empty()));

@@ -163,3 +163,72 @@ fn other_schemes_are_refused_without_showing_passwords() {
     assert!(open("file:///tmp").err().unwrap().contains("host-local"));
     assert!(open("not a url").is_err());
 }
+
+/// `rediss+sentinel://` and `rediss+cluster://` speak TLS at every hop; the plain schemes
+/// never do. Parsed, printed and checked as their plain forms.
+#[test]
+fn secured_sentinel_and_cluster_urls() {
+    let t = open("rediss+sentinel://locker:pw@s1:26380,s2/mymaster/1").unwrap();
+    let Topology::Sentinel(s) = &t.topology else {
+        panic!("not sentinels")
+    };
+    assert!(s.tls.is_some(), "TLS to the sentinels");
+    assert_eq!(s.master, "mymaster");
+    assert_eq!(s.hosts[1], ("s2".to_owned(), 26379));
+    assert_eq!(
+        (t.user.as_deref(), t.password.as_deref(), t.db),
+        (Some("locker"), Some("pw"), 1)
+    );
+    assert_eq!(t.address, "rediss+sentinel://locker@s1:26380,s2/mymaster/1");
+    assert!(url_has_password("rediss+sentinel://:pw@s1/m"));
+    assert!(!printable("rediss+sentinel://:pw@s1/m").contains("pw"));
+    assert!(
+        open("rediss+sentinel://s1")
+            .err()
+            .unwrap()
+            .contains("use rediss+sentinel://")
+    );
+
+    let t = open("rediss+cluster://:pw@n1:7000,n2").unwrap();
+    let Topology::Cluster(c) = &t.topology else {
+        panic!("not a cluster")
+    };
+    assert!(c.tls().is_some(), "TLS to every node");
+    assert_eq!(c.seeds()[1], ("n2".to_owned(), 6379));
+    assert_eq!(t.address, "rediss+cluster://n1:7000,n2/");
+    assert!(url_has_password("rediss+cluster://:pw@n1"));
+    assert!(!printable("rediss+cluster://:pw@n1").contains("pw"));
+
+    let Topology::Sentinel(s) = open("redis+sentinel://s1/m").unwrap().topology else {
+        panic!("not sentinels")
+    };
+    assert!(s.tls.is_none(), "redis+sentinel:// stays plain");
+    for (url, tls) in [
+        ("rediss://h", true),
+        ("rediss+sentinel://s/m", true),
+        ("rediss+cluster://n", true),
+        ("redis://h", false),
+        ("redis+sentinel://s/m", false),
+        ("redis+cluster://n", false),
+    ] {
+        assert_eq!(is_tls(url), tls, "{url}");
+    }
+}
+
+/// The sentinels' own credentials: `password` or `user:password`.
+#[test]
+fn sentinel_credentials() {
+    use crate::redis::sentinel::SentinelAuth;
+    let auth = SentinelAuth::parse("watcher:s3cret\n").unwrap();
+    assert_eq!(
+        (auth.user.as_deref(), auth.password.as_str()),
+        (Some("watcher"), "s3cret")
+    );
+    let auth = SentinelAuth::parse("s3cret").unwrap();
+    assert_eq!((auth.user, auth.password.as_str()), (None, "s3cret"));
+    let auth = SentinelAuth::parse("default:pa:ss").unwrap();
+    assert_eq!(auth.password, "pa:ss", "split at the first colon");
+    assert!(SentinelAuth::parse("").is_none());
+    assert!(SentinelAuth::parse("watcher:").is_none());
+    assert!(!format!("{auth:?}").contains("pa:ss"), "never printed");
+}

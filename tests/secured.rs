@@ -1,0 +1,299 @@
+//! Secured Sentinel and Cluster: `rediss+sentinel://` and `rediss+cluster://` against servers
+//! that are TLS-only at every hop, with ACL users on the data nodes and the sentinels' own
+//! apart (`LOCKED_RUN_SENTINEL_AUTH`, `--sentinel-password-file`); each failing hop a one-line
+//! 69 that names it, and `doctor` checking each hop. See: issue 27.
+
+use std::time::Duration;
+
+use crate::support::topology::{
+    DATA_PASS, SENTINEL_PASS, SENTINEL_USER, SecuredCluster, SecuredWatched,
+};
+use crate::support::*;
+
+fn sentinel_auth() -> String {
+    format!("{SENTINEL_USER}:{SENTINEL_PASS}")
+}
+
+/// `locked-run` through the secured sentinels: the URL (with the data nodes' password) in
+/// LOCKED_RUN_URL, the sentinels' credentials in LOCKED_RUN_SENTINEL_AUTH, the TLS options.
+fn through(watched: &SecuredWatched) -> LockedRun {
+    lr().env("LOCKED_RUN_URL", watched.url())
+        .env("LOCKED_RUN_SENTINEL_AUTH", sentinel_auth())
+        .args(watched.tls_args())
+}
+
+fn no_secret_in(out: &Output) {
+    let all = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        !all.contains(DATA_PASS) && !all.contains(SENTINEL_PASS),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_run_holds_through_tls_sentinels_with_their_own_user() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let watched = SecuredWatched::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let running = through(&watched)
+        .name("job")
+        .sh(&format!(
+            "echo $LOCKED_RUN_FENCE > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        ))
+        .spawn();
+    assert_eq!(
+        wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| t
+            .ends_with('\n')),
+        "1\n"
+    );
+    assert_eq!(
+        watched
+            .data(&watched.primary, &["EXISTS", "lock:{job}"])
+            .trim(),
+        "1",
+        "taken on the primary the sentinels named, over TLS, as the data nodes' user"
+    );
+    let status = through(&watched).args(["status", "job"]).run().expect(0);
+    no_secret_in(&status);
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    let out = running.wait().expect(0);
+    no_secret_in(&out);
+    assert_eq!(
+        watched
+            .data(&watched.primary, &["EXISTS", "lock:{job}"])
+            .trim(),
+        "0",
+        "released"
+    );
+
+    // The sentinels' credentials from a file instead, its first line.
+    let secrets = scratch();
+    let path = file(&secrets, "sentinel-auth");
+    std::fs::write(&path, format!("{}\n", sentinel_auth())).unwrap();
+    let out = lr()
+        .env("LOCKED_RUN_URL", watched.url())
+        .args(watched.tls_args())
+        .args(["--sentinel-password-file", path_str(&path)])
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
+    assert_eq!(out.stdout.trim(), "2");
+    no_secret_in(&out);
+}
+
+#[test]
+fn through_tls_sentinels_a_failover_during_a_hold_goes_on() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let watched = SecuredWatched::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let running = through(&watched)
+        .args(["--ttl", "20s"])
+        .name("job")
+        .sh(&format!(
+            "echo $LOCKED_RUN_FENCE > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        ))
+        .spawn();
+    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    });
+    wait_until(
+        "the key reached the replica",
+        Duration::from_secs(10),
+        || {
+            watched
+                .data(&watched.replica, &["EXISTS", "lock:{job}"])
+                .trim()
+                == "1"
+        },
+    );
+    watched.fail_over();
+    // Renewals (every 3.3 s) follow the sentinels to the new primary, over TLS.
+    wait_until(
+        "a renewal on the new primary",
+        Duration::from_secs(15),
+        || {
+            let pttl = watched.data(&watched.replica, &["PTTL", "lock:{job}"]);
+            pttl.trim().parse::<i64>().unwrap_or(0) > 19_000
+        },
+    );
+    std::fs::write(file(&dir, "go"), "").unwrap();
+    running
+        .wait()
+        .expect_with(0, "the lock survived the failover");
+    assert_eq!(
+        watched
+            .data(&watched.replica, &["EXISTS", "lock:{job}"])
+            .trim(),
+        "0",
+        "released on the new primary"
+    );
+}
+
+/// Each hop that fails is one line, status 69, naming the hop: a sentinel's certificate, a
+/// sentinel refusing its password (or the data nodes' password, when it has no other), a
+/// plain client against TLS sentinels; and `doctor` says which hop fails.
+#[test]
+fn each_failing_hop_is_a_one_line_69_that_names_it() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let watched = SecuredWatched::start();
+    let other_ca = path_str(&watched.trust.certs.other_ca).to_owned();
+    let client = [
+        "--tls-cert",
+        path_str(&watched.trust.certs.client_cert),
+        "--tls-key",
+        path_str(&watched.trust.certs.client_key),
+    ];
+
+    // A CA that did not sign the sentinels' certificates.
+    let out = lr()
+        .env("LOCKED_RUN_URL", watched.url())
+        .env("LOCKED_RUN_SENTINEL_AUTH", sentinel_auth())
+        .args(["--tls-ca-cert", &other_ca])
+        .args(client)
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "sentinel 127.0.0.1:");
+    assert!(out.stderr.contains("certificate"), "{}", out.stderr);
+    assert!(out.stderr.contains("--tls-ca-cert"), "{}", out.stderr);
+
+    // The sentinels' own password, wrong.
+    let out = through(&watched)
+        .env("LOCKED_RUN_SENTINEL_AUTH", format!("{SENTINEL_USER}:wrong"))
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "refused the sentinel password");
+    assert!(out.stderr.contains("sentinel 127.0.0.1:"), "{}", out.stderr);
+
+    // None given: the data nodes' credentials, which the sentinels do not take.
+    let out = lr()
+        .env("LOCKED_RUN_URL", watched.url())
+        .args(watched.tls_args())
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "LOCKED_RUN_SENTINEL_AUTH");
+    assert!(out.stderr.contains("sentinel 127.0.0.1:"), "{}", out.stderr);
+    no_secret_in(&out);
+
+    // A plain client against TLS sentinels.
+    let plain = watched
+        .url()
+        .replace("rediss+sentinel://", "redis+sentinel://");
+    lr().env("LOCKED_RUN_URL", &plain)
+        .env("LOCKED_RUN_SENTINEL_AUTH", sentinel_auth())
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "use rediss+sentinel://");
+    // ... and the TLS options with a plain URL: a usage error.
+    lr().env("LOCKED_RUN_URL", &plain)
+        .args(watched.tls_args())
+        .job(["true"])
+        .run()
+        .expect_one_line(2, "rediss+sentinel://");
+
+    // doctor: every hop OK, then the failing one named.
+    let out = through(&watched).arg("doctor").run().expect(0);
+    assert_eq!(
+        out.stdout.matches("sentinel: sentinel 127.0.0.1:").count(),
+        3,
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("TLS verified, authenticated"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("tls: "), "{}", out.stdout);
+    no_secret_in(&out);
+    let out = through(&watched)
+        .env("LOCKED_RUN_SENTINEL_AUTH", format!("{SENTINEL_USER}:wrong"))
+        .arg("doctor")
+        .run()
+        .expect(1);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("sentinel 127.0.0.1:")
+            && l.contains("refused the sentinel password")),
+        "{}",
+        out.stdout
+    );
+    no_secret_in(&out);
+}
+
+/// The sentinels verify, the primary they name does not: its hop is the one named.
+#[test]
+fn a_primary_whose_certificate_does_not_verify_is_named() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let watched = SecuredWatched::start_with(true);
+    let out = through(&watched)
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "the primary 127.0.0.1:");
+    assert!(out.stderr.contains("certificate"), "{}", out.stderr);
+    let out = through(&watched).arg("doctor").run().expect(1);
+    assert_eq!(
+        out.stdout.matches("sentinel: sentinel 127.0.0.1:").count(),
+        3,
+        "every sentinel verified: {}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("the primary 127.0.0.1:")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_run_holds_through_a_tls_cluster() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let cluster = SecuredCluster::start();
+    let out = lr()
+        .env("LOCKED_RUN_URL", cluster.url())
+        .args(cluster.trust.client_args())
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
+    assert_eq!(out.stdout.trim(), "1");
+    no_secret_in(&out);
+    let out = lr()
+        .env("LOCKED_RUN_URL", cluster.url())
+        .args(cluster.trust.client_args())
+        .arg("doctor")
+        .run()
+        .expect(0);
+    assert_eq!(
+        out.stdout.matches("seed: cluster node").count(),
+        3,
+        "{}",
+        out.stdout
+    );
+    // A CA that did not sign the nodes' certificates: the seed is named.
+    let out = lr()
+        .env("LOCKED_RUN_URL", cluster.url())
+        .args(["--tls-ca-cert", path_str(&cluster.trust.certs.other_ca)])
+        .args([
+            "--tls-cert",
+            path_str(&cluster.trust.certs.client_cert),
+            "--tls-key",
+            path_str(&cluster.trust.certs.client_key),
+        ])
+        .job(["true"])
+        .run()
+        .expect_one_line(69, "cluster node 127.0.0.1:");
+    assert!(out.stderr.contains("certificate"), "{}", out.stderr);
+}
