@@ -297,3 +297,71 @@ fn a_run_holds_through_a_tls_cluster() {
         .expect_one_line(69, "cluster node 127.0.0.1:");
     assert!(out.stderr.contains("certificate"), "{}", out.stderr);
 }
+
+/// A slot migrated during a hold on a TLS cluster: renewals follow ASK, then MOVED, to the
+/// new owner, over TLS with the same certificates and user, and the hold goes on.
+#[test]
+fn a_tls_cluster_run_survives_its_slot_being_resharded() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let cluster = SecuredCluster::start();
+    let user = (crate::support::topology::DATA_USER, DATA_PASS);
+    let cli = |port: u16, args: &[&str]| cluster.trust.cli(port, user, args).trim().to_owned();
+    let running = Holder::with(
+        lr().env("LOCKED_RUN_URL", cluster.url())
+            .args(cluster.trust.client_args())
+            .args(["--ttl", "2s", "-vv"]),
+        "job",
+    );
+    let slot = cli(cluster.nodes[0].port, &["CLUSTER", "KEYSLOT", "lock:{job}"]);
+    let has = |port: u16| cli(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot]) != "0";
+    let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
+    let source = *ports.iter().find(|&&p| has(p)).expect("the lock's owner");
+    let target = *ports.iter().find(|&&p| p != source).unwrap();
+    let (source_id, target_id) = (
+        cli(source, &["CLUSTER", "MYID"]),
+        cli(target, &["CLUSTER", "MYID"]),
+    );
+    cli(
+        target,
+        &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id],
+    );
+    cli(
+        source,
+        &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id],
+    );
+    let keys = cli(source, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    let port = target.to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000"];
+    migrate.extend(["AUTH2", user.0, user.1, "KEYS"]);
+    migrate.extend(keys.lines().map(str::trim).filter(|k| !k.is_empty()));
+    let migrated = cli(source, &migrate);
+    assert_eq!(migrated, "OK", "MIGRATE over TLS");
+    // Half-moved: renewals hear ASK for a while.
+    std::thread::sleep(Duration::from_millis(800));
+    for &p in &ports {
+        cli(p, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+    wait_until("a renewal on the new owner", Duration::from_secs(5), || {
+        cli(target, &["PTTL", "lock:{job}"])
+            .parse::<i64>()
+            .is_ok_and(|ms| ms > 1_800)
+    });
+    let out = running.finish().expect(0);
+    assert!(
+        out.stderr.contains("is being moved to"),
+        "ASK: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("the lock's slot moved to"),
+        "MOVED: {}",
+        out.stderr
+    );
+    assert_eq!(
+        cli(target, &["EXISTS", "lock:{job}"]),
+        "0",
+        "released on the new owner"
+    );
+}
