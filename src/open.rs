@@ -183,7 +183,7 @@ fn open_redlock(nodes: Vec<Node>, name: &LockName, how: &Opening) -> Result<Redl
 /// or `etcds://` URL listing its endpoints, with the TLS options for `etcds://`, and the
 /// user's password from the URL, `--password-file` or `REDISCLI_AUTH`.
 pub fn open_etcd(conn: &ConnArgs) -> Result<Option<etcd::Client>, Failure> {
-    let urls = conn.urls();
+    let urls = conn.urls().map_err(Failure::usage)?;
     let Some(url) = urls.iter().find(|url| etcd::is_etcd_url(url)) else {
         return Ok(None);
     };
@@ -228,11 +228,11 @@ pub enum Servers {
 /// Checks the URLs and the connection options together, and opens what they name (nothing is
 /// connected yet): for a run, `status`, `release` and `doctor` alike.
 pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
-    let urls = conn.urls();
+    let urls = conn.urls().map_err(Failure::usage)?;
     if urls.iter().any(|url| etcd::is_etcd_url(url)) {
-        // Checked by `open_etcd` before this is called for a run, `status` or `release`.
+        // Checked by `open_etcd` before this is called, for a run and every subcommand.
         return Err(Failure::usage(
-            "`doctor` does not check etcd:// clusters yet (`etcdctl endpoint health` does)",
+            "an etcd:// URL is opened as a cluster, not as Redis servers",
         ));
     }
     let options = conn.tls();

@@ -8,6 +8,15 @@ use crate::exit::{Exit, Failure};
 use crate::lease::show;
 use crate::name::LockName;
 
+/// `println!` that does not panic when stdout is closed (`locked-run ... | head`): what could
+/// not be written is dropped, and the status stands.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
 pub async fn status<B: Backend>(
     backend: &B,
@@ -47,7 +56,7 @@ pub async fn status<B: Backend>(
                     .collect(),
             );
         }
-        println!("{object}");
+        out!("{object}");
     } else if let Some(servers) = &report.servers {
         let quorum = servers.quorum;
         let holding = servers
@@ -59,7 +68,7 @@ pub async fn status<B: Backend>(
                         .is_ok_and(|r| r.value.as_ref() == report.value.as_ref())
             })
             .count();
-        println!(
+        out!(
             "{}{}; {holding} of {} servers hold it, a quorum is {quorum}",
             to_text(name, &report),
             waiting(report.waiters),
@@ -67,17 +76,17 @@ pub async fn status<B: Backend>(
         );
         for (url, server) in &servers.each {
             match server {
-                Ok(r) => println!(
+                Ok(r) => out!(
                     "  {url}: {}",
                     to_text(name, r)
                         .split_once(": ")
                         .map_or("", |(_, rest)| rest)
                 ),
-                Err(e) => println!("  {url}: no answer: {e}"),
+                Err(e) => out!("  {url}: no answer: {e}"),
             }
         }
     } else {
-        println!("{}{}", to_text(name, &report), waiting(report.waiters));
+        out!("{}{}", to_text(name, &report), waiting(report.waiters));
     }
     Ok(if report.held.is_some() {
         Exit::Held

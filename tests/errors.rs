@@ -361,3 +361,24 @@ fn bad_url_parts_are_usage_errors_before_any_connection() {
         "nothing connected to the server a bad URL named"
     );
 }
+
+/// A password holding a space splits LOCKED_RUN_URL in the wrong place: the pieces are no
+/// URLs, and none is shown (each may hold part of the password).
+#[test]
+fn a_url_list_that_splits_inside_a_password_shows_no_piece_of_it() {
+    for url in [
+        "rediss+sentinel://locker:TOPSECRET-half1 half2@127.0.0.1:1/mymaster",
+        "redis://locker:TOPSECRET-half1 half2@127.0.0.1:1",
+    ] {
+        let out = lr()
+            .env("LOCKED_RUN_URL", url)
+            .args(["job", "true"])
+            .run()
+            .expect_one_line(2, "LOCKED_RUN_URL holds a piece that is not a URL");
+        assert!(
+            !out.stderr.contains("TOPSECRET") && !out.stderr.contains("half2"),
+            "{}",
+            out.stderr
+        );
+    }
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::DEFAULT_URL;
-use super::values::{parse_positive_duration, shell_word, split_urls};
+use super::values::{parse_positive_duration, shell_word, split_urls_checked};
 use crate::exit::Failure;
 use crate::name::LockName;
 
@@ -158,14 +158,15 @@ impl ConnArgs {
         line
     }
 
-    /// The server URLs: `--url`, else `LOCKED_RUN_URL`, else the default.
-    pub fn urls(&self) -> Vec<String> {
+    /// The server URLs: `--url`, else `LOCKED_RUN_URL`, else the default. A usage error
+    /// when `LOCKED_RUN_URL` does not split into URLs (it never shows the pieces).
+    pub fn urls(&self) -> Result<Vec<String>, String> {
         if !self.url.is_empty() {
-            return self.url.clone();
+            return Ok(self.url.clone());
         }
         match std::env::var("LOCKED_RUN_URL") {
-            Ok(value) if !value.trim().is_empty() => split_urls(&value),
-            _ => vec![DEFAULT_URL.to_owned()],
+            Ok(value) if !value.trim().is_empty() => split_urls_checked(&value),
+            _ => Ok(vec![DEFAULT_URL.to_owned()]),
         }
     }
 }

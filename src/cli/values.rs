@@ -17,7 +17,23 @@ pub(super) fn shell_word(word: &str) -> String {
 }
 
 /// Splits `LOCKED_RUN_URL`: whitespace separates, and so does a comma directly followed by
-/// `scheme://` (a comma elsewhere may belong to a password or a path).
+/// `scheme://` (a comma elsewhere may belong to a password or a path). A piece that starts
+/// with no scheme means the split went wrong (a password holding a space): an error that
+/// shows no piece, since any of them may hold part of a password.
+pub fn split_urls_checked(value: &str) -> Result<Vec<String>, String> {
+    let urls = split_urls(value);
+    if urls.iter().any(|u| !starts_with_scheme(u)) {
+        return Err(
+            "LOCKED_RUN_URL holds a piece that is not a URL (not shown: it may be part of a \
+             password); URLs are separated by whitespace, so a space in a password is written \
+             %20"
+            .into(),
+        );
+    }
+    Ok(urls)
+}
+
+/// [`split_urls_checked`] without the check.
 pub fn split_urls(value: &str) -> Vec<String> {
     let mut urls = Vec::new();
     for word in value.split_whitespace() {

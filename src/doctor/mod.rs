@@ -5,10 +5,12 @@
 //! `maxmemory-policy`, persistence (for fence tokens that survive a restart), permissions (ACL
 //! DRYRUN of every command the scripts run), and the server's clock against this host's. With
 //! several servers (Redlock): whether they are truly independent, and their clocks against
-//! each other. For `file://`: the directory, and the filesystem it is on.
+//! each other. For `file://`: the directory, and the filesystem it is on. For `etcd://`: each
+//! endpoint, the leader and the members, the user, and etcd's shortest lease (see `etcd.rs`).
 
 mod across;
 mod dir;
+mod etcd;
 mod permissions;
 mod server;
 
@@ -61,9 +63,29 @@ pub(crate) struct Facts {
     pub(crate) skew_ms: Option<i64>,
 }
 
+/// `println!` that does not panic when stdout is closed (`locked-run ... | head`): what could
+/// not be written is dropped, and the status stands.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// Runs the checks and prints them; exit 1 when any FAILed.
 pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let name = LockName::new(&args.name).map_err(Failure::usage)?;
+    if let Some(client) = crate::open::open_etcd(&args.conn)? {
+        if name.as_str().contains('/') {
+            return Err(Failure::usage(format!(
+                "lock names on etcd:// hold no '/' ({name:?}): etcd's lock keeps a NAME's keys \
+                 under NAME/"
+            )));
+        }
+        let runtime = crate::open::runtime()?;
+        let checks = runtime.block_on(etcd::check_etcd(&client, &name));
+        return Ok(report(&checks, args.json));
+    }
     let nodes = match crate::open::open_servers(&args.conn)? {
         crate::open::Servers::Dir(url) => {
             let dir = file::dir_of(&url).map_err(Failure::usage)?;
@@ -99,11 +121,11 @@ fn report(checks: &[Check], as_json: bool) -> Exit {
             .iter()
             .map(|c| json!({"server": c.server, "check": c.check, "status": c.level.word(), "detail": c.detail}))
             .collect();
-        println!("{}", json!({"ok": !failed, "checks": list}));
+        out!("{}", json!({"ok": !failed, "checks": list}));
     } else {
         let width = checks.iter().map(|c| c.server.len()).max().unwrap_or(0);
         for c in checks {
-            println!(
+            out!(
                 "{:<4} {:<width$}  {}: {}",
                 c.level.word(),
                 c.server,
@@ -112,7 +134,7 @@ fn report(checks: &[Check], as_json: bool) -> Exit {
             );
         }
         let count = |l: Level| checks.iter().filter(|c| c.level == l).count();
-        println!(
+        out!(
             "doctor: {} OK, {} WARN, {} FAIL",
             count(Level::Ok),
             count(Level::Warn),

@@ -119,6 +119,66 @@ impl Client {
         self.endpoint(self.current.get()).to_string()
     }
 
+    /// The user the URL names, if any (never its password).
+    pub fn user(&self) -> Option<&str> {
+        self.url.user.as_deref()
+    }
+
+    /// One client per endpoint of the URL, with the same TLS and timeout, for checks member
+    /// by member (`doctor`); `with_user` keeps the URL's user and password.
+    pub fn each_endpoint(&self, with_user: bool) -> Vec<(String, Client)> {
+        let mut url = self.url.clone();
+        if !with_user {
+            url.user = None;
+            url.password = None;
+        }
+        self.url
+            .endpoints
+            .iter()
+            .map(|endpoint| {
+                let one = EtcdUrl {
+                    endpoints: vec![endpoint.clone()],
+                    ..url.clone()
+                };
+                let client = Client::new(one, self.tls.clone(), self.connect_timeout);
+                (endpoint.to_string(), client)
+            })
+            .collect()
+    }
+
+    /// Signs the URL's user in now (a no-op without a user): true when etcd gave a token,
+    /// false when it has authentication off.
+    pub async fn sign_in(&self, deadline: Instant) -> Result<bool, BackendError> {
+        self.authenticate(deadline).await?;
+        Ok(self.token.borrow().is_some())
+    }
+
+    /// `GET path` (`/version`, `/health`: plain HTTP, outside the gateway) on a connection of
+    /// its own: the JSON answered.
+    pub async fn get(&self, path: &str, deadline: Instant) -> Result<Value, BackendError> {
+        let (at, mut sender) = self.connect(deadline).await?;
+        let request = Request::get(path)
+            .header(HOST, self.endpoint(at).to_string())
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| BackendError::Refused(format!("cannot send a request to etcd: {e}")))?;
+        let exchanged = timeout_at(deadline, async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, body))
+        })
+        .await;
+        match exchanged {
+            Ok(Ok((status, body))) => match self.answer(at, path, status, &body)? {
+                Ok(json) => Ok(json),
+                Err(status) => Err(self.refused(&status)),
+            },
+            Ok(Err(e)) => Err(self.lost(at, &e.to_string())),
+            Err(_) => Err(self.lost(at, "no answer in time")),
+        }
+    }
+
     fn endpoint(&self, i: usize) -> &Endpoint {
         &self.url.endpoints[i % self.url.endpoints.len()]
     }

@@ -439,11 +439,17 @@ impl Node {
             // A sentinel or cluster seed that refused the password: retrying will not fix it.
             return BackendError::Refused(format!("Redis at {address}: {error}"));
         }
-        // A TLS handshake that failed (certificates, protocol), rather than no connection.
+        // A TLS handshake that failed (certificates, protocol), rather than no connection, a
+        // refusal (an ACL's NOPERM) or a connection closed mid-way (a failover).
+        let text = error.to_string();
         let handshake = !matches!(
             error.kind(),
-            io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::NotFound
-        );
+            io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::NotFound
+                | io::ErrorKind::UnexpectedEof
+        ) && !text.contains("refused:")
+            && (text.contains("certificate") || text.contains("handshake") || text.contains("TLS"));
         let tls_hint = match (self.is_tls(), handshake, error.kind()) {
             (true, true, _) => {
                 "; check the server's certificate against --tls-ca-cert (or the system's CAs), and \
