@@ -365,3 +365,20 @@ fn a_tls_cluster_run_survives_its_slot_being_resharded() {
         "released on the new owner"
     );
 }
+
+/// A primary that stops answering (SIGSTOPped) behind answering sentinels: the one line names
+/// the hop that went silent, not only the URL.
+#[test]
+fn a_silent_primary_is_named_in_the_timeout() {
+    if skip_unless(server_kind().tls, "built without TLS") {
+        return;
+    }
+    let watched = SecuredWatched::start();
+    signal(watched.primary.pid(), libc::SIGSTOP);
+    let out = through(&watched)
+        .args(["--connect-timeout", "2s", "job", "true"])
+        .run()
+        .expect_one_line(69, "did not answer within 2s: the primary 127.0.0.1:");
+    no_secret_in(&out);
+    signal(watched.primary.pid(), libc::SIGCONT);
+}

@@ -406,7 +406,9 @@ impl Node {
     }
 
     pub(super) async fn connect(&self, timeout: Duration) -> io::Result<Connection> {
-        let timeout = timeout.min(self.connect_timeout);
+        // A little under the caller's own limit: when a hop (a sentinel, the primary it names,
+        // a cluster node) goes silent, its own error, which names it, comes first.
+        let timeout = timeout.min(self.connect_timeout).mul_f64(0.95);
         match &self.topology {
             Topology::Direct { addr, tls } => {
                 within(timeout, Connection::connect(addr, tls.as_ref())).await
@@ -466,9 +468,14 @@ impl Node {
             _ => "",
         };
         BackendError::Transient(match error.kind() {
-            io::ErrorKind::TimedOut => {
+            io::ErrorKind::TimedOut if text == "timed out" => {
                 format!("Redis at {address} did not answer within {}", show(timeout))
             }
+            // A hop that went silent, named.
+            io::ErrorKind::TimedOut => format!(
+                "Redis at {address} did not answer within {}: {text}",
+                show(timeout)
+            ),
             _ => format!("cannot reach Redis at {address}: {error}{tls_hint}"),
         })
     }
