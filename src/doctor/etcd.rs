@@ -351,7 +351,7 @@ async fn permissions(
         "compare": [{"key": key, "target": "VERSION", "result": "LESS", "version": "0"}],
         "success": [
             {"request_put": {"key": key, "value": ""}},
-            {"request_range": {"key": STANDARD.encode(&prefix), "range_end": STANDARD.encode(prefix_end(prefix.as_bytes())), "limit": "1"}},
+            {"request_range": {"key": STANDARD.encode(&prefix), "range_end": STANDARD.encode(crate::etcd::prefix_end(prefix.as_bytes())), "limit": "1"}},
         ],
         "failure": [],
     });
@@ -379,17 +379,6 @@ async fn permissions(
         Ok(Err(status)) => (Level::Fail, client.refused(&status).to_string()),
         Err(e) => (Level::Fail, e.to_string()),
     }
-}
-
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 /// A lease of 1 s, granted and revoked at once: etcd raises its TTL to its shortest.

@@ -161,14 +161,7 @@ impl Client {
             .header(HOST, self.endpoint(at).to_string())
             .body(Full::new(Bytes::new()))
             .map_err(|e| BackendError::Refused(format!("cannot send a request to etcd: {e}")))?;
-        let exchanged = timeout_at(deadline, async {
-            sender.ready().await?;
-            let response = sender.send_request(request).await?;
-            let status = response.status();
-            let body = response.into_body().collect().await?.to_bytes();
-            Ok::<_, hyper::Error>((status, body))
-        })
-        .await;
+        let exchanged = timeout_at(deadline, exchange(&mut sender, request)).await;
         match exchanged {
             Ok(Ok((status, body))) => match self.answer(at, path, status, &body)? {
                 Ok(json) => Ok(json),
@@ -352,14 +345,7 @@ impl Client {
             let request = self.request(at, path, body)?;
             let left = deadline.saturating_duration_since(Instant::now());
             let share = Instant::now() + left / (members - tried).max(1) as u32;
-            let exchanged = timeout_at(share, async {
-                sender.ready().await?;
-                let response = sender.send_request(request).await?;
-                let status = response.status();
-                let body = response.into_body().collect().await?.to_bytes();
-                Ok::<_, hyper::Error>((status, body))
-            })
-            .await;
+            let exchanged = timeout_at(share, exchange(&mut sender, request)).await;
             match exchanged {
                 Ok(Ok((status, bytes))) => {
                     self.idle.replace(Some((at, sender)));
@@ -524,6 +510,18 @@ where
         let _ = connection.await;
     });
     Ok(sender)
+}
+
+/// One request on `sender`, and the whole reply: its status and body.
+async fn exchange(
+    sender: &mut Sender,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), hyper::Error> {
+    sender.ready().await?;
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, body))
 }
 
 #[cfg(test)]

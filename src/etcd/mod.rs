@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 pub use client::Client;
 pub use url::{EtcdUrl, has_password, is_etcd_url, parse as parse_url, printable};
+pub use wire::prefix_end;
 
 use crate::backend::{
     Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Tenure, hostname, wall_clock_ms,
