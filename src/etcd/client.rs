@@ -25,49 +25,10 @@ use super::url::{Endpoint, EtcdUrl};
 use crate::backend::BackendError;
 use crate::lease::show;
 
+use super::wire::{FAILED_PRECONDITION, UNAUTHENTICATED};
+pub use super::wire::{INVALID_ARGUMENT, NOT_FOUND, Status};
+
 type Sender = SendRequest<Full<Bytes>>;
-
-/// gRPC status codes etcd answers with.
-pub const INVALID_ARGUMENT: i64 = 3;
-pub const NOT_FOUND: i64 = 5;
-const FAILED_PRECONDITION: i64 = 9;
-const UNAUTHENTICATED: i64 = 16;
-
-/// An error etcd answered with that retrying will not mend (transient ones are
-/// [`BackendError::Transient`]): its gRPC code and message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub code: i64,
-    pub message: String,
-}
-
-impl Status {
-    /// An error as the gateway writes it: `{"code":5,"message":...}` for a call, or
-    /// `{"error":{"grpc_code":5,"message":...}}` inside a stream (a watch, a keep-alive).
-    pub fn of(reply: &Value) -> Option<Status> {
-        let (error, code) = match &reply["error"] {
-            Value::Object(_) => (&reply["error"], &reply["error"]["grpc_code"]),
-            _ => (reply, &reply["code"]),
-        };
-        let code = code.as_i64().filter(|&c| c != 0)?;
-        let message = error["message"]
-            .as_str()
-            .or_else(|| reply["error"].as_str())
-            .unwrap_or("")
-            .to_owned();
-        Some(Status { code, message })
-    }
-
-    /// Unavailable (no leader, leader changed, timed out), Aborted, DeadlineExceeded,
-    /// Canceled, Unknown, and too many requests: worth trying again, on another member.
-    fn transient(&self) -> bool {
-        match self.code {
-            1 | 2 | 4 | 10 | 14 => true,
-            8 => !self.message.contains("space"),
-            _ => false,
-        }
-    }
-}
 
 /// A watch's response, streaming, and what keeps its connection open.
 pub struct Stream {
@@ -522,27 +483,4 @@ async fn exchange(
     let status = response.status();
     let body = response.into_body().collect().await?.to_bytes();
     Ok((status, body))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_as_the_gateway_writes_them() {
-        let call: Value = serde_json::from_str(
-            r#"{"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":5}"#,
-        )
-        .unwrap();
-        let status = Status::of(&call).unwrap();
-        assert_eq!(status.code, NOT_FOUND);
-        assert_eq!(status.message, "etcdserver: requested lease not found");
-        let stream: Value = serde_json::from_str(
-            r#"{"error":{"grpc_code":14,"http_code":503,"message":"etcdserver: no leader","http_status":"Service Unavailable"}}"#,
-        )
-        .unwrap();
-        let status = Status::of(&stream).unwrap();
-        assert!(status.transient(), "{status:?}");
-        assert_eq!(Status::of(&json!({"result": {"TTL": "2"}})), None);
-    }
 }
