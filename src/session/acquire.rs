@@ -128,18 +128,24 @@ async fn give_back<B: Backend>(
     backend: &B,
     cfg: &RunConfig,
     waiter: &Waiter<'_>,
-    failure: Failure,
+    mut failure: Failure,
 ) -> Failure {
     if waiter.must_give_back() {
         match backend.give_back(GIVE_BACK_TIMEOUT).await {
             Ok(true) => tracing::info!("released lock {} taken by an unanswered attempt", cfg.name),
             Ok(false) => {}
-            Err(e) => tracing::info!(
-                "could not give back what this run may hold of lock {} ({e}); a place in the \
-                 queue lapses within {}, a lock taken within the lease",
-                cfg.name,
-                show(crate::backend::KEEP_ALIVE)
-            ),
+            // The line that ends the run must not say "nothing is held" then: a place kept
+            // (on etcd, a key that heads the queue once those before it go) or a lock taken
+            // by an unanswered attempt stays until it lapses.
+            Err(e) => {
+                let said = failure.message.trim_end_matches(" and nothing is held");
+                failure.message = format!(
+                    "{said}; what this run may hold of it could not be given back ({e}): a place \
+                     in the queue lapses by itself within {} on Redis, within the lease on \
+                     etcd, and a lock taken meanwhile within the lease",
+                    show(crate::backend::KEEP_ALIVE)
+                );
+            }
         }
     }
     failure

@@ -1,14 +1,16 @@
 //! The backends the harness checks, behind one trait: what a run's `-u` arguments are, what the
 //! backend can do (`--holders N`, a fair queue), which faults the nemesis may inject into it,
-//! and what it still holds once everything stopped. Adding one (etcd, say) is one more impl and
-//! one more line in [`open`].
+//! and what it still holds once everything stopped. Adding one is one more impl and one more
+//! line in [`open`] (and in [`missing`], if it needs a server that may not be installed).
 
-use std::sync::Mutex;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::proxy::FaultProxy;
 use crate::rng::Rng;
 use crate::servers::Server;
+use crate::support::{Etcd, signal};
 
 /// A fault the nemesis injects into a backend's servers or network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -27,9 +29,10 @@ pub enum Fault {
     ResetAll,
     /// The server SIGSTOPped for a while.
     Pause,
-    /// `DEBUG SLEEP`.
+    /// `DEBUG SLEEP` (Redis only).
     DebugSleep,
-    /// The server SIGKILLed and restarted with its data (AOF, fsync always).
+    /// The server SIGKILLed and restarted with its data (Redis: AOF, fsync always; etcd: its
+    /// data directory, whose WAL is fsynced before a write is acknowledged).
     KillRestart,
     /// The server SIGKILLed and restarted empty (beyond the single-server guarantee).
     RestartEmpty,
@@ -78,9 +81,10 @@ pub trait Backend: Send + Sync {
     fn leftovers(&self) -> Vec<String>;
 }
 
-/// Opens the backend named `label` (`redis`, `file`, `redlock`).
+/// Opens the backend named `label` (`redis`, `file`, `redlock`, `etcd`).
 pub fn open(label: &str) -> Option<Box<dyn Backend>> {
     match label {
+        "etcd" => Some(Box::new(EtcdMember::start())),
         "redis" => Some(Box::new(Servers::start("redis", 1))),
         "redlock" => Some(Box::new(Servers::start("redlock", 3))),
         "file" => Some(Box::new(Files {
@@ -90,7 +94,23 @@ pub fn open(label: &str) -> Option<Box<dyn Backend>> {
     }
 }
 
-pub const ALL: &[&str] = &["redis", "file", "redlock"];
+pub const ALL: &[&str] = &["redis", "file", "redlock", "etcd"];
+
+/// Why backend `label` cannot run here (its server is not installed), if it cannot: such a
+/// backend is skipped with a printed line, not failed.
+pub fn missing(label: &str) -> Option<String> {
+    let on_path = |bin: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
+    };
+    match label {
+        "etcd" => ["etcd", "etcdctl"]
+            .into_iter()
+            .find(|bin| !on_path(bin))
+            .map(|bin| format!("{bin} is not on PATH")),
+        _ => None,
+    }
+}
 
 /// One Redis server, or Redlock over several, each behind a fault proxy of its own.
 pub struct Servers {
@@ -113,6 +133,36 @@ impl Servers {
 
 fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(rng.range(lo, hi))
+}
+
+/// A connection-level fault, through `proxy` (`pick` chooses the open connection it hits).
+fn proxy_fault(proxy: &FaultProxy, fault: Fault, pick: u64, rng: &mut Rng) -> String {
+    match fault {
+        Fault::DelayConn => {
+            let count = rng.range(1, 3) as usize;
+            let window = ms(rng, 1000, 3000);
+            proxy.delay_next(count, Duration::from_millis(1500), window);
+            let also = proxy.delay_one(pick, Duration::from_millis(1500), window);
+            format!("next {count} connections (and one open: {also}) +1.5s for {window:?}")
+        }
+        Fault::Stall => {
+            let d = ms(rng, 200, 1500);
+            format!("{d:?}: {}", proxy.stall_one(pick, d))
+        }
+        Fault::BlackholeConn => format!("{}", proxy.blackhole_one(pick)),
+        Fault::BlackholeAll => {
+            let d = ms(rng, 200, 1200);
+            proxy.blackhole_all(d);
+            std::thread::sleep(d);
+            format!("{d:?}")
+        }
+        Fault::ResetConn => format!("{}", proxy.reset_one(pick)),
+        Fault::ResetAll => {
+            proxy.reset_all();
+            String::new()
+        }
+        _ => unreachable!("{fault:?} is not a connection fault"),
+    }
 }
 
 impl Backend for Servers {
@@ -168,29 +218,6 @@ impl Backend for Servers {
         let proxy = &self.proxies[i];
         let pick = rng.next_u64();
         match fault {
-            Fault::DelayConn => {
-                let count = rng.range(1, 3) as usize;
-                let window = ms(rng, 1000, 3000);
-                proxy.delay_next(count, Duration::from_millis(1500), window);
-                let also = proxy.delay_one(pick, Duration::from_millis(1500), window);
-                format!("next {count} connections (and one open: {also}) +1.5s for {window:?}")
-            }
-            Fault::Stall => {
-                let d = ms(rng, 200, 1500);
-                format!("{d:?}: {}", proxy.stall_one(pick, d))
-            }
-            Fault::BlackholeConn => format!("{}", proxy.blackhole_one(pick)),
-            Fault::BlackholeAll => {
-                let d = ms(rng, 200, 1200);
-                proxy.blackhole_all(d);
-                std::thread::sleep(d);
-                format!("{d:?}")
-            }
-            Fault::ResetConn => format!("{}", proxy.reset_one(pick)),
-            Fault::ResetAll => {
-                proxy.reset_all();
-                String::new()
-            }
             Fault::Pause => {
                 let d = ms(rng, 200, 2500);
                 let server = self.servers[i].lock().unwrap();
@@ -219,6 +246,7 @@ impl Backend for Servers {
                 proxy.reset_all();
                 String::new()
             }
+            _ => proxy_fault(proxy, fault, pick, rng),
         }
     }
 
@@ -309,4 +337,204 @@ impl Backend for Files {
         }
         left
     }
+}
+
+/// `etcd://`: one etcd member behind a fault proxy. Its server faults are the ones a process
+/// can suffer (SIGSTOP, SIGKILL and a restart with its data dir, a restart with it wiped);
+/// `DEBUG SLEEP` has no etcd counterpart.
+pub struct EtcdMember {
+    etcd: Arc<Mutex<Etcd>>,
+    proxy: FaultProxy,
+    keeper: Keeper,
+}
+
+impl EtcdMember {
+    fn start() -> EtcdMember {
+        let keeper = Keeper::start();
+        let etcd = Arc::new(Mutex::new(keeper.run(Etcd::start)));
+        let port = etcd.lock().unwrap().members[0].client_port;
+        EtcdMember {
+            etcd,
+            proxy: FaultProxy::start(port),
+            keeper,
+        }
+    }
+
+    /// Restarts the member on the keeper's thread (see [`Keeper`]).
+    fn restart(&self, wipe: bool) {
+        let etcd = self.etcd.clone();
+        self.keeper
+            .run(move || etcd.lock().unwrap().restart(0, wipe));
+    }
+
+    /// `etcdctl ARGS -w json` against the member itself (not through the proxy), parsed.
+    fn ctl_json(etcd: &Etcd, args: &[&str]) -> Result<serde_json::Value, String> {
+        let out = etcd.ctl(&[args, &["-w", "json"]].concat());
+        if out.code() != Some(0) {
+            return Err(format!("etcdctl {}: {out:?}", args.join(" ")));
+        }
+        serde_json::from_str(out.stdout.trim())
+            .map_err(|e| format!("etcdctl {}: {e}", args.join(" ")))
+    }
+}
+
+/// A thread that lives as long as the backend and starts its etcd member: the fixture gives a
+/// member PDEATHSIG, which fires when the *thread* that spawned it exits, and the nemesis's
+/// thread, which restarts it, ends with each pass, before the leftovers are read.
+struct Keeper {
+    jobs: Mutex<mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Keeper {
+    fn start() -> Keeper {
+        let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        std::thread::spawn(move || {
+            for job in rx {
+                job();
+            }
+        });
+        Keeper {
+            jobs: Mutex::new(jobs),
+        }
+    }
+
+    /// Runs `job` on the keeper's thread and returns its result (a panic there is one here).
+    fn run<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .lock()
+            .unwrap()
+            .send(Box::new(move || {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                let _ = tx.send(result);
+            }))
+            .expect("the keeper thread");
+        match rx.recv().expect("the keeper thread") {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Backend for EtcdMember {
+    fn label(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn url_args(&self) -> Vec<String> {
+        vec![
+            "-u".to_owned(),
+            format!("etcd://127.0.0.1:{}", self.proxy.port),
+        ]
+    }
+
+    fn holders_ok(&self) -> bool {
+        // --holders N > 1 and --shared are refused on etcd (usage errors).
+        false
+    }
+
+    fn fair_order(&self) -> bool {
+        // Each waiter watches the key created just before its own: arrival order, and
+        // --no-fair is accepted but changes nothing.
+        true
+    }
+
+    fn faults(&self) -> Vec<(Fault, u64)> {
+        vec![
+            (Fault::DelayConn, 14),
+            (Fault::Stall, 8),
+            (Fault::BlackholeConn, 6),
+            (Fault::BlackholeAll, 5),
+            (Fault::ResetConn, 8),
+            (Fault::ResetAll, 5),
+            (Fault::Pause, 8),
+            (Fault::KillRestart, 8),
+            (Fault::RestartEmpty, 2),
+        ]
+    }
+
+    fn servers(&self) -> usize {
+        1
+    }
+
+    fn inject(&self, fault: Fault, _: usize, rng: &mut Rng) -> String {
+        let pick = rng.next_u64();
+        match fault {
+            Fault::Pause => {
+                let d = ms(rng, 200, 2500);
+                let pid = self.etcd.lock().unwrap().members[0].pid();
+                signal(pid, libc::SIGSTOP);
+                std::thread::sleep(d);
+                signal(pid, libc::SIGCONT);
+                format!("{d:?}")
+            }
+            Fault::KillRestart => {
+                let down = ms(rng, 0, 1500);
+                self.etcd.lock().unwrap().members[0].kill();
+                self.proxy.reset_all();
+                std::thread::sleep(down);
+                self.restart(false);
+                format!("down {down:?}")
+            }
+            Fault::RestartEmpty => {
+                self.restart(true);
+                self.proxy.reset_all();
+                String::new()
+            }
+            Fault::DebugSleep => unreachable!("not on etcd's menu"),
+            // The connection faults are the proxy's, the same as on Redis.
+            _ => proxy_fault(&self.proxy, fault, pick, rng),
+        }
+    }
+
+    fn heal(&self) {
+        let etcd = self.etcd.lock().unwrap();
+        if etcd.members[0].running() {
+            signal(etcd.members[0].pid(), libc::SIGCONT);
+        }
+    }
+
+    /// Every key (the recipe's `NAME/<lease>`: etcd keeps no counter; the fence is a revision)
+    /// and every lease must be gone once the leases lapsed.
+    fn leftovers(&self) -> Vec<String> {
+        let etcd = self.etcd.lock().unwrap();
+        let mut left = Vec::new();
+        match EtcdMember::ctl_json(&etcd, &["get", "--prefix", ""]) {
+            Ok(reply) => {
+                for kv in reply["kvs"].as_array().into_iter().flatten() {
+                    let key = kv["key"].as_str().map_or_else(String::new, base64_text);
+                    left.push(format!(
+                        "key {key} left (create revision {}, lease {:x})",
+                        kv["create_revision"].as_i64().unwrap_or(0),
+                        kv["lease"].as_i64().unwrap_or(0)
+                    ));
+                }
+            }
+            Err(e) => left.push(format!("keys not readable: {e}")),
+        }
+        match EtcdMember::ctl_json(&etcd, &["lease", "list"]) {
+            Ok(reply) => {
+                for lease in reply["leases"].as_array().into_iter().flatten() {
+                    let id = lease["id"].as_i64().unwrap_or(0);
+                    let hex = format!("{id:x}");
+                    let ttl = EtcdMember::ctl_json(&etcd, &["lease", "timetolive", &hex])
+                        .map(|r| format!("TTL {} s of {} s", r["ttl"], r["granted-ttl"]))
+                        .unwrap_or_else(|e| e);
+                    left.push(format!("lease {hex} left ({ttl})"));
+                }
+            }
+            Err(e) => left.push(format!("leases not readable: {e}")),
+        }
+        left
+    }
+}
+
+fn base64_text(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_or_else(
+            |_| text.to_owned(),
+            |b| String::from_utf8_lossy(&b).into_owned(),
+        )
 }

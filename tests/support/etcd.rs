@@ -164,6 +164,34 @@ impl Etcd {
         cmd.spawn().expect("etcd is installed (see .ci/run)")
     }
 
+    /// Member `i` SIGKILLed and started again on its ports, with its data directory as it was
+    /// or, with `wipe`, emptied first (an empty restart; for a one-member cluster, where the
+    /// member then starts a new one). Waits until it is healthy, retrying while its port is
+    /// not yet free. The member dies with the calling thread (PDEATHSIG): call this from a
+    /// thread that outlives the member's use.
+    pub fn restart(&mut self, i: usize, wipe: bool) {
+        let cluster: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        let cluster = cluster.join(",");
+        let token = format!("locked-run-test-{}", self.members[0].peer_port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.members[i].kill();
+            if wipe {
+                let _ = std::fs::remove_dir_all(self.dir.path().join(&self.members[i].name));
+            }
+            let child = self.spawn(i, &cluster, &token);
+            self.members[i].child = Some(child);
+            if self.healthy(deadline.saturating_duration_since(Instant::now())) {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits until every running member says it is healthy (a leader is elected); false if a
     /// member exited (its port was taken).
     fn healthy(&mut self, timeout: Duration) -> bool {
