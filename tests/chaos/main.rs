@@ -12,6 +12,7 @@
 mod support;
 
 mod contention;
+mod etcd;
 mod holders;
 mod local;
 mod network;
@@ -29,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use support::*;
 
 use contention::*;
+use etcd::*;
 use holders::*;
 use local::*;
 use network::*;
@@ -141,6 +143,12 @@ fn main() {
             "--shared: a holder SIGKILLed, a waiting writer goes",
             1,
             shared_holder_sigkilled,
+        ),
+        ("etcd://: blackhole past the kill point", 2, etcd_blackhole),
+        (
+            "etcd://: the leader SIGKILLed during a hold",
+            1,
+            etcd_leader_killed,
         ),
     ];
     let scenarios: Vec<_> = scenarios
