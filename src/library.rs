@@ -21,11 +21,13 @@
 use std::time::Duration;
 
 use crate::backend::{AnyBackend, Attempt, Backend, BackendError, env_password};
+use crate::etcd::{self, EtcdLock};
 use crate::file::{self, FileLock};
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::lock::ServerLock;
 use crate::redis::node::Node;
+use crate::redis::tls::{self, TlsOptions};
 
 /// How long one call may take (the command line's default `--connect-timeout`).
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,10 +40,10 @@ pub struct Lock<B: Backend = AnyBackend> {
 }
 
 impl Lock {
-    /// A lock named `name` in what `url` names (a Redis server, or a `file://` directory), with
-    /// lease length `ttl` (renewal interval and kill grace at their defaults, T/6 and T/3); a
-    /// password missing from a Redis URL is taken from `REDISCLI_AUTH`. A TTL shorter than
-    /// 100 ms is refused.
+    /// A lock named `name` in what `url` names (a Redis server, an etcd cluster, or a `file://`
+    /// directory), with lease length `ttl` (renewal interval and kill grace at their defaults,
+    /// T/6 and T/3); a password missing from a Redis or etcd URL is taken from
+    /// `REDISCLI_AUTH`. A TTL shorter than 100 ms is refused.
     pub fn new(url: &str, name: &str, ttl: Duration) -> Result<Lock, String> {
         Lock::with_timings(url, name, Timings::new(ttl, None, None)?)
     }
@@ -55,6 +57,7 @@ impl Lock {
                 lock.prepare().map_err(|f| f.message)?;
                 AnyBackend::new(lock)
             }
+            false if etcd::is_etcd_url(url) => AnyBackend::new(etcd_lock(url, &name)?),
             false => {
                 let password = env_password();
                 let node = Node::open(url, TIMEOUT, password.as_deref())?;
@@ -63,6 +66,27 @@ impl Lock {
         };
         Ok(Lock::on(backend, name, timings))
     }
+}
+
+/// The lock `name` in the etcd cluster `url` names (`etcds://`: verified against the system's
+/// CAs); a password missing from the URL is taken from `REDISCLI_AUTH`.
+fn etcd_lock(url: &str, name: &LockName) -> Result<EtcdLock, String> {
+    if name.as_str().contains('/') {
+        return Err(format!(
+            "lock names on etcd:// hold no '/' ({name:?}): etcd's lock keeps a NAME's keys \
+             under NAME/, where another NAME's would mix with them"
+        ));
+    }
+    let mut parsed = etcd::parse_url(url)?;
+    if parsed.user.is_some() && parsed.password.is_none() {
+        parsed.password = env_password();
+    }
+    let tls = match parsed.tls {
+        true => Some(tls::connector(&TlsOptions::default())?),
+        false => None,
+    };
+    let client = etcd::Client::new(parsed, tls, TIMEOUT);
+    Ok(EtcdLock::on(client, name.clone(), "library"))
 }
 
 impl<B: Backend> Lock<B> {

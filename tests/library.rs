@@ -121,3 +121,33 @@ async fn the_server_is_given_the_locks_own_lease() {
     );
     assert!(lock.release().await.unwrap());
 }
+
+/// The library on etcd: fences are the keys' create revisions, a second lock finds the first
+/// holding, and a release lets the next one in with a larger fence.
+#[tokio::test(flavor = "current_thread")]
+async fn the_library_takes_an_etcd_url() {
+    let etcd = crate::support::etcd::Etcd::start();
+    let ttl = Duration::from_secs(5);
+    let a = Lock::new(&etcd.url(), "seat-42", ttl).unwrap();
+    let b = Lock::new(&etcd.url(), "seat-42", ttl).unwrap();
+    let first = a.acquire().await.unwrap().expect("A acquires");
+    assert_eq!(
+        b.acquire().await.unwrap(),
+        None,
+        "B cannot while A holds it"
+    );
+    assert!(a.extend().await.unwrap(), "still A's");
+    assert!(a.release().await.unwrap(), "A's to release");
+    let second = b
+        .acquire()
+        .await
+        .unwrap()
+        .expect("B acquires once A let go");
+    assert!(second > first, "{second} > {first}");
+    assert!(b.release().await.unwrap());
+    assert!(etcd.keys("seat-42/").is_empty(), "nothing left");
+    assert!(
+        Lock::new(&etcd.url(), "seat/42", ttl).is_err(),
+        "no '/' in a NAME on etcd"
+    );
+}
