@@ -82,7 +82,10 @@ impl Node {
             Ok::<_, io::Error>((conn, refusal))
         };
         match within(timeout, attempt).await {
-            Ok((conn, None)) => Ok((Subscription::Own(conn, self.address.clone()), false)),
+            Ok((conn, None)) => Ok((
+                Subscription::Own(Box::new(conn), self.address.clone()),
+                false,
+            )),
             Ok((_, Some(refusal))) if self.fall_back_from_sharded(&refusal) => {
                 Box::pin(self.subscribe(channel)).await
             }
@@ -97,16 +100,7 @@ impl Node {
             .lock()
             .await
             .as_ref()
-            .is_some_and(|conn| self.subscribed_to(conn, channel))
-    }
-
-    /// Whether `conn`, the command connection, is subscribed to `channel`.
-    pub(super) fn subscribed_to(&self, conn: &Connection, channel: &str) -> bool {
-        conn.subscribed() && self.lock_listening_on().as_deref() == Some(channel)
-    }
-
-    pub(super) fn lock_listening_on(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.listening_on.lock().unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|conn| conn.subscribed_to(channel))
     }
 
     /// Stops listening for release messages on the command connection (after acquiring).
@@ -142,7 +136,7 @@ pub enum Subscription<'a> {
     /// On the node's command connection (RESP3).
     Shared(&'a Node),
     /// On a connection of its own (RESP2), and the URL for messages.
-    Own(Connection, String),
+    Own(Box<Connection>, String),
 }
 
 impl Wakeups for Subscription<'_> {

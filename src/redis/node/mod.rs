@@ -31,9 +31,6 @@ pub struct Node {
     /// Why the server last refused a subscription sent with a request (an ACL user without
     /// the channel): `subscribe` reports it, and the waiter falls back to polling.
     pub(super) listen_refused: std::sync::Mutex<Option<String>>,
-    /// The channel the command connection is subscribed to, while it is (RESP3): a fair
-    /// waiter listens on a channel named by its token, which changes when it gives back.
-    pub(super) listening_on: std::sync::Mutex<Option<String>>,
 }
 
 /// Shows the address only, never the password.
@@ -76,7 +73,6 @@ impl Node {
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
             listen_refused: std::sync::Mutex::new(None),
-            listening_on: std::sync::Mutex::new(None),
         })
     }
 
@@ -356,8 +352,7 @@ impl Node {
         // which the connection takes, not by a reply.
         let set_up = batch.len();
         let subscribe: [&[u8]; 2];
-        let subscribing =
-            listen.is_some_and(|channel| resp3 && !self.subscribed_to(&conn, channel));
+        let subscribing = listen.is_some_and(|channel| resp3 && !conn.subscribed_to(channel));
         if subscribing && conn.subscribed() {
             // Subscribed to another channel (a fair waiter's token changed): that one goes.
             conn.unsubscribe(self.sharded_pubsub()).await?;
@@ -368,9 +363,6 @@ impl Node {
         }
         batch.extend_from_slice(commands);
         let mut replies = conn.pipeline(&batch).await?;
-        if subscribing && conn.subscribed() {
-            *self.lock_listening_on() = listen.map(str::to_owned);
-        }
         if subscribing && replies.len() > set_up + commands.len() {
             // The SUBSCRIBE was refused: its answer is an error reply where a push was due.
             // The commands after it ran all the same, and their replies follow.

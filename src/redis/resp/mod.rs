@@ -101,6 +101,9 @@ pub struct Connection {
     messages: VecDeque<Vec<u8>>,
     /// Subscription confirmations received (RESP3 pushes).
     confirmed: u64,
+    /// The channel last subscribed to with [`Connection::pipeline`] (a fair waiter's is named
+    /// by its token, which changes when it gives back).
+    channel: Option<Vec<u8>>,
     /// An UNSUBSCRIBE was sent and its answer not read yet: a push when it worked, an
     /// in-band error (NOPERM) when it did not, which must not be taken for the next reply.
     unsubscribing: bool,
@@ -134,6 +137,7 @@ impl Connection {
             parser: Parser::new(),
             messages: VecDeque::new(),
             confirmed: 0,
+            channel: None,
             unsubscribing: false,
         })
     }
@@ -154,6 +158,7 @@ impl Connection {
             if args[0].eq_ignore_ascii_case(b"SUBSCRIBE")
                 || args[0].eq_ignore_ascii_case(b"SSUBSCRIBE")
             {
+                self.channel = args.get(1).map(|c| c.to_vec());
                 let wanted = self.confirmed + 1;
                 while self.confirmed < wanted {
                     match self.read_any().await? {
@@ -191,6 +196,11 @@ impl Connection {
     /// Whether a subscription has been confirmed on this connection.
     pub fn subscribed(&self) -> bool {
         self.confirmed > 0
+    }
+
+    /// Whether this connection is subscribed to `channel`.
+    pub fn subscribed_to(&self, channel: &str) -> bool {
+        self.subscribed() && self.channel.as_deref() == Some(channel.as_bytes())
     }
 
     /// Ends every subscription without waiting for the confirmation (a push the next read

@@ -228,6 +228,7 @@ fn connection(bytes: Vec<u8>, sizes: Vec<usize>, forever: Option<u8>) -> Connect
         parser: Parser::new(),
         messages: VecDeque::new(),
         confirmed: 0,
+        channel: None,
         unsubscribing: false,
     }
 }
