@@ -20,6 +20,9 @@
 /// - `SHARED`, `is_shared(member)`: while shared holders (`--shared`) hold, `lock:{NAME}` holds
 ///   this marker, with an expiry no earlier than the last shared lease; a shared waiter's place
 ///   in the queue is `^` and its token (see [`super::shared`]);
+/// - `keep_marker(lock, value, ms)`: the marker in `lock` (its `value`, false when absent:
+///   then set) lasts at least `ms` more; `fit_marker(lock, holders, now)`: it lasts exactly as long as
+///   the longest live share in `holders`;
 /// - `wake(command, channel, queue, free)`: announces a release to those whose turn it is, one
 ///   message each: of the first `free` waiters, each fair one on a channel of its own,
 ///   `channel:TOKEN`, with its token as the message (so a release wakes one waiter process, not
@@ -80,6 +83,17 @@ end
 local SHARED = 'shared'
 local function is_shared(m)
   return string.sub(m, 1, 1) == '^'
+end
+local function keep_marker(lock, value, ms)
+  if not value then
+    redis.call('SET', lock, SHARED, 'PX', ms)
+  elseif redis.call('PTTL', lock) < ms then
+    redis.call('PEXPIRE', lock, ms)
+  end
+end
+local function fit_marker(lock, holders, now)
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  redis.call('SET', lock, SHARED, 'PX', math.max(tonumber(last[2]) - now, 1))
 end
 local function enqueue(queue, alive, m, now, ms)
   if not redis.call('ZSCORE', queue, m) then

@@ -53,8 +53,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     -- Shared holders hold: their marker must be there (a hand DEL took it), or SET NX
     -- below would take the lock beside them.
     if redis.call('EXISTS', KEYS[1]) == 0 then
-      local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-      redis.call('SET', KEYS[1], SHARED, 'PX', math.max(tonumber(last[2]) - now, 1))
+      fit_marker(KEYS[1], KEYS[4], now)
     end
   end
 end
@@ -124,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "f2a517c3a745683eddd224c6916fa74be129ba72",
+    sha1: "41cd8a76cb8d3d39f57967bc93faf02ce0e88b8c",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -219,7 +218,7 @@ end)
 return 1
 "#
     ),
-    sha1: "72852070d8cfe8b0517c4b0222a008c5acca604d",
+    sha1: "a5c705c20eafdca3f7c7b2571531b6c22bae5406",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -306,7 +305,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "1a96eb4be50a49e03a093ca99dd346d6a2613f41",
+    sha1: "1b79ca61f90410dd4c35fe092dfe8ed3074f9a22",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -377,5 +376,5 @@ end
 return released
 "#
     ),
-    sha1: "9c605f7903d256a5b2c17a3aff75632cec527b12",
+    sha1: "b75b40ecf6b8fe323109791cd6e4ec08992b4d34",
 };

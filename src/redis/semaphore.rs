@@ -101,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "1d5a0b572f756c9ab7c44abd68395b1af3cd0d07",
+    sha1: "5345b196076fb933536b5895ee591c4a3cfc498f",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,7 +121,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "912ee955ff8638d04a33f9a390295fb2a1c282b4",
+    sha1: "1912fbb1bab8c924534c8e11a730e1cc1c40226b",
 };
 
 /// KEYS: holders, meta, queue, queue-alive, gone. ARGV: token, keep ms (0: free the slot
@@ -161,5 +161,5 @@ end)
 return 1
 "#
     ),
-    sha1: "0146164a79260b011310b45139724240de7bb093",
+    sha1: "4be0df920c8d830b821e8ea384fa10e672a97971",
 };

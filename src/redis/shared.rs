@@ -57,11 +57,7 @@ end
 if open and redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('ZADD', KEYS[4], 'XX', now + ttl, ARGV[1])
   outlive({KEYS[4], KEYS[5]}, ttl)
-  if not value then
-    redis.call('SET', KEYS[1], SHARED, 'PX', ttl)
-  elseif redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-  end
+  keep_marker(KEYS[1], value, ttl)
   dequeue(KEYS[6], KEYS[7], m)
   local _, _, _, _, fence = fields(redis.call('HGET', KEYS[5], ARGV[1]))
   return {1, tonumber(fence) or tonumber(redis.call('GET', KEYS[2]))}
@@ -93,11 +89,7 @@ if allowed then
   redis.call('HSET', KEYS[5], 'limit', SHARED,
              ARGV[1], ARGV[3] .. '\t' .. ARGV[4] .. '\t' .. ARGV[5] .. '\t' .. ARGV[6] .. '\t' .. fence)
   outlive({KEYS[4], KEYS[5]}, ttl)
-  if not value then
-    redis.call('SET', KEYS[1], SHARED, 'PX', ttl)
-  elseif redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-  end
+  keep_marker(KEYS[1], value, ttl)
   dequeue(KEYS[6], KEYS[7], m)
   return {1, fence}
 end
@@ -127,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "cb33cc3da66b9ceb3d57c42ec34a12969c0d16d9",
+    sha1: "edf7d2e446ec9656685410f94b95c2ecd83f82df",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -152,15 +144,11 @@ end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
 outlive({KEYS[1], KEYS[2]}, ttl)
-if not value then
-  redis.call('SET', KEYS[3], SHARED, 'PX', ttl)
-elseif redis.call('PTTL', KEYS[3]) < ttl then
-  redis.call('PEXPIRE', KEYS[3], ttl)
-end
+keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "2ebc912241b5f3158f5352dd8a459c34d0584b96",
+    sha1: "f5a4e7ea8985b3e50319498620f1e0a49cf97478",
 };
 
 /// KEYS: holders, holders-meta, queue, queue-alive, gone, lock. ARGV: token, keep ms (0: let
@@ -191,8 +179,7 @@ if keep > 0 then
     -- The marker lasts as long as the longest share left, ours to the end of the hold
     -- included: no longer (exclusive runs would wait on a lock nobody holds).
     drop_lapsed(KEYS[1], KEYS[2], now)
-    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', KEYS[6], math.max(tonumber(last[2]) - now, 1))
+    fit_marker(KEYS[6], KEYS[1], now)
   end
   return 1
 end
@@ -206,7 +193,7 @@ if #last == 0 then
     redis.call('DEL', KEYS[6])
   end
 elseif marked then
-  redis.call('PEXPIRE', KEYS[6], math.max(tonumber(last[2]) - now, 1))
+  fit_marker(KEYS[6], KEYS[1], now)
 end
 -- Let go whatever follows: a queue key of the wrong type (another program's) must not make
 -- the release look failed.
@@ -223,5 +210,5 @@ end)
 return 1
 "#
     ),
-    sha1: "df863bc9854b43f3bd250443d3d12331a7064571",
+    sha1: "2e309403d031d1db443a5cb2e920ee02646fc866",
 };
