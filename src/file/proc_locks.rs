@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -38,10 +38,11 @@ pub fn waiters(files: &[&Path]) -> Option<u64> {
 /// counted ([`readers`] names them). `/proc/locks` answers without touching the lock, when it
 /// can: an exclusive flock listed on the file's device and inode is a holder, a shared one
 /// listed there rules one out (the two never coexist), and no flock listed at all is a free
-/// lock, as long as this process sees every process's locks (the initial PID namespace).
-/// Otherwise (a container, a filesystem whose device numbers differ from the ones
-/// `/proc/locks` prints) a shared lock is tried for an instant: a `-n` run at that very
-/// instant would find the lock busy.
+/// lock, as long as this process sees every process's locks (the initial PID namespace) and
+/// the reading was of one instant (it fit in one read). Otherwise (a container, a filesystem
+/// whose device numbers differ from the ones `/proc/locks` prints, a host with pages of
+/// locks) a shared lock is tried for an instant: a `-n` run at that very instant would find
+/// the lock busy.
 pub fn is_locked(file: &File) -> io::Result<bool> {
     locked_in(ProcLocks::read().as_ref(), file)
 }
@@ -52,10 +53,14 @@ pub fn locked_in(locks: Option<&ProcLocks>, file: &File) -> io::Result<bool> {
     if let Some(locks) = locks {
         let (on_file, exact) = locks.on(&meta);
         let mut granted = on_file.iter().filter(|l| !l.blocked).peekable();
-        if exact && granted.peek().is_some() {
-            return Ok(granted.any(|l| l.write));
+        if exact && granted.clone().any(|l| l.write) {
+            return Ok(true);
         }
-        if on_file.is_empty() && sees_every_process() {
+        // What is not listed rules a holder out only in a reading taken at one instant.
+        if locks.snapshot && exact && granted.peek().is_some() {
+            return Ok(false);
+        }
+        if locks.snapshot && on_file.is_empty() && sees_every_process() {
             return Ok(false);
         }
     }
@@ -143,13 +148,28 @@ struct LockLine {
 }
 
 /// One reading of `/proc/locks`.
-pub struct ProcLocks(Vec<LockLine>);
+pub struct ProcLocks {
+    lines: Vec<LockLine>,
+    /// Whether the reading is of one instant. The kernel lists the locks a page at a time, one
+    /// `read(2)` each, letting go of the list between them: lines of a longer reading may be
+    /// missed (a lock taken or freed between two reads shifts the rest), so what such a
+    /// reading leaves out proves nothing.
+    snapshot: bool,
+}
 
 impl ProcLocks {
     pub fn read() -> Option<ProcLocks> {
-        fs::read_to_string("/proc/locks")
-            .ok()
-            .map(|text| ProcLocks::parse(&text))
+        let mut file = File::open("/proc/locks").ok()?;
+        let mut bytes = vec![0; 64 * 1024];
+        let first = file.read(&mut bytes).ok()?;
+        bytes.truncate(first);
+        let mut rest = Vec::new();
+        file.read_to_end(&mut rest).ok()?;
+        let snapshot = rest.is_empty();
+        bytes.extend_from_slice(&rest);
+        let mut locks = ProcLocks::parse(&String::from_utf8_lossy(&bytes));
+        locks.snapshot = snapshot;
+        Some(locks)
     }
 
     fn parse(text: &str) -> ProcLocks {
@@ -177,7 +197,10 @@ impl ProcLocks {
                 })
             })
             .collect();
-        ProcLocks(lines)
+        ProcLocks {
+            lines,
+            snapshot: true,
+        }
     }
 
     /// The flocks on the file `meta` describes, and whether they were matched on its device
@@ -189,7 +212,7 @@ impl ProcLocks {
             libc::major(meta.dev()) as u64,
             libc::minor(meta.dev()) as u64,
         );
-        let same_inode = self.0.iter().filter(|l| l.inode == meta.ino());
+        let same_inode = self.lines.iter().filter(|l| l.inode == meta.ino());
         let exact: Vec<LockLine> = same_inode
             .clone()
             .filter(|l| l.dev == dev)
@@ -214,9 +237,9 @@ mod tests {
              2: -> FLOCK  ADVISORY  WRITE 4243 fd:0a:1234 0 EOF\n\
              3: FLOCK  ADVISORY  READ 11 fd:0b:1234 0 EOF\n",
         );
-        assert_eq!(locks.0.len(), 3, "POSIX locks are not ours");
+        assert_eq!(locks.lines.len(), 3, "POSIX locks are not ours");
         assert_eq!(
-            locks.0[1],
+            locks.lines[1],
             LockLine {
                 blocked: true,
                 write: true,
@@ -225,6 +248,6 @@ mod tests {
                 inode: 1234
             }
         );
-        assert!(!locks.0[2].write);
+        assert!(!locks.lines[2].write);
     }
 }
