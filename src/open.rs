@@ -55,18 +55,16 @@ impl Kind {
         match (self, spec.mode) {
             (Kind::Redlock, Mode::Holders(_)) => {
                 return Some(
-                    "--holders is for one Redis server (plain, Sentinel, Cluster) or file://: \
+                    "--holders is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
                      Redlock over several servers holds one lock at a time",
                 );
             }
             (Kind::Redlock, Mode::Shared) => {
                 return Some(
-                    "--shared is for one Redis server (plain, Sentinel, Cluster) or file://: \
+                    "--shared is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
                      Redlock over several servers holds one lock at a time",
                 );
             }
-            (Kind::Etcd, Mode::Holders(_)) => return Some("--holders is not yet on etcd://"),
-            (Kind::Etcd, Mode::Shared) => return Some("--shared is not yet on etcd://"),
             (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd, _) => {}
         }
         match (self, how.wait_replicas.is_some()) {
@@ -108,7 +106,8 @@ pub fn open_backend(
                 "--no-fair changes nothing on etcd://: its waiters are always served in arrival order"
             );
         }
-        return Ok(AnyBackend::new(EtcdLock::on(client, name, how.command)));
+        let lock = EtcdLock::on(client, name, how.command).with_mode(spec.mode);
+        return Ok(AnyBackend::new(lock));
     }
     let nodes = match open_servers(conn)? {
         Servers::Dir(url) => {

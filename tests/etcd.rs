@@ -270,31 +270,34 @@ fn etcdctl_lock_and_locked_run_exclude_each_other() {
 
 #[test]
 fn a_partition_stops_the_command_before_its_lease_could_expire() {
-    let etcd = Etcd::start();
-    let proxy = Proxy::start(etcd.members[0].client_port);
-    let url = format!("etcd://127.0.0.1:{}", proxy.port);
-    let held = Held::start(&url, &["--ttl", "6s"]);
-    let child = held.child();
-    // A lower bound of what is left of the lease at the fault: etcd truncates to seconds.
-    let left = etcd.time_to_live(held.lease_hex());
-    proxy.set(Mode::Blackhole);
-    let fault = Instant::now();
-    assert!(
-        wait_pid_exit(child, Duration::from_secs(20)),
-        "the command outlived the lease"
-    );
-    let dead = fault.elapsed();
-    assert!(
-        dead < Duration::from_secs(left as u64),
-        "the command died {dead:?} after the fault; the lease had {left}s left then"
-    );
-    assert_eq!(
-        etcd.keys("job/").len(),
-        1,
-        "the lease had not expired when the command was dead"
-    );
-    let out = held.running.wait();
-    assert_eq!(out.code(), Some(76), "{out:?}");
+    // In every mode: a shared holder's and a semaphore's lease are each run's own.
+    for mode in [&[][..], &["--shared"], &["--holders", "2"]] {
+        let etcd = Etcd::start();
+        let proxy = Proxy::start(etcd.members[0].client_port);
+        let url = format!("etcd://127.0.0.1:{}", proxy.port);
+        let held = Held::start_with(lr().url(&url).args(["--ttl", "6s"]).args(mode));
+        let child = held.child();
+        // A lower bound of what is left of the lease at the fault: etcd truncates to seconds.
+        let left = etcd.time_to_live(held.lease_hex());
+        proxy.set(Mode::Blackhole);
+        let fault = Instant::now();
+        assert!(
+            wait_pid_exit(child, Duration::from_secs(20)),
+            "{mode:?}: the command outlived the lease"
+        );
+        let dead = fault.elapsed();
+        assert!(
+            dead < Duration::from_secs(left as u64),
+            "{mode:?}: the command died {dead:?} after the fault; the lease had {left}s left then"
+        );
+        assert_eq!(
+            etcd.keys("job/").len(),
+            1,
+            "{mode:?}: the lease had not expired when the command was dead"
+        );
+        let out = held.running.wait();
+        assert_eq!(out.code(), Some(76), "{mode:?}: {out:?}");
+    }
 }
 
 #[test]
@@ -376,11 +379,10 @@ fn status_shows_the_holder_and_release_force_frees_it_and_stops_its_command() {
 }
 
 #[test]
-fn what_etcd_cannot_give_yet_is_a_usage_error() {
+fn what_etcd_cannot_give_is_a_usage_error() {
     let url = "etcd://127.0.0.1:1";
     for (extra, needle) in [
-        (&["--holders", "2"][..], "--holders is not yet on etcd://"),
-        (&["--shared"][..], "--shared is not yet on etcd://"),
+        (&["--shared", "--holders", "2"][..], "--shared"),
         (&["--wait-replicas", "1"][..], "--wait-replicas"),
         (&["--tls-ca-cert", "/nonexistent"][..], "etcds://"),
     ] {

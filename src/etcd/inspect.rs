@@ -1,45 +1,55 @@
 //! What the operators' commands read of a lock in etcd, and `release --force`: the keys under
-//! `NAME/` by create revision (the first holds, the others wait), the holder's lease's time to
-//! live, and the forced delete of the holder's key and its lease.
+//! `NAME/` by create revision (the holders first, as the first key's mode says; the others
+//! wait), the holders' leases' time to live, and the forced delete of holders' keys and
+//! leases.
 
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::EtcdLock;
 use super::wire::{self, Kv, int, kvs};
-use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
+use super::{EtcdLock, line};
+use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Mode, Report, Slot};
 
 impl EtcdLock {
     pub(super) async fn report(&self) -> Result<Report, BackendError> {
         let deadline = Instant::now() + self.client.connect_timeout();
         let reply = self
             .client
-            .must("/v3/kv/range", &wire::range_first(&self.prefix), deadline)
+            .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
             .await?;
-        let Some(owner) = kvs(&reply).into_iter().next() else {
+        let line = kvs(&reply);
+        let (mode, holding) = line::holders(&line);
+        if holding.is_empty() {
             return Ok(Report {
                 waiters: Some(0),
                 ..Report::default()
             });
-        };
-        let expiry = self.expiry(owner.lease, deadline).await?;
-        let busy = Busy {
-            holder: holder_of(&owner),
-            expiry,
-        };
-        Ok(Report {
-            fence: Some(owner.create_revision as u64),
-            held: Some(busy.clone()),
-            value: Some(owner.key.clone()),
-            // Every key but the holder's is a waiter's (etcdctl's too).
-            waiters: Some((int(&reply["count"]) - 1).max(0) as u64),
-            holders: vec![Slot {
-                token: Some(owner.key),
+        }
+        let mut holders = Vec::with_capacity(holding.len());
+        for kv in holding {
+            let busy = Busy {
+                holder: holder_of(kv),
+                expiry: self.expiry(kv.lease, deadline).await?,
+            };
+            holders.push(Slot {
+                token: Some(kv.key.clone()),
                 busy,
-            }],
-            limit: Some(1),
+            });
+        }
+        // The soonest to end first, as for Redis.
+        holders.sort_by_key(|slot| slot.busy.expiry.left());
+        let first = &holding[0];
+        Ok(Report {
+            fence: holding.iter().map(|kv| kv.create_revision as u64).max(),
+            held: Some(holders[0].busy.clone()),
+            value: Some(first.key.clone()),
+            // Every key but the holders' is a waiter's (etcdctl's too).
+            waiters: Some((line.len() - holding.len()) as u64),
+            holders,
+            limit: Some(mode.holders()),
+            shared: mode == Mode::Shared,
             ..Report::default()
         })
     }
@@ -62,17 +72,17 @@ impl EtcdLock {
         Ok(Expiry::In(Duration::from_secs(ttl)))
     }
 
-    /// Deletes the holder's key (`token`: that key, which must be under `NAME/`) and revokes
-    /// its lease; says whom it was taken from.
+    /// Deletes every holder's key (`token`: that key alone, which must be under `NAME/`) and
+    /// revokes its lease; says whom the lock was taken from.
     pub(super) async fn force(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         let deadline = Instant::now() + self.client.connect_timeout();
         let found = match token {
             None => {
                 let reply = self
                     .client
-                    .must("/v3/kv/range", &wire::range_first(&self.prefix), deadline)
+                    .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
                     .await?;
-                kvs(&reply).into_iter().next()
+                line::holders(&kvs(&reply)).1.to_vec()
             }
             Some(key) if key.starts_with(&self.prefix) => {
                 let reply = self
@@ -83,7 +93,7 @@ impl EtcdLock {
                         deadline,
                     )
                     .await?;
-                kvs(wire::txn_range(&reply, 0)).into_iter().next()
+                kvs(wire::txn_range(&reply, 0))
             }
             Some(key) => {
                 return Err(BackendError::Refused(format!(
@@ -92,25 +102,23 @@ impl EtcdLock {
                 )));
             }
         };
-        let Some(kv) = found else {
-            return Ok(Freed::Released {
-                holders: Vec::new(),
-                fence: None,
-            });
-        };
-        let delete = wire::txn(
-            &[wire::created_at(&kv.key, kv.create_revision)],
-            &[wire::delete(&kv.key)],
-            &[],
-        );
-        self.client.must("/v3/kv/txn", &delete, deadline).await?;
-        // Its holder's next keep-alive then finds the lease gone.
-        if kv.lease != 0 {
-            self.revoke(kv.lease, deadline).await?;
+        let mut holders = Vec::with_capacity(found.len());
+        for kv in &found {
+            let delete = wire::txn(
+                &[wire::created_at(&kv.key, kv.create_revision)],
+                &[wire::delete(&kv.key)],
+                &[],
+            );
+            self.client.must("/v3/kv/txn", &delete, deadline).await?;
+            // Its holder's next keep-alive then finds the lease gone.
+            if kv.lease != 0 {
+                self.revoke(kv.lease, deadline).await?;
+            }
+            holders.push(holder_of(kv));
         }
         Ok(Freed::Released {
-            holders: vec![holder_of(&kv)],
-            fence: Some(kv.create_revision as u64),
+            holders,
+            fence: found.iter().map(|kv| kv.create_revision as u64).max(),
         })
     }
 }

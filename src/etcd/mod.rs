@@ -7,13 +7,16 @@
 //!
 //! - Each run grants itself a lease (TTL: `--ttl` rounded up to whole seconds; etcd may raise
 //!   it to its minimum) and creates the key `NAME/<lease id in hex>` on it, only if absent,
-//!   with its holder's metadata as the value (JSON, for `status`; etcdctl's value is empty).
-//! - The key under `NAME/` with the lowest create revision holds the lock. Its create revision
-//!   is the fence: etcd's cluster-wide revision, strictly increasing.
+//!   with its holder's metadata and mode as the value (JSON, for `status` and the other runs;
+//!   etcdctl's value is empty: an exclusive run's).
+//! - The key under `NAME/` with the lowest create revision holds the lock (with `--shared`
+//!   and `--holders N`, the keys `line` says). Its create revision is the fence: etcd's
+//!   cluster-wide revision, strictly increasing.
 //! - A waiter keeps its key and watches the key just before its own (the highest create
-//!   revision below its own) for a delete: arrival order, one wake-up per handoff. It keeps
-//!   its lease alive at each attempt, which the session repeats while the waiter holds a place
-//!   ([`Backend::queues`]); a waiter whose lease lapsed anyway queues again, at the end.
+//!   revision below its own) for a delete (`line` says what else, in the other modes):
+//!   arrival order, one wake-up per handoff. It keeps its lease alive at each attempt, which
+//!   the session repeats while the waiter holds a place ([`Backend::queues`]); a waiter whose
+//!   lease lapsed anyway queues again, at the end.
 //! - Release, give-back and a `-n` run that found the lock held all revoke the lease, which
 //!   deletes the key with it: an attempt still on its way then finds its lease gone and takes
 //!   nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
@@ -24,6 +27,8 @@
 
 mod client;
 mod inspect;
+mod lease;
+mod line;
 mod url;
 mod watch;
 mod wire;
@@ -39,19 +44,23 @@ pub use url::{EtcdUrl, has_password, is_etcd_url, parse as parse_url, printable}
 pub use wire::prefix_end;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Tenure, hostname, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Expiry, Freed, Mode, Report, Tenure, hostname,
+    wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
 use client::NOT_FOUND;
 use inspect::holder_of;
+use line::{Standing, standing};
 use watch::{EtcdWakeups, Predecessor, Watch};
-use wire::{int, kvs, txn_range};
+use wire::{Kv, kvs, txn_range};
 
 /// A lock on one NAME in one etcd cluster.
 pub struct EtcdLock {
     client: Client,
     name: LockName,
+    /// Exclusive, `--shared` or `--holders N`: said in our key's value (see `line`).
+    mode: Mode,
     /// `NAME/`: every contender's key starts with it.
     prefix: String,
     /// The holder's metadata stored in the key (JSON), less the time.
@@ -87,6 +96,7 @@ impl EtcdLock {
     pub fn on(client: Client, name: LockName, command: &str) -> EtcdLock {
         EtcdLock {
             client,
+            mode: Mode::Exclusive,
             prefix: format!("{name}/"),
             name,
             host: hostname(),
@@ -96,6 +106,12 @@ impl EtcdLock {
             held_key: Cell::new(None),
             said: Cell::new(false),
         }
+    }
+
+    /// The same lock, held in `mode`.
+    pub fn with_mode(mut self, mode: Mode) -> EtcdLock {
+        self.mode = mode;
+        self
     }
 
     fn key_of(&self, lease: i64) -> String {
@@ -109,7 +125,10 @@ impl EtcdLock {
 
     /// The value of our key: who holds (or waits), for `status` and the waiters' messages.
     fn value(&self) -> Vec<u8> {
+        let (mode, limit) = line::mode_fields(self.mode);
         json!({
+            "mode": mode,
+            "limit": limit,
             "host": self.host,
             "pid": std::process::id(),
             "command": self.command,
@@ -117,123 +136,6 @@ impl EtcdLock {
         })
         .to_string()
         .into_bytes()
-    }
-
-    /// A lease of `--ttl` rounded up to whole seconds.
-    async fn grant(&self, timings: &Timings, deadline: Instant) -> Result<i64, BackendError> {
-        let ttl = timings.ttl;
-        let asked = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let reply = self
-            .client
-            .must(
-                "/v3/lease/grant",
-                &json!({"TTL": asked.to_string()}),
-                deadline,
-            )
-            .await?;
-        let (lease, granted) = (int(&reply["ID"]), int(&reply["TTL"]));
-        if lease <= 0 || granted < asked as i64 {
-            return Err(BackendError::Refused(format!(
-                "etcd at {} granted lease {lease} of {granted}s for the {asked}s asked",
-                self.client.url()
-            )));
-        }
-        self.place.set(Some(Place {
-            lease,
-            created: None,
-        }));
-        // The lease clock counts with --ttl from the instant the attempt was sent, before the
-        // grant: etcd's lease, at least as long and started later, outlasts what it trusts.
-        if !self.said.replace(true) && granted as u128 * 1000 != ttl.as_millis() {
-            tracing::info!(
-                "etcd leases last whole seconds: lock {} is on a lease of {granted}s for --ttl {} \
-                 (etcd raises short ones to its minimum); the command is stopped by --ttl all the same",
-                self.name,
-                crate::lease::show(ttl)
-            );
-        }
-        Ok(lease)
-    }
-
-    /// Keeps `lease` alive: false when etcd no longer has it (expired, or revoked).
-    async fn keep_alive(&self, lease: i64, deadline: Instant) -> Result<bool, BackendError> {
-        let request = json!({"ID": lease.to_string()});
-        match self
-            .client
-            .call("/v3/lease/keepalive", &request, deadline)
-            .await?
-        {
-            // An unknown or expired lease is answered without a TTL.
-            Ok(reply) => Ok(int(&reply["result"]["TTL"]) > 0),
-            Err(status) if status.code == NOT_FOUND => Ok(false),
-            Err(status) => Err(self.client.refused(&status)),
-        }
-    }
-
-    /// Revokes `lease`, deleting its key: false when there was no such lease any more.
-    async fn revoke(&self, lease: i64, deadline: Instant) -> Result<bool, BackendError> {
-        let request = json!({"ID": lease.to_string()});
-        match self
-            .client
-            .call("/v3/lease/revoke", &request, deadline)
-            .await?
-        {
-            Ok(_) => Ok(true),
-            Err(status) if status.code == NOT_FOUND => Ok(false),
-            Err(status) => Err(self.client.refused(&status)),
-        }
-    }
-
-    /// Gives up this run's place: its lease is revoked (and its key with it); a later attempt
-    /// starts afresh. Forgotten even when the revoke went unanswered: the lease then lapses.
-    async fn leave(&self, deadline: Instant) -> Result<bool, BackendError> {
-        self.wait_on.replace(None);
-        match self.place.take() {
-            Some(place) => self.revoke(place.lease, deadline).await,
-            None => Ok(false),
-        }
-    }
-
-    /// Moves our key to a new lease of `hold` (rounded up to whole seconds), so that it
-    /// outlives the revoke of ours: false when the key was no longer ours. A lease granted
-    /// for nothing (the key gone) is revoked.
-    async fn keep_for(
-        &self,
-        place: Place,
-        hold: Duration,
-        deadline: Instant,
-    ) -> Result<bool, BackendError> {
-        let Some(created) = place.created else {
-            return Ok(false);
-        };
-        let secs = hold.as_secs() + u64::from(hold.subsec_nanos() > 0);
-        let reply = self
-            .client
-            .must(
-                "/v3/lease/grant",
-                &json!({"TTL": secs.to_string()}),
-                deadline,
-            )
-            .await?;
-        let (lease, granted) = (int(&reply["ID"]), int(&reply["TTL"]));
-        if granted as u64 > secs {
-            tracing::info!(
-                "--min-hold: lock {} is kept for {granted}s, etcd's shortest lease",
-                self.name
-            );
-        }
-        let key = self.key_of(place.lease);
-        let moved = wire::txn(
-            &[wire::created_at(&key, created)],
-            &[wire::move_to(&key, lease)],
-            &[],
-        );
-        let reply = self.client.must("/v3/kv/txn", &moved, deadline).await;
-        let ours = matches!(&reply, Ok(r) if r["succeeded"] == true);
-        if !ours {
-            let _ = self.revoke(lease, deadline).await;
-        }
-        reply.map(|_| ours)
     }
 
     /// The key that holds the lock now, if any.
@@ -277,8 +179,8 @@ impl EtcdLock {
             None => {
                 // -n: a run that will not wait does not queue, even for an instant.
                 if !listen {
-                    if let Some(holder) = self.holder_key(deadline).await? {
-                        return Ok(Round::Done(busy(&holder)));
+                    if let Some(attempt) = self.refused_at_once(deadline).await? {
+                        return Ok(Round::Done(attempt));
                     }
                 }
                 self.grant(timings, deadline).await?
@@ -292,15 +194,15 @@ impl EtcdLock {
             .get()
             .filter(|p| p.lease == lease)
             .and_then(|p| p.created);
-        let (created, holder) = match known {
-            Some(created) => (created, None),
+        let created = match known {
+            Some(created) => created,
             None => {
-                // 2. Our key, created if absent, and the holder's, in one transaction.
-                let holder = wire::first_created(&self.prefix);
+                // 2. Our key, created if absent, and the first key, in one transaction.
+                let first = wire::first_created(&self.prefix);
                 let create = wire::txn(
                     &[wire::absent(&key)],
-                    &[wire::put(&key, &self.value(), lease), holder.clone()],
-                    &[wire::get(&key), holder],
+                    &[wire::put(&key, &self.value(), lease), first.clone()],
+                    &[wire::get(&key), first],
                 );
                 let reply = match self.client.call("/v3/kv/txn", &create, deadline).await? {
                     Ok(reply) => reply,
@@ -322,39 +224,31 @@ impl EtcdLock {
                     lease,
                     created: Some(created),
                 }));
-                let Some(holder) = kvs(txn_range(&reply, 1)).into_iter().next() else {
+                let Some(first) = kvs(txn_range(&reply, 1)).into_iter().next() else {
                     return Ok(Round::Again);
                 };
-                if holder.create_revision == created {
+                // An exclusive run knows from the first key alone whether it holds.
+                if self.mode == Mode::Exclusive && first.create_revision == created {
                     return Ok(Round::Done(self.acquired(key, created)));
                 }
-                // 3. Held by another.
-                if !listen {
-                    if let Err(e) = self.leave(deadline).await {
-                        // Kept as a place, for the give-back on the way out to try again.
-                        self.place.set(Some(Place {
-                            lease,
-                            created: Some(created),
-                        }));
-                        tracing::info!("could not give up the place of lock {}: {e}", self.name);
-                    }
-                    return Ok(Round::Done(busy(&holder)));
-                }
-                (created, Some(holder))
+                created
             }
         };
-        // 4. Waiting: the key just before ours, read in one view with ours, so that "none
-        // before ours" means ours is the first.
-        let view = wire::txn(
-            &[],
-            &[
-                wire::get(&key),
+        // 3. The keys before ours, read in one view with ours, so that "none before ours"
+        // means ours is the first.
+        let before_ours = match self.mode {
+            Mode::Exclusive => vec![
                 wire::last_created_up_to(&self.prefix, created - 1),
                 wire::first_created(&self.prefix),
             ],
-            &[],
-        );
-        let view = self.client.must("/v3/kv/txn", &view, deadline).await?;
+            _ => vec![wire::created_up_to(&self.prefix, created - 1)],
+        };
+        let mut reads = vec![wire::get(&key)];
+        reads.extend(before_ours);
+        let view = self
+            .client
+            .must("/v3/kv/txn", &wire::txn(&[], &reads, &[]), deadline)
+            .await?;
         let ours = kvs(txn_range(&view, 0))
             .first()
             .is_some_and(|kv| kv.create_revision == created);
@@ -365,16 +259,89 @@ impl EtcdLock {
             let _ = self.leave(deadline).await;
             return Ok(Round::Again);
         }
-        let Some(before) = kvs(txn_range(&view, 1)).into_iter().next() else {
-            return Ok(Round::Done(self.acquired(key, created)));
+        let before: Vec<Kv> = match self.mode {
+            Mode::Exclusive => {
+                let last = kvs(txn_range(&view, 1)).into_iter().next();
+                let first = kvs(txn_range(&view, 2))
+                    .into_iter()
+                    .next()
+                    .filter(|kv| kv.create_revision < created);
+                first.into_iter().chain(last).collect()
+            }
+            _ => kvs(txn_range(&view, 1)),
         };
-        self.wait_on.replace(Some(Predecessor {
-            key: before.key,
-            from: wire::revision(&view) + 1,
-        }));
-        match kvs(txn_range(&view, 2)).into_iter().next().or(holder) {
-            Some(holder) => Ok(Round::Done(busy(&holder))),
-            None => Ok(Round::Again),
+        let revision = wire::revision(&view);
+        match standing(self.mode, &before) {
+            Standing::Holds => {
+                if matches!(self.mode, Mode::Holders(_)) && revision > created {
+                    self.tell_the_next(&key, lease, created, deadline).await;
+                }
+                Ok(Round::Done(self.acquired(key, created)))
+            }
+            Standing::Mismatch(theirs) => {
+                self.step_aside(lease, created, deadline).await;
+                Ok(Round::Done(Attempt::Mismatch { theirs }))
+            }
+            Standing::Waits(awaited) => {
+                if !listen {
+                    self.step_aside(lease, created, deadline).await;
+                } else {
+                    self.wait_on.replace(Some(Predecessor {
+                        awaited,
+                        from: revision + 1,
+                    }));
+                }
+                Ok(Round::Done(busy(&before[0])))
+            }
+        }
+    }
+
+    /// For a run that will not wait (`-n`): the attempt that ends it before it queues, when
+    /// the line as it stands already leaves it no place; `None` when it may try.
+    async fn refused_at_once(&self, deadline: Instant) -> Result<Option<Attempt>, BackendError> {
+        let line = match self.mode {
+            Mode::Exclusive => self.holder_key(deadline).await?.into_iter().collect(),
+            _ => {
+                let reply = self
+                    .client
+                    .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
+                    .await?;
+                kvs(&reply)
+            }
+        };
+        Ok(match standing(self.mode, &line) {
+            Standing::Holds => None,
+            Standing::Waits(_) => Some(busy(&line[0])),
+            Standing::Mismatch(theirs) => Some(Attempt::Mismatch { theirs }),
+        })
+    }
+
+    /// Gives up the place of a run that will not wait; should etcd not answer, it is kept as
+    /// a place, for the give-back on the way out to try again.
+    async fn step_aside(&self, lease: i64, created: i64, deadline: Instant) {
+        if let Err(e) = self.leave(deadline).await {
+            self.place.set(Some(Place {
+                lease,
+                created: Some(created),
+            }));
+            tracing::info!("could not give up the place of lock {}: {e}", self.name);
+        }
+    }
+
+    /// A semaphore's waiter that took a place writes its key again: the waiter behind it,
+    /// watching it, is the first waiter now. Unanswered, that waiter learns it at its next
+    /// heartbeat instead.
+    async fn tell_the_next(&self, key: &str, lease: i64, created: i64, deadline: Instant) {
+        let touch = wire::txn(
+            &[wire::created_at(key, created)],
+            &[wire::put(key, &self.value(), lease)],
+            &[],
+        );
+        if let Err(e) = self.client.must("/v3/kv/txn", &touch, deadline).await {
+            tracing::info!(
+                "could not tell the next waiter of lock {} that it comes next: {e}",
+                self.name
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
-//! A waiter's wake-up: a watch on the key just before its own, from the revision after the
-//! read that found it, so that a delete between that read and the watch is still seen. The
-//! watched key changes only when it is deleted (create revisions only grow), and each attempt
-//! says which key that is: a watch on a key no longer the one before ours is replaced.
+//! A waiter's wake-up: a watch on what its standing in the line awaits (see `line`: the key
+//! before its own, or any key of the line), from the revision after the read that found it,
+//! so that a change between that read and the watch is still seen. Each attempt says what to
+//! await: a watch on something else is replaced.
 
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -9,18 +9,21 @@ use tokio::time::Instant;
 
 use super::EtcdLock;
 use super::client::{Status, Stream};
-use super::wire::{b64, int};
+use super::line::Awaited;
+use super::wire::{b64, int, prefix_end};
 use crate::backend::{BackendError, Wakeup, Wakeups};
 
-/// The key a waiter waits on, and the revision its watch starts from.
+/// What a waiter waits for, and the revision its watch starts from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Predecessor {
-    pub key: String,
+    pub awaited: Awaited,
     pub from: i64,
 }
 
-/// One watch on one key.
+/// One watch.
 pub struct Watch {
+    awaited: Awaited,
+    /// The key watched (`NAME/` for the whole line), for messages.
     key: String,
     stream: Stream,
     /// Bytes received and not yet parsed: the gateway sends one JSON object per message, but
@@ -34,13 +37,25 @@ impl Watch {
     /// Watches `on.key` from `on.from`, once etcd confirmed the watch.
     pub async fn open(lock: &EtcdLock, on: &Predecessor) -> Result<Watch, BackendError> {
         let deadline = Instant::now() + lock.client.connect_timeout();
-        let request = json!({"create_request": {
-            "key": b64(on.key.as_bytes()),
-            "start_revision": on.from.to_string(),
-        }});
+        let mut request = json!({"start_revision": on.from.to_string()});
+        // A put counts only when awaited; a delete always does.
+        let (key, puts) = match &on.awaited {
+            Awaited::Key { key, puts } => (key.clone(), *puts),
+            Awaited::AnyDelete => {
+                let end = prefix_end(lock.prefix.as_bytes());
+                request["range_end"] = json!(b64(&end));
+                (lock.prefix.clone(), false)
+            }
+        };
+        request["key"] = json!(b64(key.as_bytes()));
+        if !puts {
+            request["filters"] = json!(["NOPUT"]);
+        }
+        let request = json!({ "create_request": request });
         let stream = lock.client.stream("/v3/watch", &request, deadline).await?;
         let mut watch = Watch {
-            key: on.key.clone(),
+            awaited: on.awaited.clone(),
+            key,
             stream,
             buf: Vec::new(),
             seen: false,
@@ -50,19 +65,19 @@ impl Watch {
                 .await
                 .map_err(|_| watch.broke("no confirmation in time"))??;
             if message["result"]["created"] == true {
-                watch.seen = deleted(&message);
+                watch.seen = has_events(&message);
                 return Ok(watch);
             }
         }
     }
 
-    /// Resolves when the key is deleted.
-    async fn deleted(&mut self) -> Result<(), BackendError> {
+    /// Resolves when what is awaited happens (the filters keep every other event out).
+    async fn happened(&mut self) -> Result<(), BackendError> {
         if self.seen {
             return Ok(());
         }
         loop {
-            if deleted(&self.message().await?) {
+            if has_events(&self.message().await?) {
                 return Ok(());
             }
         }
@@ -118,14 +133,14 @@ impl Watch {
     }
 }
 
-/// Whether a watch message holds a delete.
-fn deleted(message: &Value) -> bool {
+/// Whether a watch message holds an event (the gateway leaves a put's type out).
+fn has_events(message: &Value) -> bool {
     message["result"]["events"]
         .as_array()
-        .is_some_and(|events| events.iter().any(|e| e["type"] == "DELETE"))
+        .is_some_and(|events| !events.is_empty())
 }
 
-/// A waiter's wake-ups: the delete of the key before its own.
+/// A waiter's wake-ups: what its standing awaits.
 pub struct EtcdWakeups<'a> {
     pub(super) lock: &'a EtcdLock,
     pub(super) watch: Option<Watch>,
@@ -137,12 +152,12 @@ impl Wakeups for EtcdWakeups<'_> {
             // No key before ours at the last attempt: nothing to wait for.
             return std::future::pending().await;
         };
-        if self.watch.as_ref().is_none_or(|w| w.key != on.key) {
+        if self.watch.as_ref().is_none_or(|w| w.awaited != on.awaited) {
             self.watch = None;
             self.watch = Some(Watch::open(self.lock, &on).await?);
         }
         let watch = self.watch.as_mut().expect("opened above");
-        watch.deleted().await?;
+        watch.happened().await?;
         self.watch = None;
         Ok(Wakeup::Anyone)
     }

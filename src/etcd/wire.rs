@@ -134,6 +134,23 @@ pub fn last_created_up_to(prefix: &str, max: i64) -> Value {
     }})
 }
 
+/// Every key under `prefix` created at revision `max` or before, in arrival order.
+pub fn created_up_to(prefix: &str, max: i64) -> Value {
+    let mut range = range_line(prefix);
+    range["max_create_revision"] = json!(max.to_string());
+    json!({ "request_range": range })
+}
+
+/// A range request for every key under `prefix`, in arrival order (the whole line).
+pub fn range_line(prefix: &str) -> Value {
+    json!({
+        "key": b64(prefix.as_bytes()),
+        "range_end": b64(&prefix_end(prefix.as_bytes())),
+        "sort_target": "CREATE",
+        "sort_order": "ASCEND",
+    })
+}
+
 pub fn txn(compare: &[Value], success: &[Value], failure: &[Value]) -> Value {
     json!({"compare": compare, "success": success, "failure": failure})
 }

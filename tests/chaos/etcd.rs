@@ -1,5 +1,5 @@
 //! Chaos on `etcd://`: the link to etcd blackholed past the kill point (the command dead before
-//! its lease could end, T = 6 s), and etcd's leader SIGKILLed during a hold (the hold goes on,
+//! its lease could end, T = 6 s; exclusive and shared), and etcd's leader SIGKILLed during a hold (the hold goes on,
 //! T = 10 s).
 
 use std::time::{Duration, Instant};
@@ -10,13 +10,23 @@ use crate::support::*;
 use crate::*;
 
 pub fn etcd_blackhole() -> Figure {
+    blackhole(&[])
+}
+
+/// The same for a shared holder, whose lease is its own.
+pub fn etcd_shared_blackhole() -> Figure {
+    blackhole(&["--shared"])
+}
+
+fn blackhole(mode: &[&str]) -> Figure {
     let etcd = Etcd::start();
     let proxy = Proxy::start(etcd.members[0].client_port);
     let dir = scratch();
     let url = format!("etcd://127.0.0.1:{}", proxy.port);
     // T = 6 s: etcd reports what is left of a lease in whole seconds (truncated), so the
     // bound below is up to a second early; with T = 2 s that second is half the lease.
-    let args = ["--ttl", "6s", "--connect-timeout", "1s"];
+    let mut args = vec!["--ttl", "6s", "--connect-timeout", "1s"];
+    args.extend(mode);
     let (running, child) = start_job(&url, dir.path(), &args, "exec sleep 60");
     let (key, _, _) = etcd.keys("job/").into_iter().next().expect("the run's key");
     let lease = key.trim_start_matches("job/").to_owned();

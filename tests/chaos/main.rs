@@ -146,6 +146,11 @@ fn main() {
         ),
         ("etcd://: blackhole past the kill point", 2, etcd_blackhole),
         (
+            "etcd://: blackhole past the kill point, --shared",
+            2,
+            etcd_shared_blackhole,
+        ),
+        (
             "etcd://: the leader SIGKILLed during a hold",
             1,
             etcd_leader_killed,

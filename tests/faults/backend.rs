@@ -429,8 +429,7 @@ impl Backend for EtcdMember {
     }
 
     fn holders_ok(&self) -> bool {
-        // --holders N > 1 and --shared are refused on etcd (usage errors).
-        false
+        true
     }
 
     fn fair_order(&self) -> bool {

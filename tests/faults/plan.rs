@@ -17,8 +17,7 @@ pub const SHARED_MIX: u32 = 0;
 /// The NAMEs and their `--holders` (fixed per NAME, as the contract requires; `d`'s runs are
 /// `--shared` or exclusive, [`SHARED_MIX`]). `a` is only ever an inner NAME of nested runs
 /// besides its own runs, and never an outer one of them: no cycle, so no deadlock between an
-/// outer holder and an inner waiter. Redlock and etcd take neither `--holders` nor
-/// `--shared`.
+/// outer holder and an inner waiter. Redlock takes neither `--holders` nor `--shared`.
 pub fn names(holders_ok: bool) -> Vec<(&'static str, u32)> {
     match holders_ok {
         true => vec![("a", 1), ("b", 1), ("c", 3), ("d", SHARED_MIX)],
