@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """locked-run against flock and `etcdctl lock`, on one machine, in one run.
 
-Measures (the README's Performance section explains each): the wrapper's own overhead, the
+Measures (docs/how-it-works.md's Performance section explains each): the wrapper's own overhead, the
 handoff latency from one holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
 Redis commands), and a contention loop. Starts its own redis-server and etcd on loopback and
 stops them. `--smoke` runs one short iteration of each, for CI: figures, no verdicts on time.
@@ -298,7 +298,7 @@ def scale_verdicts(say, results, smoke):
     time_ok = all(fa[0] <= 1.3 * fl[0] for _, fa, _, fl, _ in rows)
     w1 = next((fa[0] <= nf[0] for w, fa, nf, _, _ in rows if w == 1), True)
     # The commands the clients send (a script counts once); the server's own count adds every
-    # command the scripts run, which no layout of the lock's keys brings near 12 (see README).
+    # command the scripts run, which no layout of the lock's keys brings near 12 (see docs/how-it-works.md).
     commands_ok = all(fa[2][1] <= 12 for _, fa, _, _, _ in rows)
     etcd_ok = all(fa[0] < et[0] for _, fa, _, _, et in rows)
     wakes = [fa[1] for _, fa, _, _, _ in rows]

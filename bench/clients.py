@@ -118,7 +118,7 @@ def client_cost_table(say, k, smoke):
         say(f"| {label} | {ms(k[name]['wall'])} | - | - | - | {ms(k[name]['cpu'])} | {k[name]['faults']:.0f} | - |")
     say()
     rule = ("the crate may be adopted where its paired difference is no more than 5% of a run's "
-            "overhead; within it, the decision is the README's design note")
+            "overhead; within it, the decision is the design note in docs/how-it-works.md")
     say(f"Rule: {rule}. " + ("(smoke run: no verdict)" if smoke else "; ".join(verdicts) + "."))
 
 

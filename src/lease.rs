@@ -1,6 +1,6 @@
 //! The lease clock: when to renew, when to stop the child, and the loop that keeps the lease.
 //!
-//! This is the safety core (the README's "The lease clock"). With T the TTL, R the renew interval,
+//! This is the safety core (docs/how-it-works.md, "The lease clock"). With T the TTL, R the renew interval,
 //! K the kill grace and D = T/100 + 2 ms the drift allowance:
 //!
 //! - a grant or renewal whose request was *sent* at s proves the lease valid until V = s + T - D

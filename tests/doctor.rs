@@ -210,23 +210,23 @@ fn doctor_warns_about_a_server_whose_clock_is_off() {
     assert_eq!(status_of(&checks, "clock").0, "OK");
 }
 
-/// The README's least ACL user passes the permissions check, and the same user without the
+/// The guide's least ACL user (docs/guide.md, Passwords and ACLs) passes the permissions check, and the same user without the
 /// fair-waiting queue's keys fails it, named: every key and command a run uses is checked, not
 /// only the lock's own.
 #[test]
-fn doctor_checks_every_key_a_run_uses_with_the_readmes_least_acl() {
+fn doctor_checks_every_key_a_run_uses_with_the_guides_least_acl() {
     if skip_unless(
         server_kind().valkey || server_kind().version >= (7, 0),
         "no ACL DRYRUN to check permissions with (Redis 6)",
     ) {
         return;
     }
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let least = readme
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide.md")).unwrap();
+    let least = guide
         .lines()
         .find(|l| l.starts_with("ACL SETUSER locked-run "))
-        .expect("the README's least ACL user");
+        .expect("the guide's least ACL user");
     let redis = Redis::start();
     for (user, without) in [("least", None), ("noqueue", Some("~queue:*"))] {
         let args: Vec<&str> = least

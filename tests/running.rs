@@ -200,13 +200,13 @@ fn a_flushed_script_cache_falls_back_to_eval() {
 }
 
 #[test]
-fn the_readmes_minimal_acl_rule_is_enough_to_run_wait_and_use_the_operators_commands() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let rule = readme
+fn the_guides_minimal_acl_rule_is_enough_to_run_wait_and_use_the_operators_commands() {
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide.md")).unwrap();
+    let rule = guide
         .lines()
         .find(|l| l.starts_with("ACL SETUSER locked-run "))
-        .expect("the README documents the ACL rule")
+        .expect("the guide documents the ACL rule")
         .replace(">PASSWORD", ">hunter2");
     let redis = Redis::start();
     let words: Vec<&str> = rule.split_whitespace().collect();

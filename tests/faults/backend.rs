@@ -191,7 +191,7 @@ impl Backend for Servers {
     }
 
     fn fair_order(&self) -> bool {
-        // Redlock keeps no queue: it always waits as --no-fair (README, Waiting).
+        // Redlock keeps no queue: it always waits as --no-fair (docs/guide.md, Waiting).
         self.servers.len() == 1
     }
 
@@ -291,7 +291,7 @@ impl Backend for Files {
     }
 
     fn fair_order(&self) -> bool {
-        // flock(2) wakes waiters in no promised order (README: file:// keeps flock's order).
+        // flock(2) wakes waiters in no promised order (docs/guide.md: file:// keeps flock's order).
         false
     }
 

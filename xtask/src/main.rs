@@ -1,63 +1,233 @@
 //! `cargo xtask dist [DIR]`: the man pages (`locked-run.1`, one per subcommand) and bash, zsh
-//! and fish completions,
-//! generated from the clap definitions (never written by hand), into DIR (default
-//! `target/dist`), where the packaging metadata in Cargo.toml picks them up.
+//! and fish completions, generated from the clap definitions (never written by hand), into DIR
+//! (default `target/dist`), where the packaging metadata in Cargo.toml picks them up.
+//!
+//! Every page must have an EXIT STATUS and an EXAMPLES section: the xtask renders all pages
+//! first, checks each, and writes nothing when one lacks either (the packages would otherwise
+//! ship a page that leaves out what scripts branch on).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::CommandFactory;
+use clap::{Command, CommandFactory};
 use clap_complete::Shell;
 use locked_run::cli::Cli;
 
+mod pages;
+
+/// Where a page's closing text (clap's `after_long_help`) puts the examples.
+const EXAMPLES: &str = "\nExamples:\n";
+
+type Error = Box<dyn std::error::Error>;
+
+/// The closing text of `sub`'s long help with an exit-status paragraph and an "Examples:"
+/// block: the help's own where it has them, else the xtask's supplement (xtask/src/pages.rs).
+fn with_sections(sub: Command, page: &str) -> Command {
+    let own = sub
+        .get_after_long_help()
+        .map(|text| text.to_string())
+        .unwrap_or_default();
+    let (own_status, own_examples) = match own.split_once(EXAMPLES) {
+        Some((status, examples)) => (status.trim().to_string(), examples.trim_end().to_string()),
+        None => (own.trim().to_string(), String::new()),
+    };
+    let own_status = (!own_status.is_empty()).then_some(own_status);
+    let own_examples = (!own_examples.trim().is_empty()).then_some(own_examples);
+    let supplement = pages::supplement(sub.get_name());
+    if let Some(s) = &supplement {
+        if own_status.is_some() && !s.exit_status.is_empty() {
+            eprintln!(
+                "xtask: {page}: the --help text has its own exit status now; the one in \
+                 xtask/src/pages.rs is unused (remove it: one source per section)"
+            );
+        }
+        if own_examples.is_some() && !s.examples.is_empty() {
+            eprintln!(
+                "xtask: {page}: the --help text has its own examples now; the ones in \
+                 xtask/src/pages.rs are unused (remove them: one source per section)"
+            );
+        }
+    }
+    let status = own_status.or_else(|| supplement.as_ref().map(|s| s.exit_status.to_string()));
+    let examples = own_examples.or_else(|| supplement.as_ref().map(|s| s.examples.to_string()));
+    let text = match (status, examples) {
+        (Some(s), Some(e)) => format!("{s}\n{EXAMPLES}{e}"),
+        (Some(s), None) => s,
+        (None, Some(e)) => format!("{EXAMPLES}{e}"),
+        (None, None) => return sub,
+    };
+    sub.after_long_help(text)
+}
+
 /// clap_mangen puts the long help's closing text in one filled EXTRA section; the man page
-/// gives it as man pages do: an EXIT STATUS section, and EXAMPLES kept as they are written
-/// (no filling, one per line, as in flock(1)).
-fn sections_of_the_extra(page: &std::path::Path) -> std::io::Result<()> {
-    let text = std::fs::read_to_string(page)?;
+/// gives it as man pages do: an EXIT STATUS section, and EXAMPLES kept as they are written (no
+/// filling, one per line, as in flock(1)). Refuses a page that lacks either.
+fn sections_of_the_extra(page: &str, text: &str) -> Result<String, String> {
     let missing = |what: &str| {
-        std::io::Error::other(format!(
-            "{}: no {what} in the page clap_mangen rendered; the man page's EXIT STATUS and \
-             EXAMPLES would be lost",
-            page.display()
-        ))
+        format!(
+            "{page}: no {what}; every man page needs an EXIT STATUS and an EXAMPLES section. \
+             Give the subcommand an after_long_help in src/cli (an exit-status paragraph, then \
+             \"Examples:\"), or add it to xtask/src/pages.rs"
+        )
     };
     let (before, extra) = text
         .split_once(".SH EXTRA\n")
-        .ok_or_else(|| missing("EXTRA section"))?;
+        .ok_or_else(|| missing("EXIT STATUS and no EXAMPLES (no closing text in its --help)"))?;
     let (extra, after) = extra
         .split_once("\n.SH ")
         .map_or((extra, String::new()), |(e, a)| (e, format!("\n.SH {a}")));
     let (status, examples) = extra
-        .split_once("\nExamples:\n")
-        .ok_or_else(|| missing("Examples: in its EXTRA section"))?;
+        .split_once(EXAMPLES)
+        .ok_or_else(|| missing("EXAMPLES (no \"Examples:\" in its closing text)"))?;
+    // The section's title says it already.
+    let status = status.trim();
+    let status = status
+        .strip_prefix("Exit status:")
+        .unwrap_or(status)
+        .trim_start();
+    if status.is_empty() {
+        return Err(missing("EXIT STATUS (nothing before \"Examples:\")"));
+    }
     let examples = examples.trim_end().replace("\n\n", "\n.sp\n");
-    let page_text = format!(
-        "{before}.SH \"EXIT STATUS\"\n{}\n.SH EXAMPLES\n.nf\n{examples}\n.fi{after}",
-        status.trim_end()
-    );
-    std::fs::write(page, page_text)
+    if examples.trim().is_empty() {
+        return Err(missing("EXAMPLES (nothing after \"Examples:\")"));
+    }
+    let see_also = see_also(page);
+    Ok(format!(
+        "{before}.SH \"EXIT STATUS\"\n{status}\n.SH EXAMPLES\n.nf\n{examples}\n.fi\n{see_also}{}",
+        after.trim_start_matches('\n')
+    ))
 }
 
-fn main() -> std::io::Result<()> {
+/// The other pages, and where the full documentation is installed.
+fn see_also(page: &str) -> String {
+    let others: Vec<String> = [
+        "locked-run",
+        "locked-run-run",
+        "locked-run-status",
+        "locked-run-release",
+        "locked-run-doctor",
+    ]
+    .iter()
+    .filter(|p| format!("{p}.1") != page)
+    .map(|p| format!("\\fB{}\\fR(1)", p.replace('-', "\\-")))
+    .collect();
+    format!(
+        ".SH \"SEE ALSO\"\n{}, \\fBflock\\fR(1), \\fBtimeout\\fR(1)\n.PP\nEvery option, backend and \
+         recipe: /usr/share/doc/locked\\-run/guide.md; the lease clock, fencing and what each \
+         backend guarantees: how\\-it\\-works.md there (docs/ in the source, with docs/faq.md, \
+         keyed by the error lines).\n",
+        others.join(", ")
+    )
+}
+
+/// Every man page, rendered and checked, as (file name, text); nothing is written here.
+fn man_pages() -> Result<Vec<(String, String)>, Error> {
+    // As clap_mangen::generate_to does: built, the subcommands know their pages' names
+    // (locked-run-status), and `help` (which has no page) is left out.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect();
+    let mut pages = Vec::new();
+    let mut refused = Vec::new();
+    let mut render = |page: String, man: clap_mangen::Man| -> Result<(), Error> {
+        let mut out = Vec::new();
+        man.render(&mut out)?;
+        match sections_of_the_extra(&page, &String::from_utf8(out)?) {
+            Ok(text) => pages.push((page, text)),
+            Err(why) => refused.push(why),
+        }
+        Ok(())
+    };
+    render("locked-run.1".into(), clap_mangen::Man::new(cmd.clone()))?;
+    for name in subs {
+        let page = format!("locked-run-{name}.1");
+        let sub = cmd.find_subcommand(&name).expect("listed above").clone();
+        let sub = with_sections(sub, &page);
+        render(page, clap_mangen::Man::new(sub))?;
+    }
+    if !refused.is_empty() {
+        return Err(format!(
+            "refusing to write the man pages:\n  {}",
+            refused.join("\n  ")
+        )
+        .into());
+    }
+    Ok(pages)
+}
+
+fn dist(dir: &Path) -> Result<(), Error> {
+    let pages = man_pages()?;
+    std::fs::create_dir_all(dir)?;
+    for (page, text) in &pages {
+        std::fs::write(dir.join(page), text)?;
+    }
+    let cmd = Cli::command();
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut cmd.clone(), "locked-run", dir)?;
+    }
+    for entry in std::fs::read_dir(dir)? {
+        println!("{}", entry?.path().display());
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
     let mut args = std::env::args().skip(1);
     let task = args.next().unwrap_or_default();
     if task != "dist" {
         eprintln!("usage: cargo xtask dist [DIR]");
-        std::process::exit(2);
+        return std::process::ExitCode::from(2);
     }
     let dir = args
         .next()
         .map_or_else(|| PathBuf::from("target/dist"), PathBuf::from);
-    std::fs::create_dir_all(&dir)?;
-    let cmd = Cli::command();
-    // locked-run.1, and a page per subcommand (locked-run-status.1, ...).
-    clap_mangen::generate_to(cmd.clone(), &dir)?;
-    sections_of_the_extra(&dir.join("locked-run.1"))?;
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut cmd.clone(), "locked-run", &dir)?;
+    match dist(&dir) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            std::process::ExitCode::FAILURE
+        }
     }
-    for entry in std::fs::read_dir(&dir)? {
-        println!("{}", entry?.path().display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_page_has_exit_status_and_examples() {
+        let pages = man_pages().expect("every page renders with both sections");
+        let names: Vec<&str> = pages.iter().map(|(p, _)| p.as_str()).collect();
+        for page in [
+            "locked-run.1",
+            "locked-run-run.1",
+            "locked-run-status.1",
+            "locked-run-release.1",
+            "locked-run-doctor.1",
+        ] {
+            assert!(names.contains(&page), "{page} missing from {names:?}");
+        }
+        for (page, text) in &pages {
+            assert!(text.contains(".SH \"EXIT STATUS\"\n"), "{page}");
+            assert!(text.contains(".SH EXAMPLES\n.nf\n"), "{page}");
+            assert!(!text.contains(".SH EXTRA"), "{page}");
+        }
     }
-    Ok(())
+
+    #[test]
+    fn a_page_without_either_section_is_refused() {
+        let bare = ".TH x 1\n.SH NAME\nx\n";
+        let why = sections_of_the_extra("locked-run-x.1", bare).unwrap_err();
+        assert!(why.starts_with("locked-run-x.1: no EXIT STATUS"), "{why}");
+        let no_examples = ".TH x 1\n.SH EXTRA\nExit status: 0 ok.\n.SH VERSION\nv1\n";
+        let why = sections_of_the_extra("locked-run-x.1", no_examples).unwrap_err();
+        assert!(why.contains("no EXAMPLES"), "{why}");
+        let no_status = ".TH x 1\n.SH EXTRA\n\nExamples:\n  x\n";
+        let why = sections_of_the_extra("locked-run-x.1", no_status).unwrap_err();
+        assert!(why.contains("no EXIT STATUS"), "{why}");
+    }
 }

@@ -5,7 +5,7 @@
 //! validity from before the first request, as for one server. Renewals need a quorum too, and
 //! take a server again where the key is gone (see `scripts::RENEW_OR_RETAKE`).
 //!
-//! The fence, in two phases (the README's Redlock section gives the proof in full):
+//! The fence, in two phases (docs/how-it-works.md's Redlock section gives the proof in full):
 //! 1. each server's acquire script returns its own `INCR fence:{NAME}` (c_i);
 //! 2. f = max(c_i) over the servers that granted, and each of them raises its counter to f,
 //!    only while it still holds our token; f is the fence only once a quorum confirmed.
