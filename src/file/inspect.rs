@@ -237,8 +237,8 @@ pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
     drop(lock);
     let fence = paths.read_fence().map_err(|e| e.to_string())?;
     Ok(format!(
-        "{} opens for writing; last fence of lock {name}: {}",
+        "{} opens for writing; lock {name}: {}",
         paths.lock.display(),
-        fence.map_or_else(|| "none issued yet".into(), |f| f.to_string())
+        crate::status::last_fence(fence)
     ))
 }
