@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::cluster::{Cluster, redirection};
-use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
+use super::resp::{ANSWERED_LIKE_HTTP, Addr, Connection, Reply, as_batch, refusal, within};
 use super::sentinel::{Sentinel, SentinelAuth};
 use super::url::Topology;
 use crate::backend::BackendError;
@@ -433,9 +433,15 @@ impl Node {
             // A sentinel or cluster seed that refused the password: retrying will not fix it.
             return BackendError::Refused(format!("Redis at {address}: {error}"));
         }
+        let text = error.to_string();
+        if text == ANSWERED_LIKE_HTTP {
+            // The wrong port: retrying will not fix it.
+            return BackendError::Refused(format!(
+                "{address} is {text} (an etcd's or a web server's port?): check the URL's port"
+            ));
+        }
         // A TLS handshake that failed (certificates, protocol), rather than no connection, a
         // refusal (an ACL's NOPERM) or a connection closed mid-way (a failover).
-        let text = error.to_string();
         let handshake = !matches!(
             error.kind(),
             io::ErrorKind::ConnectionRefused

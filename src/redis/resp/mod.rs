@@ -328,6 +328,10 @@ fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
+/// What a server that speaks HTTP is called (an etcd's port, a web server's, given as
+/// `redis://`): its reply starts `HTTP/` or `<` (an HTML page), bytes that start no RESP reply.
+pub const ANSWERED_LIKE_HTTP: &str = "not a Redis server; it answered like HTTP";
+
 fn protocol_error(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
