@@ -24,7 +24,7 @@ pub struct ConnArgs {
     pub url: Vec<String>,
 
     /// How long one connection attempt may take
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_positive_duration, global = true)]
+    #[arg(long, value_name = "DUR", default_value = "5s", allow_hyphen_values = true, value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
     /// Read the Redis (or etcd) password from FILE (its first line), for URLs that carry none

@@ -141,11 +141,11 @@ pub struct RunArgs {
     pub conn: ConnArgs,
 
     /// Lease length T: how long the lock outlives a locked-run that stops renewing it
-    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", allow_hyphen_values = true, value_parser = parse_duration)]
     pub ttl: Duration,
 
     /// Renew interval R [default: TTL/6]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub renew_every: Option<Duration>,
 
     /// Fail at once (status 75) when the lock is held; silent unless -v
@@ -153,11 +153,11 @@ pub struct RunArgs {
     pub no_wait: bool,
 
     /// Give up waiting after DUR (status 75) [default: wait forever]
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(short = 'w', long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub wait: Option<Duration>,
 
     /// Grace K between the kill signal and SIGKILL when the lease is lost [default: TTL/3]
-    #[arg(short = 'k', long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(short = 'k', long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub kill_after: Option<Duration>,
 
     /// First signal sent to the command when the lease is lost (TERM, SIGTERM and 15 all work)
@@ -174,7 +174,7 @@ pub struct RunArgs {
 
     /// Redlock (several URLs): how long each server may take to answer an acquire
     /// [default: TTL/100, at least 5ms]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub node_timeout: Option<Duration>,
 
     /// After taking the lock, require N replicas of the server to acknowledge it (WAIT), or
@@ -183,11 +183,11 @@ pub struct RunArgs {
     pub wait_replicas: Option<u32>,
 
     /// How long --wait-replicas waits for the acknowledgements
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, requires = "wait_replicas")]
+    #[arg(long, value_name = "DUR", default_value = "1s", allow_hyphen_values = true, value_parser = parse_duration, requires = "wait_replicas")]
     pub wait_replicas_timeout: Duration,
 
     /// Keep the lock at least DUR after it was taken, even if the command ends sooner
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub min_hold: Option<Duration>,
 
     /// Let up to N runs hold the lock at once (a semaphore); every run of NAME must use the same N
@@ -207,7 +207,7 @@ pub struct RunArgs {
     pub shared: bool,
 
     /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub max_run: Option<Duration>,
 
     /// Race the other --no-fair waiters at each release instead of taking turns in arrival order
@@ -223,12 +223,12 @@ pub struct RunArgs {
     #[arg(value_name = "NAME", required = true)]
     pub name: Option<String>,
 
-    /// The command to run, and its arguments
+    /// The command to run, and its arguments: everything from the command's first word on is
+    /// the command's; before it, every option is locked-run's (an unknown one is an error)
     #[arg(
         value_name = "COMMAND",
         required = true,
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         num_args = 1..
     )]
     pub command: Vec<OsString>,
@@ -414,6 +414,16 @@ impl RunArgs {
 
 /// Turns a clap error into one line (`locked-run: ...`), as every other error.
 pub fn one_line(error: &clap::Error) -> String {
+    if let Some(option) = unknown_option(error) {
+        // Every word before the command that looks like an option is taken as locked-run's
+        // own: an unknown one is a typo, never the start of the command (`job -x -- true`
+        // would otherwise run `-x`, or read `-n` as locked-run's where `-x` is the command's).
+        return format!(
+            "unknown option {option}: an option before the command is locked-run's own (the \
+             command's own options come after its first word; write `-- {option} ...` if the \
+             command starts with it) (see locked-run --help)"
+        );
+    }
     let text = error.to_string();
     let mut parts = Vec::new();
     for line in text.lines() {
@@ -428,6 +438,18 @@ pub fn one_line(error: &clap::Error) -> String {
     let mut message = parts.join(" ");
     message.push_str(" (see locked-run --help)");
     message
+}
+
+/// The option a clap error says is unknown (`-x`, `--no-such`), not a stray word.
+fn unknown_option(error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) if arg.starts_with('-') => Some(arg.clone()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
