@@ -175,7 +175,7 @@ fn a_password_from_rediscli_auth_is_used() {
     lr().url(&url)
         .args(["job", "true"])
         .run()
-        .expect_one_line(69, "the server requires a password");
+        .expect_one_line(69, "no password was given, and Redis at");
 
     lr().env("REDISCLI_AUTH", "hunter2")
         .url(&url)

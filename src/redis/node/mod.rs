@@ -7,6 +7,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::auth::{Credentials, Hop, PasswordFrom, Refused, refusal_line};
 use super::cluster::{Cluster, redirection};
 use super::resp::{ANSWERED_LIKE_HTTP, Addr, Connection, Reply, as_batch, refusal, within};
 use super::sentinel::{Sentinel, SentinelAuth};
@@ -19,6 +20,8 @@ pub struct Node {
     pub(super) address: String,
     user: Option<String>,
     password: Option<String>,
+    /// Where the password came from, for the line that says it was refused.
+    password_from: Option<PasswordFrom>,
     db: i64,
     pub(super) connect_timeout: Duration,
     pub(super) topology: Topology,
@@ -63,10 +66,17 @@ impl Node {
         tls: Option<&tokio_rustls::TlsConnector>,
     ) -> Result<Node, String> {
         let target = super::url::parse(url, default_password, tls)?;
+        let password_from = match (&target.password, super::url::url_has_password(url)) {
+            (None, _) => None,
+            (Some(_), true) => Some(PasswordFrom::Url),
+            // The library's default; the command line says which of its sources it used.
+            (Some(_), false) => Some(PasswordFrom::Env("REDISCLI_AUTH")),
+        };
         Ok(Node {
             address: target.address,
             user: target.user,
             password: target.password,
+            password_from,
             db: target.db,
             connect_timeout,
             topology: target.topology,
@@ -85,6 +95,15 @@ impl Node {
         self
     }
 
+    /// Where a password the URL does not carry came from (`--password-file FILE`,
+    /// `REDISCLI_AUTH`), for the line that says it was refused.
+    pub fn with_default_password_from(mut self, from: Option<PasswordFrom>) -> Node {
+        if self.password_from.as_ref().is_some_and(|f| *f != PasswordFrom::Url) {
+            self.password_from = from;
+        }
+        self
+    }
+
     /// The sentinels of a sentinel URL.
     pub fn sentinel(&self) -> Option<&Sentinel> {
         match &self.topology {
@@ -94,8 +113,12 @@ impl Node {
     }
 
     /// The data nodes' user and password, which the sentinels share unless given their own.
-    pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
-        (self.user.as_deref(), self.password.as_deref())
+    pub(crate) fn credentials(&self) -> Credentials<'_> {
+        Credentials {
+            user: self.user.as_deref(),
+            password: self.password.as_deref(),
+            from: self.password_from.as_ref(),
+        }
     }
 
     /// Whether every hop speaks TLS.
@@ -144,7 +167,9 @@ impl Node {
                     false => "",
                 };
                 for addr in cluster.seed_addrs() {
-                    let said = cluster.ask(&addr, &self.hello(false), timeout).await;
+                    let said = cluster
+                        .ask(&addr, &self.hello(false), self.credentials(), timeout)
+                        .await;
                     hops.push((
                         format!("cluster node {addr}"),
                         said.map(|owner| {
@@ -289,7 +314,7 @@ impl Node {
         };
         match within(timeout, attempt).await {
             Ok(Ok(replies)) => Ok(replies),
-            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Ok(Err(refusal)) => Err(self.refused_by(&refusal, Some(&target.to_string()))),
             Err(e) => Err(self.unreachable(&e, timeout)),
         }
     }
@@ -307,7 +332,7 @@ impl Node {
                 *slot = Some(conn);
                 Ok(replies)
             }
-            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Ok(Err((refusal, peer))) => Err(self.refused_by(&refusal, Some(&peer))),
             Err(e) => {
                 // The cluster node may be gone for good (its replica promoted): ask the seeds
                 // again at the next connection.
@@ -325,7 +350,7 @@ impl Node {
         commands: &[&[&[u8]]],
         timeout: Duration,
         listen: Option<&str>,
-    ) -> io::Result<Result<(Connection, Vec<Reply>), String>> {
+    ) -> io::Result<Result<(Connection, Vec<Reply>), (String, String)>> {
         let (mut conn, fresh) = match conn {
             Some(conn) => (conn, false),
             None => (self.connect(timeout).await?, true),
@@ -344,7 +369,7 @@ impl Node {
                     self.resp3.store(false, Ordering::Relaxed);
                     return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
                 }
-                return Ok(Err(e));
+                return Ok(Err((e, conn.peer().to_owned())));
             }
             return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen)).await;
         }
@@ -392,7 +417,7 @@ impl Node {
                 }
                 return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
             }
-            return Ok(Err(e));
+            return Ok(Err((e, conn.peer().to_owned())));
         }
         Ok(Ok((conn, tail)))
     }
@@ -413,7 +438,9 @@ impl Node {
                     .map_err(|e| hop(&e, "the primary", &primary, tls.is_some()))
             }
             Topology::Cluster(cluster) => {
-                let owner = cluster.owner(&self.hello(false), timeout).await?;
+                let owner = cluster
+                    .owner(&self.hello(false), self.credentials(), timeout)
+                    .await?;
                 within(timeout, Connection::connect(&owner, cluster.tls()))
                     .await
                     .map_err(|e| hop(&e, "cluster node", &owner, cluster.tls().is_some()))
@@ -429,6 +456,10 @@ impl Node {
 
     pub(super) fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
         let address = &self.address;
+        if let Some(line) = Refused::line(error) {
+            // A sentinel or cluster node that refused the password, in a line of its own.
+            return BackendError::Refused(line.to_owned());
+        }
         if error.kind() == io::ErrorKind::PermissionDenied {
             // A sentinel or cluster seed that refused the password: retrying will not fix it.
             return BackendError::Refused(format!("Redis at {address}: {error}"));
@@ -481,8 +512,24 @@ impl Node {
     /// Turns an error reply into a message that names the server (never its password) and
     /// says whether retrying can help.
     pub fn refused(&self, error: &str) -> BackendError {
+        self.refused_by(error, None)
+    }
+
+    /// [`Node::refused`], by the server at `peer` (behind sentinels or a Cluster, the data
+    /// node a refused password must name).
+    fn refused_by(&self, error: &str, peer: Option<&str>) -> BackendError {
         let error = script_error(error);
         let address = &self.address;
+        let server = match (&self.topology, peer) {
+            (Topology::Sentinel(_), Some(peer)) => {
+                format!("the primary {peer} that the sentinels name")
+            }
+            (Topology::Cluster(_), Some(peer)) => format!("cluster node {peer}"),
+            _ => format!("Redis at {address}"),
+        };
+        if let Some(line) = refusal_line(&server, error, self.credentials(), Hop::Data) {
+            return BackendError::Refused(line);
+        }
         let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
         // A server that is starting, busy with a script, or failing over may answer properly
         // in a moment: worth retrying (while waiting; at first contact it is 69 all the same).

@@ -107,6 +107,8 @@ pub struct Connection {
     /// An UNSUBSCRIBE was sent and its answer not read yet: a push when it worked, an
     /// in-band error (NOPERM) when it did not, which must not be taken for the next reply.
     unsubscribing: bool,
+    /// The server's address, as messages name it (`host:port`, or the socket's path).
+    peer: String,
 }
 
 impl Connection {
@@ -139,7 +141,14 @@ impl Connection {
             confirmed: 0,
             channel: None,
             unsubscribing: false,
+            peer: addr.to_string(),
         })
+    }
+
+    /// The server's address (`host:port`, or the socket's path): behind sentinels or a
+    /// Cluster, the node a message must name.
+    pub fn peer(&self) -> &str {
+        &self.peer
     }
 
     /// Sends several commands in one write and reads their replies in order. On a RESP3
