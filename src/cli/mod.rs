@@ -40,6 +40,31 @@ not executable/not found."
     };
 }
 
+/// Where locked-run's own options end and the command's begin, as `-h` says it.
+macro_rules! options_rule {
+    () => {
+        "Where options go: every option before the command is locked-run's own, before NAME or \
+between NAME and the command (`locked-run job -n -- x` is run with -n); an unknown one there is a \
+usage error (2), never the start of the command. From the command's first word on, everything is the \
+command's (`locked-run job ls -l`); write `--` before a command that starts with '-'."
+    };
+}
+
+/// `status`'s exit statuses and JSON fields, as its `-h` shows them.
+macro_rules! status_help {
+    () => {
+        "Exit status: 0 held; 1 free; 69 the backend could not be reached or refused; 2 usage \
+error.
+
+--json prints one object: name, held (bool), fence (the last fence issued, or null), ttl_ms \
+(null when free; -1 for no expiry), holder (null when free, else {host, pid, command, since}), \
+holders (every holder: host, pid, command, since, fence, ttl_ms, token), limit (the N of \
+--holders N while held, else null), mode (\"shared\" or \"exclusive\", null when free), waiters \
+(how many wait, or null); with several URLs (Redlock) also quorum and servers (each with url \
+and the same fields, or error)."
+    };
+}
+
 /// What `--help` (and so the man page) ends with, as flock(1)'s does.
 macro_rules! examples {
     () => {
@@ -73,8 +98,8 @@ macro_rules! examples {
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run release [--force] [OPTIONS] <NAME>\n       locked-run doctor [OPTIONS]\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
-    after_help = exit_status!(),
-    after_long_help = concat!(exit_status!(), "\n\n", examples!())
+    after_help = concat!(exit_status!(), "\n\n", options_rule!()),
+    after_long_help = concat!(exit_status!(), "\n\n", options_rule!(), "\n\n", examples!())
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -95,12 +120,23 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Sub {
     /// Run a command under the lock (the default; needed when NAME is a subcommand's name)
+    #[command(after_help = concat!(exit_status!(), "\n\n", options_rule!()))]
     Run(RunArgs),
     /// Show whether a lock is held, by whom, since when, its fence and time left (exit 0 held, 1 free)
+    #[command(after_help = status_help!())]
     Status(StatusArgs),
     /// Release a stuck lock, whoever holds it (with --force; exit 0 released, 1 was free)
+    #[command(
+        after_help = "Exit status: 0 released; 1 the lock was free (nothing to release); 2 held \
+and --force not given (nothing was released), a file:// lock whose holder still runs, or a \
+usage error; 69 the backend could not be reached or refused."
+    )]
     Release(ReleaseArgs),
     /// Check the Redis setup: reachability, role, memory policy, persistence, permissions, clocks
+    #[command(
+        after_help = "Exit status: 0 when no check FAILs (WARN lines allowed); 1 when any check \
+FAILs (an unreachable server is a FAIL); 2 usage error."
+    )]
     Doctor(DoctorArgs),
 }
 
@@ -240,7 +276,8 @@ pub struct StatusArgs {
     #[arg(skip)]
     pub conn: ConnArgs,
 
-    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}, waiters
+    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since},
+    /// holders, limit, mode, waiters (and quorum, servers for Redlock)
     #[arg(long)]
     pub json: bool,
 
