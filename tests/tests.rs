@@ -17,6 +17,7 @@ mod library;
 mod local;
 mod local_files;
 mod max_run;
+mod messages;
 mod redlock;
 mod release;
 mod replicas_and_sentinel;
