@@ -69,12 +69,12 @@ pub fn refusal_line(
             let user = credentials
                 .user
                 .map_or_else(String::new, |user| format!(" (as user {user})"));
-            Some(format!(
+            Some(crate::message!(
                 "the password from {from} was refused (WRONGPASS) by {server}{user}: check it \
                  against the server's requirepass or ACL user"
             ))
         }
-        (None, _) if none_given => Some(format!(
+        (None, _) if none_given => Some(crate::message!(
             "no password was given, and {server} wants one (NOAUTH): {give}"
         )),
         _ => None,

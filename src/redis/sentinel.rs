@@ -217,13 +217,13 @@ impl Sentinel {
             // would answer without them.
             (_, Some(e)) if own => Err(said(
                 &e,
-                format!("{server} refused the sentinel password ({}): {e}", used.from.map_or_else(String::new, |f| f.to_string())),
+                crate::message!("{server} refused the sentinel password ({}): {e}", used.from.map_or_else(String::new, |f| f.to_string())),
             )),
             (Reply::Error(e), Some(auth)) if e.starts_with("NOAUTH") => {
                 let line = refusal_line(&server, &auth, used, Hop::Sentinel).unwrap_or_else(
-                    || format!("{server} refused the data nodes' password: {auth}"),
+                    || crate::message!("{server} refused the data nodes' password: {auth}"),
                 );
-                Err(Refused(format!(
+                Err(Refused(crate::message!(
                     "{line}; the sentinels were asked with the data nodes' password, as no \
                      password of their own is given: give theirs in LOCKED_RUN_SENTINEL_AUTH or \
                      --sentinel-password-file FILE"
@@ -232,7 +232,7 @@ impl Sentinel {
             }
             (Reply::Error(e), None) if e.starts_with("NOAUTH") => Err(said(
                 e,
-                format!("{server} wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file FILE"),
+                crate::message!("{server} wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file FILE"),
             )),
             (Reply::Error(e), _) => Err(io::Error::other(format!(
                 "sentinel {sentinel} refused: {e}"

@@ -468,7 +468,8 @@ impl Node {
         if text == ANSWERED_LIKE_HTTP {
             // The wrong port: retrying will not fix it.
             return BackendError::Refused(format!(
-                "{address} is {text} (an etcd's or a web server's port?): check the URL's port"
+                "{address} is not a Redis server; it answered like HTTP (an etcd's or a web \
+                 server's port?): check the URL's port"
             ));
         }
         // A TLS handshake that failed (certificates, protocol), rather than no connection, a
@@ -498,14 +499,14 @@ impl Node {
         };
         BackendError::Transient(match error.kind() {
             io::ErrorKind::TimedOut if text == "timed out" => {
-                format!("Redis at {address} did not answer within {}", show(timeout))
+                crate::message!("Redis at {address} did not answer within {}", show(timeout))
             }
             // A hop that went silent, named.
-            io::ErrorKind::TimedOut => format!(
+            io::ErrorKind::TimedOut => crate::message!(
                 "Redis at {address} did not answer within {}: {text}",
                 show(timeout)
             ),
-            _ => format!("cannot reach Redis at {address}: {error}{tls_hint}"),
+            _ => crate::message!("cannot reach Redis at {address}: {error}{tls_hint}"),
         })
     }
 

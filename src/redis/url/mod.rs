@@ -79,7 +79,7 @@ pub fn parse(
     }
     let parsed = ::url::Url::parse(url).map_err(|e| match e {
         ::url::ParseError::InvalidPort => bad_port(url),
-        ::url::ParseError::EmptyHost => format!("{} has no host", shown(url)),
+        ::url::ParseError::EmptyHost => crate::message!("{} has no host", shown(url)),
         _ => bad_url(url),
     })?;
     let address = redact(&parsed);
@@ -134,7 +134,7 @@ pub fn parse(
     let db = match db {
         None => 0,
         Some(db) => database(&db).ok_or_else(|| {
-            format!(
+            crate::message!(
                 "the Redis URL {address} names database {db:?}: a database is a number, 0 or more"
             )
         })?,
@@ -231,12 +231,12 @@ fn parse_multi(
     let s = if secure { "s" } else { "" };
     let usage = || {
         if is_cluster {
-            format!(
+            crate::message!(
                 "{} is not a cluster URL: use redis{s}+cluster://[user[:password]@]host[:port][,host[:port]...]",
                 redact_multi(url)
             )
         } else {
-            format!(
+            crate::message!(
                 "{} is not a sentinel URL: use redis{s}+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
                 redact_multi(url)
             )
@@ -318,7 +318,7 @@ fn parse_multi(
     let db = match segments.next() {
         None | Some("") => 0,
         Some(db) => database(db).ok_or_else(|| {
-            format!(
+            crate::message!(
                 "{} names database {db:?}: a database is a number, 0 or more",
                 redact_multi(url)
             )
@@ -378,7 +378,7 @@ fn known_parameters(parsed: &::url::Url, address: &str, known: &[&str]) -> Resul
 }
 
 fn port_out_of_range(url: &str) -> String {
-    format!("{} has a port out of range: use 1 to 65535", shown(url))
+    crate::message!("{} has a port out of range: use 1 to 65535", shown(url))
 }
 
 /// A port the URL parser refused: out of range, or not a number at all (`:6379x`, a typo
@@ -396,7 +396,7 @@ fn bad_port(url: &str) -> String {
         .filter(|(host, _)| !host.starts_with('[') || host.ends_with(']'))
         .map_or("", |(_, port)| port);
     if !port.is_empty() && !port.bytes().all(|b| b.is_ascii_digit()) {
-        return format!(
+        return crate::message!(
             "{} has a port that is not a number ({port:?}): write the port in digits, 1 to 65535",
             shown(url)
         );
@@ -440,14 +440,14 @@ fn bad_url(url: &str) -> String {
     }
     if !SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
         return match url.split_once("://") {
-            Some((scheme, _)) => format!(
+            Some((scheme, _)) => crate::message!(
                 "unknown URL scheme {scheme:?} in {}: use {URL_FORMS}",
                 shown(url)
             ),
-            None => format!("{} is not a URL (no scheme://): use {URL_FORMS}", shown(url)),
+            None => crate::message!("{} is not a URL (no scheme://): use {URL_FORMS}", shown(url)),
         };
     }
-    format!(
+    crate::message!(
         "{} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
          rediss:// (TLS) or redis+unix:///path/to/socket",
         shown(url)
