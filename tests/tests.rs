@@ -10,6 +10,7 @@ mod durability;
 mod errors;
 mod etcd;
 mod fair;
+mod faq;
 mod fencing;
 mod holders;
 mod lease_loss;

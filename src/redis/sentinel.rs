@@ -223,7 +223,7 @@ impl Sentinel {
                 let line = refusal_line(&server, &auth, used, Hop::Sentinel).unwrap_or_else(
                     || crate::message!("{server} refused the data nodes' password: {auth}"),
                 );
-                Err(Refused(crate::message!(
+                Err(Refused(format!(
                     "{line}; the sentinels were asked with the data nodes' password, as no \
                      password of their own is given: give theirs in LOCKED_RUN_SENTINEL_AUTH or \
                      --sentinel-password-file FILE"
