@@ -158,7 +158,10 @@ fn holder_json(h: &Holder) -> Value {
 /// "last fence N", or "no fence issued yet" for a lock never taken (or taken only by a program
 /// that keeps no counter): "last fence none issued yet" read as a riddle.
 pub fn last_fence(fence: Option<u64>) -> String {
-    fence.map_or_else(|| "no fence issued yet".to_owned(), |f| format!("last fence {f}"))
+    fence.map_or_else(
+        || "no fence issued yet".to_owned(),
+        |f| format!("last fence {f}"),
+    )
 }
 
 pub fn to_text(name: &str, report: &Report) -> String {

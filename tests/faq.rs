@@ -44,10 +44,7 @@ fn every_error_line_has_an_faq_entry_and_every_entry_a_line() {
         messages.len()
     );
     let faq = std::fs::read_to_string(root.join("docs/faq.md")).unwrap();
-    let headings: Vec<&str> = faq
-        .lines()
-        .filter_map(|l| l.strip_prefix("## "))
-        .collect();
+    let headings: Vec<&str> = faq.lines().filter_map(|l| l.strip_prefix("## ")).collect();
     let missing: Vec<String> = messages
         .iter()
         .filter(|(key, _)| !headings.contains(&key.as_str()))
@@ -76,13 +73,29 @@ fn every_error_line_has_an_faq_entry_and_every_entry_a_line() {
 
 #[test]
 fn keys_are_the_fixed_opening_words() {
-    assert_eq!(key("Redis at {address} refused: {error}{hint}"), "Redis at … refused");
-    assert_eq!(key("{shown}: command not found on PATH; nothing"), "…: command not found on PATH");
-    assert_eq!(key("an etcd:// URL names a whole cluster: give"), "an etcd:// URL names a whole cluster");
+    assert_eq!(
+        key("Redis at {address} refused: {error}{hint}"),
+        "Redis at … refused"
+    );
+    assert_eq!(
+        key("{shown}: command not found on PATH; nothing"),
+        "…: command not found on PATH"
+    );
+    assert_eq!(
+        key("an etcd:// URL names a whole cluster: give"),
+        "an etcd:// URL names a whole cluster"
+    );
     assert_eq!(key("{{braces}} stay"), "{braces} stay");
-    assert_eq!(key("{e}"), "…", "no words: a wrapper of another message, left out");
+    assert_eq!(
+        key("{e}"),
+        "…",
+        "no words: a wrapper of another message, left out"
+    );
     assert_eq!(key("{error}; nothing was run"), "…", "a wrapper too");
-    assert_eq!(key("{shown}: {why}; nothing was locked"), "…: …; nothing was locked");
+    assert_eq!(
+        key("{shown}: {why}; nothing was locked"),
+        "…: …; nothing was locked"
+    );
 }
 
 /// Every message in the Rust files under `dir` (test modules left out), by key, with where
@@ -94,7 +107,9 @@ fn messages_in(dir: &Path) -> BTreeMap<String, String> {
         for literal in literals_after_markers(&without_test_modules(&text)) {
             let key = key(&literal);
             if key.chars().any(char::is_alphabetic) {
-                found.entry(key).or_insert_with(|| path.display().to_string());
+                found
+                    .entry(key)
+                    .or_insert_with(|| path.display().to_string());
             }
         }
     }
@@ -177,9 +192,7 @@ fn decode(literal: &str) -> String {
         match c {
             '"' => break,
             '\\' => match chars.next() {
-                Some('\n') => {
-                    while chars.next_if(|c| c.is_whitespace()).is_some() {}
-                }
+                Some('\n') => while chars.next_if(|c| c.is_whitespace()).is_some() {},
                 Some('n') => text.push('\n'),
                 Some('t') => text.push('\t'),
                 Some(other) => text.push(other),

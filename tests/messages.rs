@@ -93,10 +93,9 @@ fn a_password_refused_in_a_cluster_names_the_node() {
             "the password from REDISCLI_AUTH was refused (WRONGPASS) by cluster node 127.0.0.1:",
         );
     assert!(
-        cluster
-            .nodes
-            .iter()
-            .any(|n| out.stderr.contains(&format!("cluster node 127.0.0.1:{} ", n.port))),
+        cluster.nodes.iter().any(|n| out
+            .stderr
+            .contains(&format!("cluster node 127.0.0.1:{} ", n.port))),
         "names a node of the cluster: {}",
         out.stderr
     );
@@ -167,10 +166,12 @@ fn a_password_refused_behind_sentinels_names_the_hop() {
 
 #[test]
 fn a_negative_duration_is_our_own_usage_error() {
-    lr().args(["-w", "-1s", "job", "true"]).run().expect_opening(
-        2,
-        "invalid value '-1s' for '--wait <DUR>': a duration is never negative",
-    );
+    lr().args(["-w", "-1s", "job", "true"])
+        .run()
+        .expect_opening(
+            2,
+            "invalid value '-1s' for '--wait <DUR>': a duration is never negative",
+        );
     lr().args(["--ttl", "-5s", "job", "true"])
         .run()
         .expect_opening(
@@ -186,7 +187,10 @@ fn a_port_that_is_not_a_number_is_said_so() {
         .expect_opening(2, "\"redis://h:17391x\" has a port that is not a number");
     lr().args(["-u", "redis+sentinel://h:2637x/m", "job", "true"])
         .run()
-        .expect_opening(2, "redis+sentinel://h:2637x/m: port \"2637x\" is not a number");
+        .expect_opening(
+            2,
+            "redis+sentinel://h:2637x/m: port \"2637x\" is not a number",
+        );
 }
 
 #[test]
@@ -194,7 +198,10 @@ fn an_unknown_scheme_lists_every_url_form() {
     let out = lr()
         .args(["-u", "fille:///tmp/locks", "job", "true"])
         .run()
-        .expect_opening(2, "unknown URL scheme \"fille\" in fille:///tmp/locks: use redis://");
+        .expect_opening(
+            2,
+            "unknown URL scheme \"fille\" in fille:///tmp/locks: use redis://",
+        );
     for form in [
         "rediss://",
         "redis+unix://",
@@ -223,17 +230,18 @@ fn a_port_that_answers_http_is_not_a_redis_server() {
         }
     });
     let url = format!("redis://127.0.0.1:{port}");
-    lr().url(&url).args(["-n"]).job(["true"]).run().expect_opening(
-        69,
-        &format!("{url} is not a Redis server; it answered like HTTP"),
-    );
     lr().url(&url)
-        .args(["status", "job"])
+        .args(["-n"])
+        .job(["true"])
         .run()
         .expect_opening(
             69,
             &format!("{url} is not a Redis server; it answered like HTTP"),
         );
+    lr().url(&url).args(["status", "job"]).run().expect_opening(
+        69,
+        &format!("{url} is not a Redis server; it answered like HTTP"),
+    );
 }
 
 #[test]
@@ -244,7 +252,11 @@ fn a_lock_never_taken_has_no_fence_yet() {
     let out = lr().url(&url).args(["status", "never"]).run().expect(1);
     assert_eq!(out.stdout, "never: free (no fence issued yet)\n");
     let redis = Redis::start();
-    let out = lr().url(&redis.url()).args(["status", "never"]).run().expect(1);
+    let out = lr()
+        .url(&redis.url())
+        .args(["status", "never"])
+        .run()
+        .expect(1);
     assert_eq!(out.stdout, "never: free (no fence issued yet)\n");
 }
 
@@ -271,7 +283,10 @@ fn an_unknown_option_before_the_command_is_an_error() {
         .url(&url)
         .args(["job", "-x", "--", "true"])
         .run()
-        .expect_opening(2, "unknown option -x: an option before the command is locked-run's own");
+        .expect_opening(
+            2,
+            "unknown option -x: an option before the command is locked-run's own",
+        );
     assert!(out.stderr.contains("`-- -x"), "{}", out.stderr);
 
     // A known one between NAME and the command is locked-run's; after the command's first
@@ -295,10 +310,19 @@ fn every_subcommands_help_names_its_exit_statuses() {
     let help = |sub: &str| lr().args([sub, "--help"]).run().expect(0).stdout;
     let run = help("run");
     assert!(run.contains("Exit status: the command's own"), "{run}");
-    assert!(run.contains("75") && run.contains("69") && run.contains("127"), "{run}");
-    assert!(run.contains("an unknown one there is a usage error"), "{run}");
+    assert!(
+        run.contains("75") && run.contains("69") && run.contains("127"),
+        "{run}"
+    );
+    assert!(
+        run.contains("an unknown one there is a usage error"),
+        "{run}"
+    );
     let status = help("status");
-    assert!(status.contains("Exit status: 0 held; 1 free; 69"), "{status}");
+    assert!(
+        status.contains("Exit status: 0 held; 1 free; 69"),
+        "{status}"
+    );
     for field in [
         "name", "held", "fence", "ttl_ms", "holder", "holders", "limit", "mode", "waiters",
         "quorum", "servers",
@@ -307,7 +331,10 @@ fn every_subcommands_help_names_its_exit_statuses() {
     }
     let release = help("release");
     assert!(release.contains("Exit status: 0 released; 1"), "{release}");
-    assert!(release.contains("; 2 ") && release.contains("; 69 "), "{release}");
+    assert!(
+        release.contains("; 2 ") && release.contains("; 69 "),
+        "{release}"
+    );
     let doctor = help("doctor");
     assert!(doctor.contains("1 when any check FAILs"), "{doctor}");
     let top = lr().arg("--help").run().expect(0).stdout;

@@ -8,8 +8,8 @@ use clap::Args;
 use super::DEFAULT_URL;
 use super::values::{parse_positive_duration, shell_word, split_urls_checked};
 use crate::exit::Failure;
-use crate::redis::auth::PasswordFrom;
 use crate::name::LockName;
+use crate::redis::auth::PasswordFrom;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnArgs {

@@ -130,11 +130,7 @@ impl Sentinel {
     /// a sentinel that is gone (its host with it: no answer at all) must not leave the others
     /// no time to answer. `data` is the data nodes' user and password, which the sentinels
     /// share unless they have their own.
-    pub async fn primary(
-        &self,
-        data: Credentials<'_>,
-        timeout: Duration,
-    ) -> io::Result<Addr> {
+    pub async fn primary(&self, data: Credentials<'_>, timeout: Duration) -> io::Result<Addr> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no sentinel given");
         let timeout = share(timeout, self.hosts.len());
         for sentinel in self.addrs() {
@@ -217,12 +213,15 @@ impl Sentinel {
             // would answer without them.
             (_, Some(e)) if own => Err(said(
                 &e,
-                crate::message!("{server} refused the sentinel password ({}): {e}", used.from.map_or_else(String::new, |f| f.to_string())),
+                crate::message!(
+                    "{server} refused the sentinel password ({}): {e}",
+                    used.from.map_or_else(String::new, |f| f.to_string())
+                ),
             )),
             (Reply::Error(e), Some(auth)) if e.starts_with("NOAUTH") => {
-                let line = refusal_line(&server, &auth, used, Hop::Sentinel).unwrap_or_else(
-                    || crate::message!("{server} refused the data nodes' password: {auth}"),
-                );
+                let line = refusal_line(&server, &auth, used, Hop::Sentinel).unwrap_or_else(|| {
+                    crate::message!("{server} refused the data nodes' password: {auth}")
+                });
                 Err(Refused(format!(
                     "{line}; the sentinels were asked with the data nodes' password, as no \
                      password of their own is given: give theirs in LOCKED_RUN_SENTINEL_AUTH or \
@@ -232,7 +231,9 @@ impl Sentinel {
             }
             (Reply::Error(e), None) if e.starts_with("NOAUTH") => Err(said(
                 e,
-                crate::message!("{server} wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file FILE"),
+                crate::message!(
+                    "{server} wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file FILE"
+                ),
             )),
             (Reply::Error(e), _) => Err(io::Error::other(format!(
                 "sentinel {sentinel} refused: {e}"

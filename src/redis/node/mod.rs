@@ -98,7 +98,11 @@ impl Node {
     /// Where a password the URL does not carry came from (`--password-file FILE`,
     /// `REDISCLI_AUTH`), for the line that says it was refused.
     pub fn with_default_password_from(mut self, from: Option<PasswordFrom>) -> Node {
-        if self.password_from.as_ref().is_some_and(|f| *f != PasswordFrom::Url) {
+        if self
+            .password_from
+            .as_ref()
+            .is_some_and(|f| *f != PasswordFrom::Url)
+        {
             self.password_from = from;
         }
         self

@@ -444,7 +444,10 @@ fn bad_url(url: &str) -> String {
                 "unknown URL scheme {scheme:?} in {}: use {URL_FORMS}",
                 shown(url)
             ),
-            None => crate::message!("{} is not a URL (no scheme://): use {URL_FORMS}", shown(url)),
+            None => crate::message!(
+                "{} is not a URL (no scheme://): use {URL_FORMS}",
+                shown(url)
+            ),
         };
     }
     crate::message!(
