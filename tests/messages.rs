@@ -178,6 +178,10 @@ fn a_negative_duration_is_our_own_usage_error() {
             2,
             "invalid value '-5s' for '--ttl <DUR>': a duration is never negative",
         );
+    // A negative number is a value to refuse, not an unknown option `-1`.
+    lr().args(["--holders", "-1", "job", "true"])
+        .run()
+        .expect_opening(2, "invalid value '-1' for '--holders <N>'");
 }
 
 #[test]

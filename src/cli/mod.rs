@@ -35,7 +35,7 @@ macro_rules! exit_status {
     () => {
         "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
 not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
-stopped; 124 --max-run ran out; 69 Redis unreachable or refusing; 2 usage error; 126/127 command \
+stopped; 124 --max-run ran out; 69 the server (Redis, etcd) unreachable or refusing; 2 usage error; 126/127 command \
 not executable/not found."
     };
 }
@@ -132,7 +132,8 @@ and --force not given (nothing was released), a file:// lock whose holder still 
 usage error; 69 the backend could not be reached or refused."
     )]
     Release(ReleaseArgs),
-    /// Check the Redis setup: reachability, role, memory policy, persistence, permissions, clocks
+    /// Check the setup the URLs name: Redis (reachability, role, memory policy, persistence,
+    /// permissions, clocks), a file:// directory, or an etcd cluster; exit 1 when a check FAILs
     #[command(
         after_help = "Exit status: 0 when no check FAILs (WARN lines allowed); 1 when any check \
 FAILs (an unreachable server is a FAIL); 2 usage error."
@@ -201,11 +202,11 @@ pub struct RunArgs {
     pub kill_signal: Signal,
 
     /// Exit status when the lock was not acquired
-    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::CONFLICT)]
+    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
     /// Exit status when the lease was lost and the command stopped
-    #[arg(long, value_name = "N", default_value_t = crate::exit::LOST)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::LOST)]
     pub lost_exit_code: u8,
 
     /// Redlock (several URLs): how long each server may take to answer an acquire
@@ -215,7 +216,7 @@ pub struct RunArgs {
 
     /// After taking the lock, require N replicas of the server to acknowledge it (WAIT), or
     /// release it and exit 69: a failover then cannot promote a replica that never saw it
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub wait_replicas: Option<u32>,
 
     /// How long --wait-replicas waits for the acknowledgements
@@ -230,7 +231,12 @@ pub struct RunArgs {
     ///
     /// No environment variable sets it: the command gets LOCKED_RUN_HOLDERS to read, and a
     /// locked-run that the command starts must not take the outer run's N as its own.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value_t = 1
+    )]
     pub holders: u32,
 
     /// Hold the lock in shared mode, as `flock -s`: any number of --shared runs at once, never
