@@ -202,3 +202,15 @@ mod printable_tests {
         assert!(printable(&long).len() < 2100);
     }
 }
+
+/// `format!` for the text of an error line built apart from the [`Failure`] (or
+/// `BackendError`) that will carry it, in a helper that returns a `String`. The FAQ test
+/// (tests/faq.rs) finds every message by the constructors it is given to and by this macro,
+/// and docs/faq.md must have an entry for each: a message written with a bare `format!` away
+/// from its constructor would escape it.
+#[macro_export]
+macro_rules! message {
+    ($($arg:tt)*) => {
+        format!($($arg)*)
+    };
+}

@@ -261,7 +261,7 @@ pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
         file::dir_of(&urls[0]).map_err(Failure::usage)?;
         return Ok(Servers::Dir(urls[0].clone()));
     }
-    let password = conn.default_password()?;
+    let (password, from) = conn.default_password_from()?.unzip();
     conn.warn_about_visible_passwords();
     // Certificates are read (and the system's CAs loaded) once, not once per server.
     let tls = match rediss {
@@ -276,7 +276,10 @@ pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
         .iter()
         .map(|url| {
             Node::open_with(url, conn.connect_timeout, password.as_deref(), tls.as_ref())
-                .map(|node| node.with_sentinel_auth(sentinel_auth.clone()))
+                .map(|node| {
+                    node.with_sentinel_auth(sentinel_auth.clone())
+                        .with_default_password_from(from.clone())
+                })
                 .map_err(Failure::usage)
         })
         .collect::<Result<Vec<Node>, Failure>>()?;

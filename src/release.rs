@@ -24,12 +24,12 @@ pub async fn release<B: Backend>(
         let why = match (backend.tenure(), busy.expiry) {
             // A flock belongs to its holder until it exits: --force cannot help.
             (Tenure::Kernel, Expiry::WithHolder) => file::only_its_process_frees(name, &busy),
-            (Tenure::Kernel, _) => format!(
+            (Tenure::Kernel, _) => crate::message!(
                 "lock {name} is kept by --min-hold of its last holder, {}; nothing was released: \
                  add --force to release it",
                 busy.holder
             ),
-            (Tenure::Lease, _) => format!(
+            (Tenure::Lease, _) => crate::message!(
                 "lock {name} is held by {}; nothing was released: add --force to release it \
                  (its command keeps running until its next renewal finds the lock gone)",
                 busy.holder
@@ -44,23 +44,23 @@ pub async fn release<B: Backend>(
 }
 
 fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {
-    let fence = fence.map_or_else(|| "none issued yet".into(), |f| f.to_string());
+    let fence = crate::status::last_fence(fence);
     match holders {
         [holder] => {
-            println!("released lock {name}, held by {holder}; last fence {fence}");
+            println!("released lock {name}, held by {holder}; {fence}");
             Exit::Child(0)
         }
         [_, ..] => {
             let by: Vec<String> = holders.iter().map(Holder::to_string).collect();
             println!(
-                "released lock {name}, held by {} holders: {}; last fence {fence}",
+                "released lock {name}, held by {} holders: {}; {fence}",
                 holders.len(),
                 by.join("; ")
             );
             Exit::Child(0)
         }
         [] => {
-            println!("lock {name} was free (last fence {fence}); nothing to release");
+            println!("lock {name} was free ({fence}); nothing to release");
             Exit::Free
         }
     }

@@ -155,10 +155,17 @@ fn holder_json(h: &Holder) -> Value {
     })
 }
 
+/// "last fence N", or "no fence issued yet" for a lock never taken (or taken only by a program
+/// that keeps no counter): "last fence none issued yet" read as a riddle.
+pub fn last_fence(fence: Option<u64>) -> String {
+    fence.map_or_else(
+        || "no fence issued yet".to_owned(),
+        |f| format!("last fence {f}"),
+    )
+}
+
 pub fn to_text(name: &str, report: &Report) -> String {
-    let fence = report
-        .fence
-        .map_or_else(|| "none issued yet".to_owned(), |f| f.to_string());
+    let fence = last_fence(report.fence);
     let left = |expiry: Expiry| match expiry {
         Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => format!("{} left", show(d)),
         Expiry::Never => "no expiry: only a delete frees it".to_owned(),
@@ -179,24 +186,24 @@ pub fn to_text(name: &str, report: &Report) -> String {
         each.join("; ")
     };
     match (&report.held, report.limit) {
-        (None, _) => format!("{name}: free (last fence {fence})"),
+        (None, _) => format!("{name}: free ({fence})"),
         (Some(_), _) if report.shared => format!(
-            "{name}: held shared by {} (last fence {fence}): {}",
+            "{name}: held shared by {} ({fence}): {}",
             report.holders.len(),
             each()
         ),
         (Some(_), Some(limit)) if limit > 1 => format!(
-            "{name}: held by {} of {limit} holders (last fence {fence}): {}",
+            "{name}: held by {} of {limit} holders ({fence}): {}",
             report.holders.len(),
             each()
         ),
         (Some(busy), _) => {
             let mut holder = busy.holder.clone();
             holder.fence = None;
-            format!(
-                "{name}: held by {holder}; fence {fence}; {}",
-                left(busy.expiry)
-            )
+            let fence = report
+                .fence
+                .map_or_else(|| "no fence".to_owned(), |f| format!("fence {f}"));
+            format!("{name}: held by {holder}; {fence}; {}", left(busy.expiry))
         }
     }
 }

@@ -54,7 +54,7 @@ fn usage_errors_are_status_2_with_one_line() {
         (&["--no-such-flag", "job", "true"], "--no-such-flag"),
         (
             &["-u", "http://example.com", "job", "true"],
-            "not a supported Redis URL",
+            "unknown URL scheme \"http\"",
         ),
         (&["-u", "redis://", "job", "true"], "no host"),
         (
@@ -87,7 +87,7 @@ fn a_bad_url_never_shows_its_password() {
         .env("LOCKED_RUN_URL", "ftp://user:hunter2@host/")
         .args(["job", "true"])
         .run()
-        .expect_one_line(2, "not a supported Redis URL");
+        .expect_one_line(2, "unknown URL scheme \"ftp\"");
     assert!(!out.stderr.contains("hunter2"), "{}", out.stderr);
 }
 
@@ -175,7 +175,7 @@ fn a_password_from_rediscli_auth_is_used() {
     lr().url(&url)
         .args(["job", "true"])
         .run()
-        .expect_one_line(69, "the server requires a password");
+        .expect_one_line(69, "no password was given, and Redis at");
 
     lr().env("REDISCLI_AUTH", "hunter2")
         .url(&url)

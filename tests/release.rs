@@ -18,7 +18,7 @@ fn release_without_force_only_shows_the_holder() {
         .expect_with(1, "free");
     assert_eq!(
         out.stdout,
-        "lock job was free (last fence none issued yet); nothing to release\n"
+        "lock job was free (no fence issued yet); nothing to release\n"
     );
 
     let dir = scratch();

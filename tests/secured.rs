@@ -169,7 +169,10 @@ fn each_failing_hop_is_a_one_line_69_that_names_it() {
         .env("LOCKED_RUN_SENTINEL_AUTH", format!("{SENTINEL_USER}:wrong"))
         .job(["true"])
         .run()
-        .expect_one_line(69, "refused the sentinel password");
+        .expect_one_line(
+            69,
+            "the password from LOCKED_RUN_SENTINEL_AUTH was refused (WRONGPASS) by sentinel",
+        );
     assert!(out.stderr.contains("sentinel 127.0.0.1:"), "{}", out.stderr);
 
     // None given: the data nodes' credentials, which the sentinels do not take.
@@ -221,7 +224,7 @@ fn each_failing_hop_is_a_one_line_69_that_names_it() {
     assert!(
         out.stdout.lines().any(|l| l.starts_with("FAIL")
             && l.contains("sentinel 127.0.0.1:")
-            && l.contains("refused the sentinel password")),
+            && l.contains("the password from LOCKED_RUN_SENTINEL_AUTH was refused")),
         "{}",
         out.stdout
     );

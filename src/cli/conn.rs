@@ -9,6 +9,7 @@ use super::DEFAULT_URL;
 use super::values::{parse_positive_duration, shell_word, split_urls_checked};
 use crate::exit::Failure;
 use crate::name::LockName;
+use crate::redis::auth::PasswordFrom;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnArgs {
@@ -24,7 +25,7 @@ pub struct ConnArgs {
     pub url: Vec<String>,
 
     /// How long one connection attempt may take
-    #[arg(long, value_name = "DUR", default_value = "5s", value_parser = parse_positive_duration, global = true)]
+    #[arg(long, value_name = "DUR", default_value = "5s", allow_hyphen_values = true, value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
     /// Read the Redis (or etcd) password from FILE (its first line), for URLs that carry none
@@ -61,6 +62,12 @@ impl ConnArgs {
 
     /// The password for URLs that carry none: `--password-file`, else `REDISCLI_AUTH`.
     pub fn default_password(&self) -> Result<Option<String>, Failure> {
+        Ok(self.default_password_from()?.map(|(password, _)| password))
+    }
+
+    /// [`ConnArgs::default_password`], and where it came from (for the line that says a
+    /// server refused it).
+    pub fn default_password_from(&self) -> Result<Option<(String, PasswordFrom)>, Failure> {
         if let Some(path) = &self.password_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::usage(format!(
@@ -75,9 +82,13 @@ impl ConnArgs {
                     path.display()
                 )));
             }
-            return Ok(Some(password));
+            let from = PasswordFrom::File {
+                option: "--password-file",
+                path: path.clone(),
+            };
+            return Ok(Some((password, from)));
         }
-        Ok(crate::backend::env_password())
+        Ok(crate::backend::env_password().map(|p| (p, PasswordFrom::Env("REDISCLI_AUTH"))))
     }
 
     /// The sentinels' own credentials: `--sentinel-password-file`, else
@@ -93,8 +104,12 @@ impl ConnArgs {
                 ))
             })?;
             let line = text.lines().next().unwrap_or("");
+            let from = PasswordFrom::File {
+                option: "--sentinel-password-file",
+                path: path.clone(),
+            };
             return match SentinelAuth::parse(line) {
-                Some(auth) => Ok(Some(auth)),
+                Some(auth) => Ok(Some(auth.from(from))),
                 None => Err(Failure::usage(format!(
                     "--sentinel-password-file {} is empty (or has no password after `user:`)",
                     path.display()

@@ -35,8 +35,33 @@ macro_rules! exit_status {
     () => {
         "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
 not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
-stopped; 124 --max-run ran out; 69 Redis unreachable or refusing; 2 usage error; 126/127 command \
+stopped; 124 --max-run ran out; 69 the server (Redis, etcd) unreachable or refusing; 2 usage error; 126/127 command \
 not executable/not found."
+    };
+}
+
+/// Where locked-run's own options end and the command's begin, as `-h` says it.
+macro_rules! options_rule {
+    () => {
+        "Where options go: every option before the command is locked-run's own, before NAME or \
+between NAME and the command (`locked-run job -n -- x` is run with -n); an unknown one there is a \
+usage error (2), never the start of the command. From the command's first word on, everything is the \
+command's (`locked-run job ls -l`); write `--` before a command that starts with '-'."
+    };
+}
+
+/// `status`'s exit statuses and JSON fields, as its `-h` shows them.
+macro_rules! status_help {
+    () => {
+        "Exit status: 0 held; 1 free; 69 the backend could not be reached or refused; 2 usage \
+error.
+
+--json prints one object: name, held (bool), fence (the last fence issued, or null), ttl_ms \
+(null when free; -1 for no expiry), holder (null when free, else {host, pid, command, since}), \
+holders (every holder: host, pid, command, since, fence, ttl_ms, token), limit (the N of \
+--holders N while held, else null), mode (\"shared\" or \"exclusive\", null when free), waiters \
+(how many wait, or null); with several URLs (Redlock) also quorum and servers (each with url \
+and the same fields, or error)."
     };
 }
 
@@ -73,8 +98,8 @@ macro_rules! examples {
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     override_usage = "locked-run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...\n       locked-run status [OPTIONS] <NAME>\n       locked-run release [--force] [OPTIONS] <NAME>\n       locked-run doctor [OPTIONS]\n       locked-run run [OPTIONS] <NAME> [--] <COMMAND> [ARGS]...",
-    after_help = exit_status!(),
-    after_long_help = concat!(exit_status!(), "\n\n", examples!())
+    after_help = concat!(exit_status!(), "\n\n", options_rule!()),
+    after_long_help = concat!(exit_status!(), "\n\n", options_rule!(), "\n\n", examples!())
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -95,12 +120,24 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Sub {
     /// Run a command under the lock (the default; needed when NAME is a subcommand's name)
+    #[command(after_help = concat!(exit_status!(), "\n\n", options_rule!()))]
     Run(RunArgs),
     /// Show whether a lock is held, by whom, since when, its fence and time left (exit 0 held, 1 free)
+    #[command(after_help = status_help!())]
     Status(StatusArgs),
     /// Release a stuck lock, whoever holds it (with --force; exit 0 released, 1 was free)
+    #[command(
+        after_help = "Exit status: 0 released; 1 the lock was free (nothing to release); 2 held \
+and --force not given (nothing was released), a file:// lock whose holder still runs, or a \
+usage error; 69 the backend could not be reached or refused."
+    )]
     Release(ReleaseArgs),
-    /// Check the Redis setup: reachability, role, memory policy, persistence, permissions, clocks
+    /// Check the setup the URLs name: Redis (reachability, role, memory policy, persistence,
+    /// permissions, clocks), a file:// directory, or an etcd cluster; exit 1 when a check FAILs
+    #[command(
+        after_help = "Exit status: 0 when no check FAILs (WARN lines allowed); 1 when any check \
+FAILs (an unreachable server is a FAIL); 2 usage error."
+    )]
     Doctor(DoctorArgs),
 }
 
@@ -141,11 +178,11 @@ pub struct RunArgs {
     pub conn: ConnArgs,
 
     /// Lease length T: how long the lock outlives a locked-run that stops renewing it
-    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", allow_hyphen_values = true, value_parser = parse_duration)]
     pub ttl: Duration,
 
     /// Renew interval R [default: TTL/6]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub renew_every: Option<Duration>,
 
     /// Fail at once (status 75) when the lock is held; silent unless -v
@@ -153,11 +190,11 @@ pub struct RunArgs {
     pub no_wait: bool,
 
     /// Give up waiting after DUR (status 75) [default: wait forever]
-    #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(short = 'w', long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub wait: Option<Duration>,
 
     /// Grace K between the kill signal and SIGKILL when the lease is lost [default: TTL/3]
-    #[arg(short = 'k', long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(short = 'k', long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub kill_after: Option<Duration>,
 
     /// First signal sent to the command when the lease is lost (TERM, SIGTERM and 15 all work)
@@ -165,36 +202,41 @@ pub struct RunArgs {
     pub kill_signal: Signal,
 
     /// Exit status when the lock was not acquired
-    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::CONFLICT)]
+    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
     /// Exit status when the lease was lost and the command stopped
-    #[arg(long, value_name = "N", default_value_t = crate::exit::LOST)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::LOST)]
     pub lost_exit_code: u8,
 
     /// Redlock (several URLs): how long each server may take to answer an acquire
     /// [default: TTL/100, at least 5ms]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub node_timeout: Option<Duration>,
 
     /// After taking the lock, require N replicas of the server to acknowledge it (WAIT), or
     /// release it and exit 69: a failover then cannot promote a replica that never saw it
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub wait_replicas: Option<u32>,
 
     /// How long --wait-replicas waits for the acknowledgements
-    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, requires = "wait_replicas")]
+    #[arg(long, value_name = "DUR", default_value = "1s", allow_hyphen_values = true, value_parser = parse_duration, requires = "wait_replicas")]
     pub wait_replicas_timeout: Duration,
 
     /// Keep the lock at least DUR after it was taken, even if the command ends sooner
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub min_hold: Option<Duration>,
 
     /// Let up to N runs hold the lock at once (a semaphore); every run of NAME must use the same N
     ///
     /// No environment variable sets it: the command gets LOCKED_RUN_HOLDERS to read, and a
     /// locked-run that the command starts must not take the outer run's N as its own.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        default_value_t = 1
+    )]
     pub holders: u32,
 
     /// Hold the lock in shared mode, as `flock -s`: any number of --shared runs at once, never
@@ -207,7 +249,7 @@ pub struct RunArgs {
     pub shared: bool,
 
     /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
     pub max_run: Option<Duration>,
 
     /// Race the other --no-fair waiters at each release instead of taking turns in arrival order
@@ -223,12 +265,12 @@ pub struct RunArgs {
     #[arg(value_name = "NAME", required = true)]
     pub name: Option<String>,
 
-    /// The command to run, and its arguments
+    /// The command to run, and its arguments: everything from the command's first word on is
+    /// the command's; before it, every option is locked-run's (an unknown one is an error)
     #[arg(
         value_name = "COMMAND",
         required = true,
         trailing_var_arg = true,
-        allow_hyphen_values = true,
         num_args = 1..
     )]
     pub command: Vec<OsString>,
@@ -240,7 +282,8 @@ pub struct StatusArgs {
     #[arg(skip)]
     pub conn: ConnArgs,
 
-    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since}, waiters
+    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since},
+    /// holders, limit, mode, waiters (and quorum, servers for Redlock)
     #[arg(long)]
     pub json: bool,
 
@@ -414,6 +457,16 @@ impl RunArgs {
 
 /// Turns a clap error into one line (`locked-run: ...`), as every other error.
 pub fn one_line(error: &clap::Error) -> String {
+    if let Some(option) = unknown_option(error) {
+        // Every word before the command that looks like an option is taken as locked-run's
+        // own: an unknown one is a typo, never the start of the command (`job -x -- true`
+        // would otherwise run `-x`, or read `-n` as locked-run's where `-x` is the command's).
+        return crate::message!(
+            "unknown option {option}: an option before the command is locked-run's own (the \
+             command's own options come after its first word; write `-- {option} ...` if the \
+             command starts with it) (see locked-run --help)"
+        );
+    }
     let text = error.to_string();
     let mut parts = Vec::new();
     for line in text.lines() {
@@ -428,6 +481,18 @@ pub fn one_line(error: &clap::Error) -> String {
     let mut message = parts.join(" ");
     message.push_str(" (see locked-run --help)");
     message
+}
+
+/// The option a clap error says is unknown (`-x`, `--no-such`), not a stray word.
+fn unknown_option(error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) if arg.starts_with('-') => Some(arg.clone()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -61,9 +61,14 @@ fn starts_with_scheme(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }
 
-/// A humantime duration; a bare number is refused with a hint, never guessed.
+/// A humantime duration; a bare number is refused with a hint, never guessed. The options
+/// that take one accept a leading `-`, so that `-w -1s` is refused here, in words, rather than
+/// by clap's tip to write `-- -1s`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err("a duration is never negative: write e.g. 500ms, 30s, 2m or 1h".into());
+    }
     if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(format!(
             "{t:?} has no unit: write {t}s for seconds or {t}ms for milliseconds"

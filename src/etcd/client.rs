@@ -190,12 +190,12 @@ impl Client {
     /// An error etcd answered, as a refusal naming the cluster.
     pub fn refused(&self, status: &Status) -> BackendError {
         let message = match status.code {
-            INVALID_ARGUMENT if status.message.contains("user name is empty") => format!(
+            INVALID_ARGUMENT if status.message.contains("user name is empty") => crate::message!(
                 "etcd at {} requires a user: give it in the URL (etcd://USER@HOST), the \
                  password in --password-file or REDISCLI_AUTH",
                 self.url()
             ),
-            _ => format!("etcd at {} refused: {}", self.url(), status.message),
+            _ => crate::message!("etcd at {} refused: {}", self.url(), status.message),
         };
         BackendError::Refused(message)
     }

@@ -67,7 +67,7 @@ pub fn parse(url: &str) -> Result<EtcdUrl, String> {
         _ => return Err(format!("{} is not an etcd:// URL", printable(url))),
     };
     let bad = |why: &str| {
-        format!(
+        crate::message!(
             "{} is not a usable etcd URL ({why}): use etcd://[user@]host[:port][,host[:port]...], \
              or etcds:// for TLS",
             printable(url)
@@ -115,7 +115,7 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
         Some(v6) => {
             let (host, after) = v6
                 .split_once(']')
-                .ok_or_else(|| format!("{text:?}: an unclosed ["))?;
+                .ok_or_else(|| crate::message!("{text:?}: an unclosed ["))?;
             match after {
                 "" => (host, None),
                 _ => match after.strip_prefix(':') {
@@ -138,7 +138,7 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
             .parse::<u16>()
             .ok()
             .filter(|&p| p > 0)
-            .ok_or_else(|| format!("{text:?}: a port is 1 to 65535"))?,
+            .ok_or_else(|| crate::message!("{text:?}: a port is 1 to 65535"))?,
     };
     Ok(Endpoint {
         host: host.to_owned(),

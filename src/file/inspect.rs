@@ -217,7 +217,7 @@ pub fn only_its_process_frees(name: &LockName, busy: &Busy) -> String {
         .holder
         .pid
         .map_or_else(String::new, |pid| format!(" (kill {pid})"));
-    format!(
+    crate::message!(
         "lock {name} is held by {}; a host-local lock is freed only when its holder's process \
          ends: stop that process{stop} and the lock is free at once",
         busy.holder
@@ -237,8 +237,8 @@ pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
     drop(lock);
     let fence = paths.read_fence().map_err(|e| e.to_string())?;
     Ok(format!(
-        "{} opens for writing; last fence of lock {name}: {}",
+        "{} opens for writing; lock {name}: {}",
         paths.lock.display(),
-        fence.map_or_else(|| "none issued yet".into(), |f| f.to_string())
+        crate::status::last_fence(fence)
     ))
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio_rustls::TlsConnector;
 
+use super::auth::{Credentials, Hop, Refused, refusal_line};
 use super::resp::{Addr, Connection, Reply, share, within};
 
 /// The seeds of a `redis+cluster://` URL, and what was learnt of the cluster since.
@@ -96,7 +97,12 @@ impl Cluster {
 
     /// The node that owns the lock's slot: the one last found, else asked of the seeds (after
     /// `auth`, the URL's AUTH command if any).
-    pub async fn owner(&self, auth: &[Vec<Vec<u8>>], timeout: Duration) -> io::Result<Addr> {
+    pub async fn owner(
+        &self,
+        auth: &[Vec<Vec<u8>>],
+        credentials: Credentials<'_>,
+        timeout: Duration,
+    ) -> io::Result<Addr> {
         let known = self.route.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(owner) = known {
             return Ok(owner);
@@ -104,7 +110,7 @@ impl Cluster {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no cluster node given");
         let share = share(timeout, self.seeds.len());
         for seed in self.seed_addrs() {
-            match self.ask(&seed, auth, share).await {
+            match self.ask(&seed, auth, credentials, share).await {
                 Ok(owner) => {
                     self.moved(owner.clone());
                     return Ok(owner);
@@ -116,11 +122,13 @@ impl Cluster {
     }
 
     /// The node that owns the lock's slot, asked of one `seed` (CLUSTER SLOTS) within
-    /// `timeout`, after `auth` (the URL's user and password, if any). Errors name the seed.
+    /// `timeout`, after `auth` (the URL's user and password, if any, which `credentials`
+    /// describe for the line that says they were refused). Errors name the seed.
     pub async fn ask(
         &self,
         seed: &Addr,
         auth: &[Vec<Vec<u8>>],
+        credentials: Credentials<'_>,
         timeout: Duration,
     ) -> io::Result<Addr> {
         let slot = self.slot();
@@ -152,6 +160,10 @@ impl Cluster {
             io::Error::new(e.kind(), format!("cluster node {seed}{tls}: {what}"))
         })?;
         if let Reply::Error(e) = &reply {
+            let server = format!("cluster node {seed}{tls}");
+            if let Some(line) = refusal_line(&server, e, credentials, Hop::Data) {
+                return Err(Refused(line).into_io());
+            }
             // A refused password is a set-up to fix, not a node that is gone.
             let kind = match e.split_whitespace().next() {
                 Some("WRONGPASS" | "NOAUTH" | "NOPERM") => io::ErrorKind::PermissionDenied,

@@ -1,6 +1,7 @@
 //! The Redis backends and what they stand on, by concern:
 //!
 //! - [`url`]: Redis URLs: parsing, checking every part, printing them without a password.
+//! - [`auth`]: where a password came from, and the line said when a server refuses it.
 //! - [`node`]: one server reached through a URL: its connection, requests, script calls,
 //!   and what its refusals mean.
 //! - [`sentinel`]: asking the sentinels where the primary is.
@@ -18,6 +19,7 @@
 //! - [`redlock`]: Redlock over several servers, with monotonic fencing tokens: a round's
 //!   quorum, each server's part, and what their reports mean together.
 
+pub mod auth;
 pub mod cluster;
 pub mod give_back;
 pub mod inspect;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_rustls::TlsConnector;
 
+use super::auth::{Credentials, Hop, PasswordFrom, Refused, refusal_line};
 use super::resp::{Addr, Connection, Reply, share, within};
 
 /// The sentinels of a sentinel URL, the name of the primary they watch, and how they are
@@ -44,6 +45,8 @@ impl std::fmt::Debug for Sentinel {
 pub struct SentinelAuth {
     pub user: Option<String>,
     pub password: String,
+    /// Where it came from, for the line that says it was refused.
+    pub from: PasswordFrom,
 }
 
 impl std::fmt::Debug for SentinelAuth {
@@ -63,24 +66,22 @@ impl SentinelAuth {
             Some((user, password)) if !password.is_empty() => Some(SentinelAuth {
                 user: Some(user.to_owned()).filter(|u| !u.is_empty()),
                 password: password.to_owned(),
+                from: PasswordFrom::Env("LOCKED_RUN_SENTINEL_AUTH"),
             }),
             Some(_) => None,
             None if text.is_empty() => None,
             None => Some(SentinelAuth {
                 user: None,
                 password: text.to_owned(),
+                from: PasswordFrom::Env("LOCKED_RUN_SENTINEL_AUTH"),
             }),
         }
     }
-}
 
-/// Why a sentinel gave no primary: the kind tells a refused password (`PermissionDenied`,
-/// which retrying does not fix) from a sentinel that is gone.
-fn refused(sentinel: &Addr, what: String) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        format!("sentinel {sentinel} {what}"),
-    )
+    /// The same credentials, said to come from `from` (a file rather than the environment).
+    pub fn from(self, from: PasswordFrom) -> SentinelAuth {
+        SentinelAuth { from, ..self }
+    }
 }
 
 impl Sentinel {
@@ -129,11 +130,7 @@ impl Sentinel {
     /// a sentinel that is gone (its host with it: no answer at all) must not leave the others
     /// no time to answer. `data` is the data nodes' user and password, which the sentinels
     /// share unless they have their own.
-    pub async fn primary(
-        &self,
-        data: (Option<&str>, Option<&str>),
-        timeout: Duration,
-    ) -> io::Result<Addr> {
+    pub async fn primary(&self, data: Credentials<'_>, timeout: Duration) -> io::Result<Addr> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no sentinel given");
         let timeout = share(timeout, self.hosts.len());
         for sentinel in self.addrs() {
@@ -155,16 +152,23 @@ impl Sentinel {
     pub async fn ask(
         &self,
         sentinel: &Addr,
-        data: (Option<&str>, Option<&str>),
+        data: Credentials<'_>,
         timeout: Duration,
     ) -> io::Result<Addr> {
-        let (own, auth) = match (&self.auth, data) {
-            (Some(auth), _) => (true, Some((auth.user.as_deref(), auth.password.as_str()))),
-            (None, (user, Some(password))) => (false, Some((user, password))),
-            (None, (_, None)) => (false, None),
+        let (own, used) = match &self.auth {
+            Some(auth) => (
+                true,
+                Credentials {
+                    user: auth.user.as_deref(),
+                    password: Some(auth.password.as_str()),
+                    from: Some(&auth.from),
+                },
+            ),
+            None => (false, data),
         };
         let mut batch: Vec<Vec<&[u8]>> = Vec::new();
-        if let Some((user, password)) = auth {
+        if let Some(password) = used.password {
+            let user = used.user;
             let mut command: Vec<&[u8]> = vec![b"AUTH"];
             command.extend(user.map(str::as_bytes));
             command.push(password.as_bytes());
@@ -199,25 +203,37 @@ impl Sentinel {
             Reply::Error(e) if !e.contains("without any password configured") => Some(e.clone()),
             _ => None,
         });
+        let server = format!("sentinel {sentinel}{tls}");
+        let said = |reply: &str, fallback: String| {
+            let line = refusal_line(&server, reply, used, Hop::Sentinel);
+            Refused(line.unwrap_or(fallback)).into_io()
+        };
         match (&answer, auth_error) {
             // The sentinel's own credentials refused: a set-up to fix, even where the sentinel
             // would answer without them.
-            (_, Some(e)) if own => Err(refused(
-                sentinel,
-                format!(
-                    "refused the sentinel password (LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file): {e}"
+            (_, Some(e)) if own => Err(said(
+                &e,
+                crate::message!(
+                    "{server} refused the sentinel password ({}): {e}",
+                    used.from.map_or_else(String::new, |f| f.to_string())
                 ),
             )),
-            (Reply::Error(e), Some(auth)) if e.starts_with("NOAUTH") => Err(refused(
-                sentinel,
-                format!(
-                    "refused the password (the data nodes', as the sentinels have none of their own given): {auth}; give the sentinels' in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file"
+            (Reply::Error(e), Some(auth)) if e.starts_with("NOAUTH") => {
+                let line = refusal_line(&server, &auth, used, Hop::Sentinel).unwrap_or_else(|| {
+                    crate::message!("{server} refused the data nodes' password: {auth}")
+                });
+                Err(Refused(format!(
+                    "{line}; the sentinels were asked with the data nodes' password, as no \
+                     password of their own is given: give theirs in LOCKED_RUN_SENTINEL_AUTH or \
+                     --sentinel-password-file FILE"
+                ))
+                .into_io())
+            }
+            (Reply::Error(e), None) if e.starts_with("NOAUTH") => Err(said(
+                e,
+                crate::message!(
+                    "{server} wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file FILE"
                 ),
-            )),
-            (Reply::Error(e), None) if e.starts_with("NOAUTH") => Err(refused(
-                sentinel,
-                "wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file"
-                    .into(),
             )),
             (Reply::Error(e), _) => Err(io::Error::other(format!(
                 "sentinel {sentinel} refused: {e}"

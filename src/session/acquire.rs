@@ -139,8 +139,14 @@ async fn give_back<B: Backend>(
             // by an unanswered attempt stays until it lapses.
             Err(e) => {
                 let said = failure.message.trim_end_matches(" and nothing is held");
+                // The same refusal (a password, a wrong port) said once, not twice in a line.
+                let why = e.to_string();
+                let why = match said.contains(&why) {
+                    true => "for the same reason".to_owned(),
+                    false => format!("({why})"),
+                };
                 failure.message = format!(
-                    "{said}; what this run may hold of it could not be given back ({e}): a place \
+                    "{said}; what this run may hold of it could not be given back {why}: a place \
                      in the queue lapses by itself within {} on Redis, within the lease on \
                      etcd, and a lock taken meanwhile within the lease",
                     show(crate::backend::KEEP_ALIVE)

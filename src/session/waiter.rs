@@ -266,7 +266,8 @@ impl<'a> Waiter<'a> {
         self.retries = 0;
         self.last_error = None;
         if self.cfg.patience == Patience::NoWait {
-            let message = format!("lock {} is {busy}; not waiting (--no-wait)", self.cfg.name);
+            let message =
+                crate::message!("lock {} is {busy}; not waiting (--no-wait)", self.cfg.name);
             return Next::Fail(Failure::new(Exit::Conflict, message).quiet());
         }
         self.last_busy = Some(busy.clone());

@@ -128,6 +128,20 @@ impl Output {
         out
     }
 
+    /// Exit `code`, and one line on stderr that opens with exactly `locked-run: {opening}`:
+    /// the words an operator searches the FAQ (docs/faq.md) for.
+    #[track_caller]
+    pub fn expect_opening(self, code: i32, opening: &str) -> Output {
+        let out = self.expect(code);
+        assert_eq!(out.stderr.lines().count(), 1, "one line: {}", out.stderr);
+        assert!(
+            out.stderr.starts_with(&format!("locked-run: {opening}")),
+            "not opening with {opening:?}: {}",
+            out.stderr
+        );
+        out
+    }
+
     /// Stdout as JSON (`status --json`, `doctor --json`).
     #[track_caller]
     pub fn json(&self) -> serde_json::Value {

@@ -1,24 +1,27 @@
 //! One Redis server reached through a URL: a lazily opened connection that is dropped after any
 //! failure (or an abandoned request) so the next attempt starts fresh, the set-up every new
 //! connection starts with, requests (following a Cluster's redirections), script calls with
-//! EVALSHA and an EVAL fallback, and what the server's refusals mean.
+//! EVALSHA and an EVAL fallback; what the server's failures and refusals mean is in
+//! `refusals.rs`.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::auth::{Credentials, PasswordFrom};
 use super::cluster::{Cluster, redirection};
 use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
 use super::sentinel::{Sentinel, SentinelAuth};
 use super::url::Topology;
 use crate::backend::BackendError;
-use crate::lease::show;
 
 /// A Redis server reached through one URL.
 pub struct Node {
     pub(super) address: String,
     user: Option<String>,
     password: Option<String>,
+    /// Where the password came from, for the line that says it was refused.
+    password_from: Option<PasswordFrom>,
     db: i64,
     pub(super) connect_timeout: Duration,
     pub(super) topology: Topology,
@@ -63,10 +66,17 @@ impl Node {
         tls: Option<&tokio_rustls::TlsConnector>,
     ) -> Result<Node, String> {
         let target = super::url::parse(url, default_password, tls)?;
+        let password_from = match (&target.password, super::url::url_has_password(url)) {
+            (None, _) => None,
+            (Some(_), true) => Some(PasswordFrom::Url),
+            // The library's default; the command line says which of its sources it used.
+            (Some(_), false) => Some(PasswordFrom::Env("REDISCLI_AUTH")),
+        };
         Ok(Node {
             address: target.address,
             user: target.user,
             password: target.password,
+            password_from,
             db: target.db,
             connect_timeout,
             topology: target.topology,
@@ -85,6 +95,19 @@ impl Node {
         self
     }
 
+    /// Where a password the URL does not carry came from (`--password-file FILE`,
+    /// `REDISCLI_AUTH`), for the line that says it was refused.
+    pub fn with_default_password_from(mut self, from: Option<PasswordFrom>) -> Node {
+        if self
+            .password_from
+            .as_ref()
+            .is_some_and(|f| *f != PasswordFrom::Url)
+        {
+            self.password_from = from;
+        }
+        self
+    }
+
     /// The sentinels of a sentinel URL.
     pub fn sentinel(&self) -> Option<&Sentinel> {
         match &self.topology {
@@ -94,8 +117,12 @@ impl Node {
     }
 
     /// The data nodes' user and password, which the sentinels share unless given their own.
-    pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
-        (self.user.as_deref(), self.password.as_deref())
+    pub(crate) fn credentials(&self) -> Credentials<'_> {
+        Credentials {
+            user: self.user.as_deref(),
+            password: self.password.as_deref(),
+            from: self.password_from.as_ref(),
+        }
     }
 
     /// Whether every hop speaks TLS.
@@ -144,7 +171,9 @@ impl Node {
                     false => "",
                 };
                 for addr in cluster.seed_addrs() {
-                    let said = cluster.ask(&addr, &self.hello(false), timeout).await;
+                    let said = cluster
+                        .ask(&addr, &self.hello(false), self.credentials(), timeout)
+                        .await;
                     hops.push((
                         format!("cluster node {addr}"),
                         said.map(|owner| {
@@ -289,7 +318,7 @@ impl Node {
         };
         match within(timeout, attempt).await {
             Ok(Ok(replies)) => Ok(replies),
-            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Ok(Err(refusal)) => Err(self.refused_by(&refusal, Some(&target.to_string()))),
             Err(e) => Err(self.unreachable(&e, timeout)),
         }
     }
@@ -307,7 +336,7 @@ impl Node {
                 *slot = Some(conn);
                 Ok(replies)
             }
-            Ok(Err(refusal)) => Err(self.refused(&refusal)),
+            Ok(Err((refusal, peer))) => Err(self.refused_by(&refusal, Some(&peer))),
             Err(e) => {
                 // The cluster node may be gone for good (its replica promoted): ask the seeds
                 // again at the next connection.
@@ -325,7 +354,7 @@ impl Node {
         commands: &[&[&[u8]]],
         timeout: Duration,
         listen: Option<&str>,
-    ) -> io::Result<Result<(Connection, Vec<Reply>), String>> {
+    ) -> io::Result<Result<(Connection, Vec<Reply>), (String, String)>> {
         let (mut conn, fresh) = match conn {
             Some(conn) => (conn, false),
             None => (self.connect(timeout).await?, true),
@@ -344,7 +373,7 @@ impl Node {
                     self.resp3.store(false, Ordering::Relaxed);
                     return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
                 }
-                return Ok(Err(e));
+                return Ok(Err((e, conn.peer().to_owned())));
             }
             return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen)).await;
         }
@@ -392,7 +421,7 @@ impl Node {
                 }
                 return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
             }
-            return Ok(Err(e));
+            return Ok(Err((e, conn.peer().to_owned())));
         }
         Ok(Ok((conn, tail)))
     }
@@ -413,7 +442,9 @@ impl Node {
                     .map_err(|e| hop(&e, "the primary", &primary, tls.is_some()))
             }
             Topology::Cluster(cluster) => {
-                let owner = cluster.owner(&self.hello(false), timeout).await?;
+                let owner = cluster
+                    .owner(&self.hello(false), self.credentials(), timeout)
+                    .await?;
                 within(timeout, Connection::connect(&owner, cluster.tls()))
                     .await
                     .map_err(|e| hop(&e, "cluster node", &owner, cluster.tls().is_some()))
@@ -425,99 +456,6 @@ impl Node {
     /// to whichever server is the primary by then).
     pub(super) async fn forget(&self) {
         *self.conn.lock().await = None;
-    }
-
-    pub(super) fn unreachable(&self, error: &io::Error, timeout: Duration) -> BackendError {
-        let address = &self.address;
-        if error.kind() == io::ErrorKind::PermissionDenied {
-            // A sentinel or cluster seed that refused the password: retrying will not fix it.
-            return BackendError::Refused(format!("Redis at {address}: {error}"));
-        }
-        // A TLS handshake that failed (certificates, protocol), rather than no connection, a
-        // refusal (an ACL's NOPERM) or a connection closed mid-way (a failover).
-        let text = error.to_string();
-        let handshake = !matches!(
-            error.kind(),
-            io::ErrorKind::ConnectionRefused
-                | io::ErrorKind::TimedOut
-                | io::ErrorKind::NotFound
-                | io::ErrorKind::UnexpectedEof
-        ) && !text.contains("refused:")
-            && (text.contains("certificate") || text.contains("handshake") || text.contains("TLS"));
-        let tls_hint = match (self.is_tls(), handshake, error.kind()) {
-            (true, true, _) => {
-                "; check the server's certificate against --tls-ca-cert (or the system's CAs), and \
-                 --tls-cert/--tls-key if the server wants a client certificate"
-            }
-            // A server that wants TLS hangs up on a plain client.
-            (false, _, io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset) => {
-                match &self.topology {
-                    Topology::Sentinel(_) => "; if the sentinels speak TLS, use rediss+sentinel://",
-                    Topology::Cluster(_) => "; if the cluster speaks TLS, use rediss+cluster://",
-                    Topology::Direct { .. } => "; if the server speaks TLS, use rediss://",
-                }
-            }
-            _ => "",
-        };
-        BackendError::Transient(match error.kind() {
-            io::ErrorKind::TimedOut if text == "timed out" => {
-                format!("Redis at {address} did not answer within {}", show(timeout))
-            }
-            // A hop that went silent, named.
-            io::ErrorKind::TimedOut => format!(
-                "Redis at {address} did not answer within {}: {text}",
-                show(timeout)
-            ),
-            _ => format!("cannot reach Redis at {address}: {error}{tls_hint}"),
-        })
-    }
-
-    /// Turns an error reply into a message that names the server (never its password) and
-    /// says whether retrying can help.
-    pub fn refused(&self, error: &str) -> BackendError {
-        let error = script_error(error);
-        let address = &self.address;
-        let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
-        // A server that is starting, busy with a script, or failing over may answer properly
-        // in a moment: worth retrying (while waiting; at first contact it is 69 all the same).
-        let failing_over = matches!(self.topology, Topology::Sentinel(_)) && code == "READONLY";
-        if failing_over
-            || matches!(
-                code,
-                "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
-            )
-        {
-            return BackendError::Transient(format!("Redis at {address} is not ready: {error}"));
-        }
-        // An unauthenticated client may not even send a long command: Redis answers with a
-        // protocol error instead of NOAUTH.
-        let kind = if detail.contains("unauthenticated") {
-            "NOAUTH"
-        } else {
-            code
-        };
-        let hint = match kind {
-            "READONLY" => "; point --url at the primary, not a replica",
-            "NOPERM" => {
-                "; the Redis user needs EVAL, EVALSHA, PUBLISH and SUBSCRIBE on the lock's keys (see the README's ACL section)"
-            }
-            "NOAUTH" | "WRONGPASS" if self.sentinel().is_some() => {
-                "; the primary the sentinels name wants the data nodes' password (in the URL \
-                 through LOCKED_RUN_URL, --password-file or REDISCLI_AUTH; the sentinels' own \
-                 goes in LOCKED_RUN_SENTINEL_AUTH)"
-            }
-            "NOAUTH" | "WRONGPASS" => {
-                "; the server requires a password: give it in the URL through LOCKED_RUN_URL, or in REDISCLI_AUTH"
-            }
-            "OOM" => {
-                "; the server is out of memory (maxmemory reached): free memory or raise maxmemory"
-            }
-            "WRONGTYPE" => {
-                "; another program uses this key for something else: pick another NAME or remove the key"
-            }
-            _ => "",
-        };
-        BackendError::Refused(format!("Redis at {address} refused: {error}{hint}"))
     }
 }
 
@@ -531,24 +469,7 @@ fn hop(error: &io::Error, what: &str, addr: &Addr, tls: bool) -> io::Error {
     io::Error::new(error.kind(), format!("{what} {addr}{tls}: {detail}"))
 }
 
-/// The error a script's command raised, as Redis 7 and Valkey report it (`READONLY You can't
-/// write...`). Redis 6 wraps it: `ERR Error running script (call to f_SHA): @user_script:6:
-/// @user_script: 6: -READONLY You can't write...`; its code would otherwise read as `ERR`.
-fn script_error(error: &str) -> &str {
-    let Some(rest) = error.strip_prefix("ERR Error running script") else {
-        return error;
-    };
-    let mut inner = rest.split_once("): ").map_or(rest, |(_, inner)| inner);
-    // "@user_script:6: " and "@user_script: 6: ", as often as they come.
-    while let Some(after) = inner.strip_prefix("@user_script") {
-        let line = after.trim_start_matches([':', ' ']);
-        inner = line.trim_start_matches(|c: char| c.is_ascii_digit());
-        inner = inner.strip_prefix(": ").unwrap_or(inner);
-    }
-    let inner = inner.trim_start_matches('-');
-    if inner.is_empty() { error } else { inner }
-}
-
+mod refusals;
 mod scripts;
 #[cfg(test)]
 mod tests;

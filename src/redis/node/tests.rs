@@ -1,5 +1,6 @@
 //! A node's first write on a new connection, and Redis 6.2's wrapped script errors.
 
+use super::refusals::script_error;
 use super::*;
 
 fn open(url: &str) -> Node {

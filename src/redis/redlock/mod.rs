@@ -164,7 +164,7 @@ impl Backend for Redlock {
             let answered = n - errors.len();
             let transient = errors.iter().any(BackendError::is_transient);
             let first = &errors[0];
-            let message = format!(
+            let message = crate::message!(
                 "only {answered} of {n} Redis servers answered, a quorum is {quorum}: {first}"
             );
             return Err(if transient {

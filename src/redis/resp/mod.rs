@@ -107,6 +107,8 @@ pub struct Connection {
     /// An UNSUBSCRIBE was sent and its answer not read yet: a push when it worked, an
     /// in-band error (NOPERM) when it did not, which must not be taken for the next reply.
     unsubscribing: bool,
+    /// The server's address, as messages name it (`host:port`, or the socket's path).
+    peer: String,
 }
 
 impl Connection {
@@ -139,7 +141,14 @@ impl Connection {
             confirmed: 0,
             channel: None,
             unsubscribing: false,
+            peer: addr.to_string(),
         })
+    }
+
+    /// The server's address (`host:port`, or the socket's path): behind sentinels or a
+    /// Cluster, the node a message must name.
+    pub fn peer(&self) -> &str {
+        &self.peer
     }
 
     /// Sends several commands in one write and reads their replies in order. On a RESP3
@@ -327,6 +336,10 @@ fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
         out.extend_from_slice(b"\r\n");
     }
 }
+
+/// What a server that speaks HTTP is called (an etcd's port, a web server's, given as
+/// `redis://`): its reply starts `HTTP/` or `<` (an HTML page), bytes that start no RESP reply.
+pub const ANSWERED_LIKE_HTTP: &str = "not a Redis server; it answered like HTTP";
 
 fn protocol_error(what: &str) -> io::Error {
     io::Error::new(

@@ -287,6 +287,9 @@ fn is_type_byte(byte: u8) -> bool {
 }
 
 fn not_a_type_byte(byte: u8) -> io::Error {
+    if matches!(byte, b'H' | b'<') {
+        return io::Error::new(io::ErrorKind::InvalidData, super::ANSWERED_LIKE_HTTP);
+    }
     protocol_error(&format!("unknown type byte {byte:#x}"))
 }
 

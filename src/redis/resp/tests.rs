@@ -230,6 +230,7 @@ fn connection(bytes: Vec<u8>, sizes: Vec<usize>, forever: Option<u8>) -> Connect
         confirmed: 0,
         channel: None,
         unsubscribing: false,
+        peer: "fed".into(),
     }
 }
 

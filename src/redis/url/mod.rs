@@ -20,6 +20,7 @@ use super::cluster::Cluster;
 use super::resp::Addr;
 use super::sentinel::Sentinel;
 use super::tls::TlsOptions;
+use refusals::{bad_port, bad_url, port_out_of_range, shown};
 
 /// What a URL names: where the server is found, as whom, in which database.
 pub struct Target {
@@ -78,8 +79,8 @@ pub fn parse(
         return parse_multi(url, default_password, tls);
     }
     let parsed = ::url::Url::parse(url).map_err(|e| match e {
-        ::url::ParseError::InvalidPort => port_out_of_range(url),
-        ::url::ParseError::EmptyHost => format!("{} has no host", shown(url)),
+        ::url::ParseError::InvalidPort => bad_port(url),
+        ::url::ParseError::EmptyHost => crate::message!("{} has no host", shown(url)),
         _ => bad_url(url),
     })?;
     let address = redact(&parsed);
@@ -134,7 +135,7 @@ pub fn parse(
     let db = match db {
         None => 0,
         Some(db) => database(&db).ok_or_else(|| {
-            format!(
+            crate::message!(
                 "the Redis URL {address} names database {db:?}: a database is a number, 0 or more"
             )
         })?,
@@ -231,12 +232,12 @@ fn parse_multi(
     let s = if secure { "s" } else { "" };
     let usage = || {
         if is_cluster {
-            format!(
+            crate::message!(
                 "{} is not a cluster URL: use redis{s}+cluster://[user[:password]@]host[:port][,host[:port]...]",
                 redact_multi(url)
             )
         } else {
-            format!(
+            crate::message!(
                 "{} is not a sentinel URL: use redis{s}+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
                 redact_multi(url)
             )
@@ -287,6 +288,13 @@ fn parse_multi(
                             redact_multi(url)
                         ));
                     }
+                    _ if !port.is_empty() && !port.contains(']') => {
+                        return Err(format!(
+                            "{}: port {port:?} is not a number: write the port in digits, 1 to \
+                             65535",
+                            redact_multi(url)
+                        ));
+                    }
                     _ => return Err(usage()),
                 }
             }
@@ -311,7 +319,7 @@ fn parse_multi(
     let db = match segments.next() {
         None | Some("") => 0,
         Some(db) => database(db).ok_or_else(|| {
-            format!(
+            crate::message!(
                 "{} names database {db:?}: a database is a number, 0 or more",
                 redact_multi(url)
             )
@@ -368,31 +376,6 @@ fn known_parameters(parsed: &::url::Url, address: &str, known: &[&str]) -> Resul
             known.join(", ")
         )),
     }
-}
-
-fn port_out_of_range(url: &str) -> String {
-    format!("{} has a port out of range: use 1 to 65535", shown(url))
-}
-
-/// A URL that may not parse, as it may be printed: without a password.
-fn shown(url: &str) -> String {
-    match ::url::Url::parse(url) {
-        Ok(parsed) => redact(&parsed),
-        Err(_) if url.contains('@') => "(a URL with credentials, not shown)".to_owned(),
-        Err(_) => format!("{url:?}"),
-    }
-}
-
-fn bad_url(url: &str) -> String {
-    if url.starts_with("file://") {
-        return "file:// names the host-local backend (a directory of this host), not a Redis server"
-            .into();
-    }
-    format!(
-        "{} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
-         rediss:// (TLS) or redis+unix:///path/to/socket",
-        shown(url)
-    )
 }
 
 /// A sentinel or cluster URL (several hosts) without its password.
@@ -474,5 +457,6 @@ pub fn redact(url: &::url::Url) -> String {
     url.to_string()
 }
 
+mod refusals;
 #[cfg(test)]
 mod tests;
