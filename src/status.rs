@@ -165,7 +165,12 @@ pub fn last_fence(fence: Option<u64>) -> String {
 }
 
 pub fn to_text(name: &str, report: &Report) -> String {
-    let fence = last_fence(report.fence);
+    let fence = match (report.fence, report.revision) {
+        (None, Some(revision)) => {
+            format!("no last fence kept; the next is above revision {revision}")
+        }
+        (fence, _) => last_fence(fence),
+    };
     let left = |expiry: Expiry| match expiry {
         Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => format!("{} left", show(d)),
         Expiry::Never => "no expiry: only a delete frees it".to_owned(),

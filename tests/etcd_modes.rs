@@ -260,6 +260,11 @@ fn release_force_frees_one_holder_by_its_key_or_every_holder() {
     let url = etcd.url();
     let a = Holder::start_on(&url, "job", &["--shared", "--renew-every", "200ms"]);
     let b = Holder::start_on(&url, "job", &["--shared", "--renew-every", "200ms"]);
+    let fence_b: u64 = std::fs::read_to_string(b.path("started"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let status = lr()
         .args(["status", "--json", "-u", &url, "job"])
         .run()
@@ -284,4 +289,15 @@ fn release_force_frees_one_holder_by_its_key_or_every_holder() {
         .expect(0);
     assert_eq!(b.running.wait().code(), Some(76));
     assert_eq!(etcd.keys("job/"), []);
+    // etcd keeps no last fence once the keys are gone: status says what bounds the next.
+    let out = lr().args(["status", "-u", &url, "job"]).run().expect(1);
+    let revision: u64 = out
+        .stdout
+        .trim()
+        .strip_prefix("job: free (no last fence kept; the next is above revision ")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{}", out.stdout))
+        .parse()
+        .unwrap();
+    assert!(revision >= fence_b, "{}", out.stdout);
 }

@@ -131,6 +131,9 @@ pub struct Report {
     pub limit: Option<u32>,
     /// Held in shared mode (`--shared`): `holders` lists every shared holder.
     pub shared: bool,
+    /// A store that keeps no last fence once its holder is gone (etcd: a fence is a key's create
+    /// revision, and the key goes with its holder): its revision now, below every next fence.
+    pub revision: Option<u64>,
 }
 
 /// The backend's own part of a report over several servers (Redlock): the quorum, and each

@@ -24,6 +24,7 @@ impl EtcdLock {
         if holding.is_empty() {
             return Ok(Report {
                 waiters: Some(0),
+                revision: Some(wire::revision(&reply) as u64),
                 ..Report::default()
             });
         }
