@@ -4,34 +4,9 @@
 //! woken by a watch; runs of another mode are usage errors; `status` and `release --force`
 //! see every holder.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-
-/// A run whose command appends `start WHO` to `log`, waits for `DIR/WHO.go`, then appends
-/// `end WHO`.
-fn logged(url: &str, dir: &Path, who: &str, extra: &[&str]) -> Running {
-    let (log, go) = (dir.join("log"), dir.join(format!("{who}.go")));
-    lr().url(url)
-        .args(extra)
-        .name("job")
-        .sh(&format!(
-            "echo start {who} $LOCKED_RUN_SHARED >> {l}; while [ ! -e {g} ]; do sleep 0.01; done; \
-             echo end {who} >> {l}",
-            l = path_str(&log),
-            g = path_str(&go)
-        ))
-        .spawn()
-}
-
-fn log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
-}
-
-fn go(dir: &Path, who: &str) {
-    std::fs::write(dir.join(format!("{who}.go")), "").unwrap();
-}
 
 /// The most commands that ran at once, from the log's starts and ends.
 fn most_at_once(log: &str) -> usize {
@@ -56,11 +31,11 @@ fn shared_runs_hold_together_and_a_writer_is_served_in_arrival_order() {
     let keys = || etcd.keys("job/").len();
     let first = logged(&url, d, "r1", &["--shared"]);
     wait_until("r1 started", Duration::from_secs(10), || {
-        log(d).contains("start r1 1")
+        log_of(d).contains("start r1 1")
     });
     let second = logged(&url, d, "r2", &["--shared"]);
     wait_until("r2 started beside r1", Duration::from_secs(10), || {
-        log(d).contains("start r2 1")
+        log_of(d).contains("start r2 1")
     });
     // An exclusive run that will not wait is refused; one that waits queues.
     lr().arg("-n").url(&url).job(["true"]).run().expect(75);
@@ -79,21 +54,20 @@ fn shared_runs_hold_together_and_a_writer_is_served_in_arrival_order() {
             keys() == 4 + i
         });
     }
-    let status = lr()
-        .args(["status", "--json", "-u", &url, "job"])
-        .run()
-        .expect(0)
-        .json();
+    let status = status_json(&url, "job");
     assert_eq!(status["mode"], "shared", "{status}");
     assert_eq!(status["holders"].as_array().unwrap().len(), 2, "{status}");
     go(d, "r1");
     first.wait().expect(0);
-    assert!(!log(d).contains("start w"), "the writer waits for r2 too");
+    assert!(
+        !log_of(d).contains("start w"),
+        "the writer waits for r2 too"
+    );
     let ended = Instant::now();
     go(d, "r2");
     second.wait().expect(0);
     wait_until("the writer started", Duration::from_secs(10), || {
-        log(d).contains("start w 0")
+        log_of(d).contains("start w 0")
     });
     // Woken by its watch, not by a heartbeat.
     assert!(
@@ -107,7 +81,7 @@ fn shared_runs_hold_together_and_a_writer_is_served_in_arrival_order() {
         "the late readers started together",
         Duration::from_secs(10),
         || {
-            let l = log(d);
+            let l = log_of(d);
             l.contains("start r3") && l.contains("start r4")
         },
     );
@@ -117,7 +91,7 @@ fn shared_runs_hold_together_and_a_writer_is_served_in_arrival_order() {
     for r in late {
         r.wait().expect(0);
     }
-    let l = log(d);
+    let l = log_of(d);
     let at = |what: &str| l.find(what).unwrap_or_else(|| panic!("{what}: {l}"));
     assert!(
         at("end r2") < at("start w") && at("end w") < at("start r3"),
@@ -135,7 +109,7 @@ fn an_etcdctl_holder_keeps_shared_runs_out_and_shared_runs_keep_it_out() {
     let d = dir.path();
     let reader = logged(&url, d, "r", &["--shared"]);
     wait_until("the reader started", Duration::from_secs(10), || {
-        log(d).contains("start r")
+        log_of(d).contains("start r")
     });
     let etcdctl = spawn(etcd.ctl_command(&[
         "lock",
@@ -156,16 +130,16 @@ fn an_etcdctl_holder_keeps_shared_runs_out_and_shared_runs_keep_it_out() {
     wait_until("the late reader queued", Duration::from_secs(10), || {
         etcd.keys("job/").len() == 3
     });
-    assert!(!log(d).contains("start ctl"), "{}", log(d));
+    assert!(!log_of(d).contains("start ctl"), "{}", log_of(d));
     go(d, "r");
     reader.wait().expect(0);
     assert_eq!(etcdctl.wait().code(), Some(0));
     wait_until("the late reader started", Duration::from_secs(10), || {
-        log(d).contains("start r2")
+        log_of(d).contains("start r2")
     });
     go(d, "r2");
     late.wait().expect(0);
-    let l = log(d);
+    let l = log_of(d);
     let at = |what: &str| l.find(what).unwrap_or_else(|| panic!("{what}: {l}"));
     assert!(
         at("end r") < at("start ctl") && at("end ctl") < at("start r2"),
@@ -183,7 +157,7 @@ fn a_semaphore_holds_n_at_once_and_its_waiters_take_places_in_arrival_order() {
     let h1 = logged(&url, d, "h1", &two);
     let h2 = logged(&url, d, "h2", &two);
     wait_until("two hold", Duration::from_secs(10), || {
-        let l = log(d);
+        let l = log_of(d);
         l.contains("start h1") && l.contains("start h2")
     });
     let mut waiters = Vec::new();
@@ -201,11 +175,7 @@ fn a_semaphore_holds_n_at_once_and_its_waiters_take_places_in_arrival_order() {
             .run()
             .expect_one_line(2, "--holders 2");
     }
-    let status = lr()
-        .args(["status", "--json", "-u", &url, "job"])
-        .run()
-        .expect(0)
-        .json();
+    let status = status_json(&url, "job");
     assert_eq!(status["limit"], 2, "{status}");
     assert_eq!(status["holders"].as_array().unwrap().len(), 2, "{status}");
     assert_eq!(status["waiters"], 3, "{status}");
@@ -213,7 +183,7 @@ fn a_semaphore_holds_n_at_once_and_its_waiters_take_places_in_arrival_order() {
     go(d, "h2");
     h2.wait().expect(0);
     wait_until("w1 took a place", Duration::from_secs(10), || {
-        log(d).contains("start w1")
+        log_of(d).contains("start w1")
     });
     // w1 wrote its key again on taking its place: w2, watching it, is the first waiter now
     // and takes the place h1 leaves.
@@ -230,21 +200,21 @@ fn a_semaphore_holds_n_at_once_and_its_waiters_take_places_in_arrival_order() {
     go(d, "h1");
     h1.wait().expect(0);
     wait_until("w2 took a place", Duration::from_secs(10), || {
-        log(d).contains("start w2")
+        log_of(d).contains("start w2")
     });
     assert!(
         left.elapsed() < Duration::from_secs(2),
         "{:?}",
         left.elapsed()
     );
-    assert!(!log(d).contains("start w3"));
+    assert!(!log_of(d).contains("start w3"));
     for who in ["w1", "w2", "w3"] {
         go(d, who);
     }
     for w in waiters {
         w.wait().expect(0);
     }
-    let l = log(d);
+    let l = log_of(d);
     assert!(most_at_once(&l) <= 2, "{l}");
     let at = |what: &str| l.find(what).unwrap_or_else(|| panic!("{what}: {l}"));
     assert!(
@@ -265,11 +235,7 @@ fn release_force_frees_one_holder_by_its_key_or_every_holder() {
         .trim()
         .parse()
         .unwrap();
-    let status = lr()
-        .args(["status", "--json", "-u", &url, "job"])
-        .run()
-        .expect(0)
-        .json();
+    let status = status_json(&url, "job");
     let token_a = status["holders"]
         .as_array()
         .unwrap()

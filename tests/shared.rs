@@ -3,34 +3,9 @@
 //! to back); the plain `SET NX` protocol is kept out by shared holders and keeps them out; a
 //! shared holder's lost lease stops its command before the lease can end (76).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-
-/// A run whose command appends `start WHO` to `log`, waits for `DIR/WHO.go`, then appends
-/// `end WHO`.
-fn logged(redis: &Redis, dir: &Path, who: &str, extra: &[&str]) -> Running {
-    let (log, go) = (dir.join("log"), dir.join(format!("{who}.go")));
-    lr().url(&redis.url())
-        .args(extra)
-        .name("job")
-        .sh(&format!(
-            "echo start {who} $LOCKED_RUN_SHARED >> {l}; while [ ! -e {g} ]; do sleep 0.01; done; \
-             echo end {who} >> {l}",
-            l = path_str(&log),
-            g = path_str(&go)
-        ))
-        .spawn()
-}
-
-fn log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
-}
-
-fn go(dir: &Path, who: &str) {
-    std::fs::write(dir.join(format!("{who}.go")), "").unwrap();
-}
 
 fn queued(redis: &Redis) -> i64 {
     redis.cmd(&["ZCARD", "queue:{job}"])
@@ -136,15 +111,15 @@ fn a_writer_waits_for_the_last_reader_and_readers_after_it_wait_for_the_writer()
     let redis = Redis::start();
     let dir = scratch();
     let d = dir.path();
-    let first = logged(&redis, d, "r1", &["--shared"]);
+    let first = logged(&redis.url(), d, "r1", &["--shared"]);
     wait_until("r1 started", Duration::from_secs(10), || {
-        log(d).contains("start r1 1")
+        log_of(d).contains("start r1 1")
     });
-    let second = logged(&redis, d, "r2", &["--shared"]);
+    let second = logged(&redis.url(), d, "r2", &["--shared"]);
     wait_until("r2 started beside r1", Duration::from_secs(10), || {
-        log(d).contains("start r2 1")
+        log_of(d).contains("start r2 1")
     });
-    let writer = logged(&redis, d, "w", &[]);
+    let writer = logged(&redis.url(), d, "w", &[]);
     wait_until("the writer queued", Duration::from_secs(10), || {
         queued(&redis) == 1
     });
@@ -152,20 +127,23 @@ fn a_writer_waits_for_the_last_reader_and_readers_after_it_wait_for_the_writer()
     // though the lock is held in shared mode.
     let mut late = Vec::new();
     for (i, who) in ["r3", "r4", "r5"].into_iter().enumerate() {
-        late.push(logged(&redis, d, who, &["--shared"]));
+        late.push(logged(&redis.url(), d, who, &["--shared"]));
         wait_until("the reader queued", Duration::from_secs(10), || {
             queued(&redis) == 2 + i as i64
         });
     }
-    assert!(!log(d).contains("start r3"), "{}", log(d));
+    assert!(!log_of(d).contains("start r3"), "{}", log_of(d));
     go(d, "r1");
     first.wait().expect(0);
-    assert!(!log(d).contains("start w"), "the writer waits for r2 too");
+    assert!(
+        !log_of(d).contains("start w"),
+        "the writer waits for r2 too"
+    );
     let ended = Instant::now();
     go(d, "r2");
     second.wait().expect(0);
     wait_until("the writer started", Duration::from_secs(10), || {
-        log(d).contains("start w 0")
+        log_of(d).contains("start w 0")
     });
     // Woken by the release, not by a poll: well within the keep-alive's 2 s.
     assert!(
@@ -173,7 +151,10 @@ fn a_writer_waits_for_the_last_reader_and_readers_after_it_wait_for_the_writer()
         "{:?}",
         ended.elapsed()
     );
-    assert!(!log(d).contains("start r3"), "no reader beside the writer");
+    assert!(
+        !log_of(d).contains("start r3"),
+        "no reader beside the writer"
+    );
     go(d, "w");
     writer.wait().expect(0);
     // The readers queued behind the writer are admitted together.
@@ -181,7 +162,7 @@ fn a_writer_waits_for_the_last_reader_and_readers_after_it_wait_for_the_writer()
         "the late readers started together",
         Duration::from_secs(10),
         || {
-            let l = log(d);
+            let l = log_of(d);
             l.contains("start r3") && l.contains("start r4") && l.contains("start r5")
         },
     );
@@ -191,7 +172,7 @@ fn a_writer_waits_for_the_last_reader_and_readers_after_it_wait_for_the_writer()
     for r in late {
         r.wait().expect(0);
     }
-    let l = log(d);
+    let l = log_of(d);
     let at = |what: &str| l.find(what).unwrap_or_else(|| panic!("{what}: {l}"));
     assert!(
         at("end r2") < at("start w") && at("end w") < at("start r3"),

@@ -58,3 +58,29 @@ impl Holder {
         (self.running.wait(), self.dir)
     }
 }
+
+/// A run of `job` whose command appends `start WHO $LOCKED_RUN_SHARED` to `DIR/log`, waits for
+/// `DIR/WHO.go` ([`go`]), then appends `end WHO`: the log ([`log_of`]) orders the runs.
+pub fn logged(url: &str, dir: &std::path::Path, who: &str, extra: &[&str]) -> Running {
+    let (log, go) = (dir.join("log"), dir.join(format!("{who}.go")));
+    lr().url(url)
+        .args(extra)
+        .name("job")
+        .sh(&format!(
+            "echo start {who} $LOCKED_RUN_SHARED >> {l}; while [ ! -e {g} ]; do sleep 0.01; done; \
+             echo end {who} >> {l}",
+            l = path_str(&log),
+            g = path_str(&go)
+        ))
+        .spawn()
+}
+
+/// What the [`logged`] runs wrote so far.
+pub fn log_of(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+}
+
+/// Lets the [`logged`] run `who` end.
+pub fn go(dir: &std::path::Path, who: &str) {
+    std::fs::write(dir.join(format!("{who}.go")), "").unwrap();
+}

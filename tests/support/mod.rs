@@ -33,7 +33,7 @@ pub use cmd::{LockedRun, lr, status_json};
 #[allow(unused_imports)]
 pub use etcd::Etcd;
 #[allow(unused_imports)]
-pub use holder::Holder;
+pub use holder::{Holder, go, log_of, logged};
 #[allow(unused_imports)]
 pub use process::*;
 #[allow(unused_imports)]
