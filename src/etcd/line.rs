@@ -14,7 +14,10 @@
 //!   again, which tells the one behind it that it is the first waiter now.
 //!
 //! Modes mix as on Redis: exclusive and shared runs queue together; a run of another N (or a
-//! semaphore's run beside exclusive or shared ones) is a usage error for whichever comes later.
+//! semaphore's run beside exclusive or shared ones) is a usage error. What decides is the first
+//! key's mode, the mode NAME is held in: a key of another mode further on belongs to a run that
+//! found the first key of another mode too, and is on its way out, so it is no reason to refuse
+//! anyone (it only counts as a place, for an instant).
 
 use serde_json::Value;
 
@@ -81,25 +84,20 @@ pub fn standing(ours: Mode, before: &[Kv]) -> Standing {
             theirs @ Mode::Holders(_) => Standing::Mismatch(theirs),
             _ => wait_on(last, false),
         },
-        Mode::Shared => {
-            if let Some(theirs) = before
-                .iter()
-                .map(mode_of)
-                .find(|m| matches!(m, Mode::Holders(_)))
-            {
-                return Standing::Mismatch(theirs);
-            }
-            match before
+        Mode::Shared => match mode_of(first) {
+            theirs @ Mode::Holders(_) => Standing::Mismatch(theirs),
+            _ => match before
                 .iter()
                 .rev()
                 .find(|kv| mode_of(kv) == Mode::Exclusive)
             {
                 Some(exclusive) => wait_on(exclusive, false),
                 None => Standing::Holds,
-            }
-        }
+            },
+        },
         Mode::Holders(n) => {
-            if let Some(theirs) = before.iter().map(mode_of).find(|&m| m != ours) {
+            let theirs = mode_of(first);
+            if theirs != ours {
                 return Standing::Mismatch(theirs);
             }
             match before.len() {
@@ -204,7 +202,24 @@ mod tests {
         // etcdctl's keys are exclusive.
         assert_eq!(standing(Mode::Shared, &line("e")), on("k0", false));
         assert_eq!(
-            standing(Mode::Shared, &line("s2")),
+            standing(Mode::Shared, &line("2s")),
+            Standing::Mismatch(Mode::Holders(2))
+        );
+    }
+
+    #[test]
+    fn a_key_of_another_mode_behind_the_first_is_on_its_way_out_and_refuses_nobody() {
+        // Its run found the first key of another mode and is leaving: a shared run holds
+        // beside the shared holder, a semaphore's run counts it as a place for an instant.
+        assert_eq!(standing(Mode::Shared, &line("s2")), Standing::Holds);
+        assert_eq!(standing(Mode::Shared, &line("x2")), on("k0", false));
+        assert_eq!(
+            standing(Mode::Holders(2), &line("23")),
+            Standing::Waits(Awaited::AnyDelete)
+        );
+        assert_eq!(standing(Mode::Holders(2), &line("2e2")), on("k2", true));
+        assert_eq!(
+            standing(Mode::Holders(3), &line("2s")),
             Standing::Mismatch(Mode::Holders(2))
         );
     }
@@ -219,7 +234,7 @@ mod tests {
         );
         assert_eq!(standing(n, &line("2222")), on("k3", true));
         assert_eq!(
-            standing(n, &line("23")),
+            standing(n, &line("32")),
             Standing::Mismatch(Mode::Holders(3))
         );
         assert_eq!(standing(n, &line("e")), Standing::Mismatch(Mode::Exclusive));
