@@ -13,6 +13,7 @@ mod dir;
 mod etcd;
 mod permissions;
 mod server;
+mod version;
 
 use std::collections::HashMap;
 

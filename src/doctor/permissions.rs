@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::Level;
-use super::server::{Feature, Server};
+use super::version::{Feature, Server};
 use crate::name::LockName;
 use crate::redis::keys::Keys;
 use crate::redis::node::Node;
