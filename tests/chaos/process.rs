@@ -51,12 +51,18 @@ pub fn sigterm_storm() -> Figure {
     let redis = Redis::start();
     let proxy = Proxy::start(redis.port);
     let dir = scratch();
+    let trapped = dir.path().join("trapped");
     let (running, child) = job(
         &proxy.url(),
         dir.path(),
         &[],
-        "trap '' TERM; while :; do sleep 0.05; done",
+        &format!(
+            "trap '' TERM; touch {}; while :; do sleep 0.05; done",
+            path_str(&trapped)
+        ),
     );
+    // The storm starts once SIGTERM is ignored: one that came before would end the shell.
+    wait_for_file(&trapped, Duration::from_secs(10), |_| true);
     let expiry = expiry_lower_bound(&redis);
     proxy.set(Mode::Blackhole);
     let wrapper = running.pid();
