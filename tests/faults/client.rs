@@ -52,9 +52,14 @@ impl Wrapper {
 
     /// The wrapper's last lines on stderr, for a violation's evidence.
     pub fn stderr_tail(&self) -> String {
+        self.stderr_last(3)
+    }
+
+    /// The wrapper's last `n` lines on stderr.
+    pub fn stderr_last(&self, n: usize) -> String {
         let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(3)..].join(" | ")
+        lines[lines.len().saturating_sub(n)..].join(" | ")
     }
 }
 

@@ -84,6 +84,8 @@ pub struct History {
     pub writes: Vec<Write>,
     pub wrappers: BTreeMap<u64, Wrapper>,
     pub faults: Vec<FaultEvent>,
+    /// Steps of the wall clock (the servers' clock) against the monotonic one: (instant, ns).
+    pub clock_steps: Vec<(u64, i128)>,
     pub names: Vec<(&'static str, u32)>,
     pub fair_order: bool,
     pub malformed: Vec<String>,
@@ -149,6 +151,7 @@ impl History {
             writes: read_writes(db),
             wrappers: wrappers.into_iter().map(|w| (w.plan.run, w)).collect(),
             faults,
+            clock_steps: Vec::new(),
             names,
             fair_order,
             malformed,
@@ -183,6 +186,48 @@ impl History {
     pub fn epoch(&self, run: u64) -> usize {
         let spawned = self.wrapper_of(run).map_or(0, |w| w.spawned);
         self.empty_restarts().filter(|f| f.ended < spawned).count()
+    }
+
+    /// What a violation's reader needs to tell its cause: each run's wrapper (its end, the
+    /// signal its client sent it, its last words on stderr) and the nemesis faults from a TTL
+    /// before `from` to `to`.
+    pub fn evidence(&self, runs: &[u64], from: u64, to: u64) -> String {
+        let at = |ns: u64| format!("{:.3}s", ns as f64 / 1e9);
+        let mut lines = Vec::new();
+        for &run in runs {
+            let Some(w) = self.wrapper_of(run) else {
+                continue;
+            };
+            let signal = match w.sent {
+                Some((libc::SIGSTOP, t)) => {
+                    format!(", SIGSTOP at {} for {} ms", at(t), w.stopped_ms)
+                }
+                Some((sig, t)) => format!(", signal {sig} at {}", at(t)),
+                None => String::new(),
+            };
+            lines.push(format!(
+                "      run {run}: wrapper spawned {}, ended {} with {}{signal}; stderr: {}",
+                at(w.spawned),
+                at(w.ended),
+                w.status,
+                // -v: from what it acquired, with which fence, to how it ended.
+                w.stderr_last(8)
+            ));
+        }
+        let ttl_ns = crate::plan::TTL_MS * 1_000_000;
+        for f in self.faults_during(from.saturating_sub(ttl_ns), to) {
+            lines.push(format!("      fault: {}", f.describe()));
+        }
+        for (t, step) in &self.clock_steps {
+            if *t + ttl_ns >= from && *t <= to + ttl_ns {
+                lines.push(format!(
+                    "      the wall clock stepped {:+.1} ms against the monotonic one by {}",
+                    *step as f64 / 1e6,
+                    at(*t)
+                ));
+            }
+        }
+        lines.join("\n")
     }
 
     /// The nemesis faults acting at some instant of `from..=to`.

@@ -15,6 +15,10 @@ pub struct Observation {
     pub sent: u64,
     pub name: String,
     pub pids: Vec<i32>,
+    /// The wall clock less CLOCK_MONOTONIC at `sent`, in ns: the servers' leases run on the
+    /// wall clock, the wrappers' on a monotonic one, so a step of the wall clock (an NTP
+    /// correction on a CI machine) moves every lease's end on the server.
+    pub wall_offset: i128,
 }
 
 /// Polls until `deadline` (each query bounded by `--connect-timeout 1s` and a hard timeout).
@@ -30,16 +34,33 @@ pub fn monitor(
         let name = names[round % names.len()].0;
         round += 1;
         let sent = mono_ns();
+        let wall_offset = wall_ns() - sent as i128;
         if let Some(pids) = holders(bin, url_args, name) {
             seen.push(Observation {
                 sent,
                 name: name.to_owned(),
                 pids,
+                wall_offset,
             });
         }
         std::thread::sleep(Duration::from_millis(150));
     }
     seen
+}
+
+fn wall_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// Steps of the wall clock against the monotonic one larger than 5 ms between two
+/// observations: (the later observation's instant, the step in ns).
+pub fn clock_steps(seen: &[Observation]) -> Vec<(u64, i128)> {
+    seen.windows(2)
+        .map(|w| (w[1].sent, w[1].wall_offset - w[0].wall_offset))
+        .filter(|(_, step)| step.abs() > 5_000_000)
+        .collect()
 }
 
 fn holders(bin: &str, url_args: &[String], name: &str) -> Option<Vec<i32>> {

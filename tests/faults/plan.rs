@@ -133,9 +133,11 @@ impl Plan {
         }
     }
 
-    /// The lease options every run takes.
+    /// The options every run takes.
     pub fn lease_args() -> Vec<String> {
-        ["--ttl", "2s", "--connect-timeout", "1s"]
+        // -v: the wrapper's stderr (kept for a violation's evidence) says what it acquired and
+        // how its command ended.
+        ["-v", "--ttl", "2s", "--connect-timeout", "1s"]
             .map(String::from)
             .to_vec()
     }

@@ -96,7 +96,8 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         std::thread::sleep(Duration::from_millis(250));
         left = backend.leftovers();
     }
-    let h = History::read(&history, &db, wrappers, faults, names, backend.fair_order());
+    let mut h = History::read(&history, &db, wrappers, faults, names, backend.fair_order());
+    h.clock_steps = monitor::clock_steps(&seen);
     let mut violations: Vec<Violation> = left
         .into_iter()
         .map(|l| Violation {
@@ -207,6 +208,17 @@ fn print(h: &History, violations: &[Violation], ran_for: Duration, wall: Duratio
                 v.excused.as_deref().unwrap_or("")
             );
         }
+    }
+    if !h.clock_steps.is_empty() {
+        let steps: Vec<String> = h
+            .clock_steps
+            .iter()
+            .map(|(t, step)| format!("{:+.1} ms at {:.3}s", *step as f64 / 1e6, *t as f64 / 1e9))
+            .collect();
+        println!(
+            "wall clock steps (the servers' lease clock): {}",
+            steps.join(", ")
+        );
     }
     println!("wall time: {:.1?} running, {:.1?} in all", ran_for, wall);
 }

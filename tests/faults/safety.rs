@@ -5,12 +5,13 @@
 //! increasing fence order (N > 1, shared); every command gone once its
 //! wrapper ended; every command's end recorded. Runs that lived through an empty restart are
 //! beyond the guarantee: what they break is counted as excused, and fences restart from a new
-//! epoch there.
+//! epoch there. So are overlaps that follow a jump of the wall clock (the servers' lease
+//! clock) ahead of the monotonic one by more than D: the lease clock assumes drift below D.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::{History, Section, Violation};
-use crate::plan::SHARED_MIX;
+use crate::plan::{SHARED_MIX, TTL_MS};
 
 /// A SIGKILLed wrapper's command is the watcher's to kill: it has this long.
 const WATCHER_NS: u64 = 1_000_000_000;
@@ -33,6 +34,24 @@ fn excuse(h: &History, runs: &[u64]) -> Option<String> {
         h.straddles(r)
             .map(|f| format!("run {r} lived through an empty restart at {}", ms(f.began)))
     })
+}
+
+/// An overlap from `from` to `to` is beyond the guarantee when the wall clock, which the
+/// server's leases run on, jumped ahead of the wrappers' monotonic one by more than the drift
+/// allowance D within a lease before it: every lease on the server ended that much early.
+fn clock_excuse(h: &History, from: u64, to: u64) -> Option<String> {
+    let drift_ns = (TTL_MS / 100 + 2) as i128 * 1_000_000;
+    let ttl_ns = TTL_MS * 1_000_000;
+    h.clock_steps
+        .iter()
+        .find(|(t, step)| *step > drift_ns && *t + ttl_ns >= from && *t <= to)
+        .map(|(t, step)| {
+            format!(
+                "the wall clock jumped {:.1} ms ahead at {}, more than D",
+                *step as f64 / 1e6,
+                ms(*t)
+            )
+        })
 }
 
 pub fn check(h: &History, out: &mut Vec<Violation>) {
@@ -83,14 +102,19 @@ fn exclusion(h: &History, name: &str, limit: u32, sections: &[&Section], out: &m
                 invariant: "more than N inside at once",
                 name: name.to_owned(),
                 detail: format!(
-                    "{} inside (N = {limit}) from {} to {} ({} ms): {}",
+                    "{} inside ({}) from {} to {} ({} ms): {}\n{}",
                     runs.len(),
+                    match limit {
+                        SHARED_MIX => "shared and exclusive runs".to_owned(),
+                        n => format!("N = {n}"),
+                    },
                     ms(t),
                     ms(until),
                     until.saturating_sub(t) / 1_000_000,
-                    who.join("; ")
+                    who.join("; "),
+                    h.evidence(&runs, t, until)
                 ),
-                excused: excuse(h, &runs),
+                excused: excuse(h, &runs).or_else(|| clock_excuse(h, t, until)),
             });
         }
     }
