@@ -303,7 +303,9 @@ impl LeaseClock {
         self.valid_until.saturating_sub(self.timings.drift)
     }
 
-    fn term_point(&self) -> Duration {
+    /// V - D - K: where the kill signal goes, with no renewal since. A command must not start
+    /// past it.
+    pub fn term_point(&self) -> Duration {
         self.kill_point().saturating_sub(self.timings.kill_after)
     }
 

@@ -264,3 +264,31 @@ fn a_full_stderr_pipe_does_not_stop_the_renewals() {
         "{log}"
     );
 }
+
+/// A wrapper held up between the grant and the start of its command (strace delays every
+/// prctl(2) by 1.2 s: the wrapper's own as it readies the job, and the child's just before it
+/// execs), past the point where the kill signal would go, starts nothing: the command would
+/// run on a lease that may already be another run's. 76, one line, the command never ran, and
+/// nothing is left held.
+#[test]
+fn a_wrapper_held_up_past_the_kill_point_before_the_start_runs_nothing() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    let mut cmd = std::process::Command::new("strace");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=prctl"])
+        .args(["-e", "inject=prctl:delay_enter=1200000"])
+        .arg(BIN)
+        .args(["-u", &redis.url(), "--ttl", TTL, "job", "--", "touch"])
+        .arg(&marker);
+    run(cmd).expect_opening(76, "lost the lock job before the command could start");
+    assert!(!marker.exists(), "the command ran past the kill point");
+    lr().args(["-u", &redis.url(), "-n", "job", "--", "true"])
+        .run()
+        .expect(0);
+}

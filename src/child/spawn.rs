@@ -7,6 +7,7 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 
 use nix::unistd::Pid;
 
@@ -22,13 +23,20 @@ use crate::exit::{Exit, Failure};
 ///
 /// With `watch` (the watcher's cell), the child writes its process group there before it
 /// execs, so the watcher can kill the whole job should `locked-run` die.
+///
+/// With `start_by` (a `CLOCK_BOOTTIME` reading: the lease clock's point of sending the kill
+/// signal), the child reads the clock as the last thing before it execs, and execs nothing
+/// once that point has passed ([`SpawnError::Late`]): however long `locked-run` was held up
+/// between the grant and the start (an overloaded machine, a stalled write, a pause), the
+/// command never starts on a lease that may already be another run's.
 pub fn spawn(
     program: &Path,
     argv: &[OsString],
     env: &[(&str, String)],
     interactive: bool,
     watch: Option<&AtomicI32>,
-) -> Result<(Child, Target), Failure> {
+    start_by: Option<Duration>,
+) -> Result<(Child, Target), SpawnError> {
     let shown = argv[0].to_string_lossy().into_owned();
     let cstring = |bytes: &[u8]| {
         CString::new(bytes)
@@ -65,19 +73,30 @@ pub fn spawn(
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let pid = vfork_exec(&path, &argv_ptrs, &envp_ptrs, !interactive, watch).map_err(|e| {
+    let start_by_ns = start_by.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX.into()) as u64);
+    let spawned = vfork_exec(
+        &path,
+        &argv_ptrs,
+        &envp_ptrs,
+        !interactive,
+        watch,
+        start_by_ns,
+    );
+    let pid = spawned.map_err(|e| {
         // Found on PATH a moment ago: gone now is 127; anything else (a script whose
         // interpreter is missing, a bad format) is found but not executable, 126.
-        if e.raw_os_error() == Some(libc::ENOENT) && !program.exists() {
-            Failure::new(
+        if e.raw_os_error() == Some(LATE) {
+            SpawnError::Late
+        } else if e.raw_os_error() == Some(libc::ENOENT) && !program.exists() {
+            SpawnError::Failed(Failure::new(
                 Exit::NotFound,
                 format!("{shown}: {e}; the lock was released"),
-            )
+            ))
         } else {
-            Failure::new(
+            SpawnError::Failed(Failure::new(
                 Exit::NotExecutable,
                 format!("{shown}: cannot run it: {e}; the lock was released"),
-            )
+            ))
         }
     })?;
     let target = if interactive {
@@ -87,6 +106,24 @@ pub fn spawn(
     };
     Ok((Child { pid, status: None }, target))
 }
+
+/// Why a spawn started nothing.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// The command could not be started (its failure says why, and what was released).
+    Failed(Failure),
+    /// `start_by` had passed when the child was about to exec: nothing was started.
+    Late,
+}
+
+impl From<Failure> for SpawnError {
+    fn from(failure: Failure) -> Self {
+        SpawnError::Failed(failure)
+    }
+}
+
+/// The errno the child reports when `start_by` had passed (no exec sets it).
+const LATE: i32 = libc::ETIME;
 
 /// What the child needs between clone and exec, prepared by the parent: the child may not
 /// allocate, and shares the parent's memory until it execs.
@@ -100,6 +137,8 @@ struct Exec<'a> {
     watch: Option<&'a AtomicI32>,
     /// The parent's signal mask before it blocked everything for the clone.
     mask: libc::sigset_t,
+    /// `CLOCK_BOOTTIME` in ns past which the child must not exec (0: no limit).
+    start_by_ns: u64,
     /// Set by the child when it fails before exec (0: it exec'd).
     errno: AtomicI32,
 }
@@ -110,6 +149,7 @@ fn vfork_exec(
     envp: &[*const libc::c_char],
     new_group: bool,
     watch: Option<&AtomicI32>,
+    start_by_ns: u64,
 ) -> io::Result<Pid> {
     // SAFETY: sigset_t is plain data, filled by sigfillset/pthread_sigmask.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -129,6 +169,7 @@ fn vfork_exec(
         new_group,
         watch,
         mask,
+        start_by_ns,
         errno: AtomicI32::new(0),
     };
     // A fresh mapping rather than a zeroed Vec: only the pages the child touches are faulted
@@ -219,6 +260,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::_exit(128 + libc::SIGKILL);
         }
         libc::sigprocmask(libc::SIG_SETMASK, &exec.mask, std::ptr::null_mut());
+        if exec.start_by_ns != 0 {
+            let mut now: libc::timespec = std::mem::zeroed();
+            libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
+            if now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64 >= exec.start_by_ns {
+                *libc::__errno_location() = LATE;
+                return fail(exec);
+            }
+        }
         libc::execve(exec.path.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
         fail(exec)
     }
@@ -231,5 +280,38 @@ unsafe fn fail(exec: &Exec) -> libc::c_int {
         exec.errno
             .store((*libc::__errno_location()).max(1), Ordering::SeqCst);
         libc::_exit(127)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{BootClock, Clock};
+
+    fn touch(marker: &Path, start_by: Duration) -> Result<(Child, Target), SpawnError> {
+        let argv = [
+            OsString::from("sh"),
+            OsString::from("-c"),
+            OsString::from(format!("touch '{}'", marker.display())),
+        ];
+        spawn(Path::new("/bin/sh"), &argv, &[], true, None, Some(start_by))
+    }
+
+    #[test]
+    fn a_child_past_its_start_by_execs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let late = BootClock.now().saturating_sub(Duration::from_millis(1));
+        assert!(matches!(touch(&marker, late), Err(SpawnError::Late)));
+        assert!(!marker.exists(), "the command ran after its start-by point");
+
+        let (child, _) = touch(&marker, BootClock.now() + Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let status = nix::sys::wait::waitpid(child.pid, None).unwrap();
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+        assert!(marker.exists(), "a child within its start-by point runs");
     }
 }

@@ -35,7 +35,7 @@ macro_rules! exit_status {
     () => {
         "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
 not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
-stopped; 124 --max-run ran out; 69 the server (Redis, etcd) unreachable or refusing; 2 usage error; 126/127 command \
+stopped (or never started); 124 --max-run ran out; 69 the server (Redis, etcd) unreachable or refusing; 2 usage error; 126/127 command \
 not executable/not found."
     };
 }

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::backend::Backend;
-use crate::child::{self, Child, Target};
+use crate::child::{self, Child, SpawnError, Target};
 use crate::config::RunConfig;
-use crate::exit::Failure;
-use crate::lease::show;
+use crate::exit::{Exit, Failure};
+use crate::lease::{BootClock, Clock, show};
 use crate::watcher::Watcher;
 
 use super::Acquired;
@@ -24,13 +24,16 @@ pub struct Job {
 }
 
 impl Job {
-    /// Starts `cfg.command` (found at `program`) with the lock's environment. A spawn that
-    /// fails releases the lock before its failure is returned.
+    /// Starts `cfg.command` (found at `program`) with the lock's environment, unless the
+    /// lease clock's kill-signal point `start_by` has passed by the instant it would exec (see
+    /// [`child::spawn`]). A spawn that starts nothing releases the lock before its failure is
+    /// returned.
     pub async fn start<B: Backend>(
         backend: &B,
         cfg: &RunConfig,
         program: &Path,
         acquired: &Acquired,
+        start_by: Duration,
     ) -> Result<Job, Failure> {
         let interactive = child::interactive();
         child::become_subreaper();
@@ -58,15 +61,37 @@ impl Job {
                 .ok(),
         };
         let group = watcher.as_ref().map(Watcher::group);
-        match child::spawn(program, &cfg.command, &env, interactive, group) {
+        match child::spawn(
+            program,
+            &cfg.command,
+            &env,
+            interactive,
+            group,
+            Some(start_by),
+        ) {
             Ok((child, target)) => Ok(Job {
                 child,
                 target,
                 interactive,
                 watcher,
             }),
-            Err(failure) => {
-                finish(backend, cfg, watcher, None, false).await;
+            Err(e) => {
+                let late = matches!(e, SpawnError::Late);
+                let failure = match e {
+                    SpawnError::Failed(failure) => failure,
+                    SpawnError::Late => Failure::new(
+                        Exit::Lost,
+                        format!(
+                            "lost the lock {} before the command could start: locked-run was \
+                             held up {} after asking for it, past the point where it stops the \
+                             command (an overloaded machine, or locked-run paused); nothing was run",
+                            cfg.name,
+                            show(BootClock.now().saturating_sub(acquired.sent))
+                        ),
+                    ),
+                };
+                // Late, the lease may be gone: a release that finds it so is no news.
+                finish(backend, cfg, watcher, None, late).await;
                 Err(failure)
             }
         }

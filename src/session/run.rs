@@ -41,9 +41,10 @@ pub async fn run<B: Backend>(
         acquired.fence,
         show(acquired.waited)
     );
-    let mut job = Job::start(backend, cfg, program, &acquired).await?;
-    let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
+    let start_by = lease.borrow().term_point();
+    let mut job = Job::start(backend, cfg, program, &acquired, start_by).await?;
+    let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     notify::send(&format!(
         "READY=1\nSTATUS=holding lock {} (fence {})",
         cfg.name, acquired.fence

@@ -109,15 +109,18 @@ impl ChildStopper {
     }
 }
 
+/// The signal goes first, and only then is the stop recorded and said: a write to a stderr
+/// file on a stalled disk, or to the service manager's socket, must not hold up the signal
+/// that keeps the command within its lease.
 impl Stopper for ChildStopper {
     fn terminate(&self, why: Why) {
-        self.losing(why, self.signal);
         self.target.terminate(self.signal);
+        self.losing(why, self.signal);
     }
 
     fn kill(&self, why: Why) {
-        self.losing(why, Signal::SIGKILL);
         self.target.signal(Signal::SIGKILL);
+        self.losing(why, Signal::SIGKILL);
     }
 }
 

@@ -275,11 +275,41 @@ async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
         waited: Duration::ZERO,
     };
     let program = std::path::Path::new("/nonexistent/locked-run-test-program");
-    let failure = super::job::Job::start(&fake, &cfg, program, &acquired)
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, Duration::MAX)
         .await
         .err()
         .expect("the spawn fails");
     assert_eq!(failure.exit, Exit::NotFound);
+    let seen = fake.seen.borrow().clone();
+    assert!(
+        matches!(&seen[..], [Seen::Released { .. }]),
+        "released, and nothing else: {seen:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_start_past_the_kill_point_runs_nothing_and_releases_the_lock() {
+    let fake = Fake::new(vec![]);
+    let cfg = config(Patience::Forever);
+    let acquired = super::Acquired {
+        fence: 1,
+        sent: Duration::ZERO,
+        waited: Duration::ZERO,
+    };
+    // A real program: only the start-by point stops it.
+    let program = std::path::Path::new("/bin/true");
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, Duration::ZERO)
+        .await
+        .err()
+        .expect("nothing starts");
+    assert_eq!(failure.exit, Exit::Lost);
+    assert!(
+        failure
+            .message
+            .starts_with("lost the lock job before the command could start"),
+        "{}",
+        failure.message
+    );
     let seen = fake.seen.borrow().clone();
     assert!(
         matches!(&seen[..], [Seen::Released { .. }]),

@@ -18,7 +18,7 @@ pub fn supplement(subcommand: &str) -> Option<Supplement> {
         "run" => Supplement {
             exit_status: "Exit status: the command's own; 128+N if it was ended by signal N \
 (also: a signal ended the wait, nothing ran); 75 not acquired (busy with --no-wait, or --wait \
-ran out; -E renumbers it); 76 the lease was lost and the command stopped (--lost-exit-code); \
+ran out; -E renumbers it); 76 the lease was lost and the command stopped or never started (--lost-exit-code); \
 124 --max-run ran out; 69 the server unreachable or refusing before the command started; 2 \
 usage error; 126/127 command not executable/not found.",
             examples:
