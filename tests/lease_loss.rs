@@ -265,16 +265,10 @@ fn a_full_stderr_pipe_does_not_stop_the_renewals() {
     );
 }
 
-/// A wrapper held up between the grant and the start of its command (strace delays every
-/// prctl(2) by 1.2 s: the wrapper's own as it readies the job, and the child's just before it
-/// execs), past the point where the kill signal would go, starts nothing: the command would
-/// run on a lease that may already be another run's. 76, one line, the command never ran, and
-/// nothing is left held.
-#[test]
-fn a_wrapper_held_up_past_the_kill_point_before_the_start_runs_nothing() {
-    let redis = Redis::start();
-    let dir = scratch();
-    let marker = file(&dir, "ran");
+/// `locked-run -u URL --ttl 2s job -- touch MARKER`, held up between the grant and the start
+/// of its command: strace delays every prctl(2) by 1.2 s (the wrapper's own as it readies the
+/// job, and the child's just before it execs).
+fn held_up(url: &str, marker: &Path) -> Output {
     let mut cmd = std::process::Command::new("strace");
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("LOCKED_RUN") {
@@ -284,11 +278,33 @@ fn a_wrapper_held_up_past_the_kill_point_before_the_start_runs_nothing() {
     cmd.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=prctl"])
         .args(["-e", "inject=prctl:delay_enter=1200000"])
         .arg(BIN)
-        .args(["-u", &redis.url(), "--ttl", TTL, "job", "--", "touch"])
-        .arg(&marker);
-    run(cmd).expect_opening(76, "lost the lock job before the command could start");
+        .args(["-u", url, "--ttl", TTL, "job", "--", "touch"])
+        .arg(marker);
+    run(cmd)
+}
+
+/// Held up past the point where the kill signal would go (T = 2 s), a run starts nothing: the
+/// command would run on a lease that may already be another run's. 76, one line, the command
+/// never ran, and nothing is left held.
+#[test]
+fn a_wrapper_held_up_past_the_kill_point_before_the_start_runs_nothing() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let marker = file(&dir, "ran");
+    held_up(&redis.url(), &marker)
+        .expect_opening(76, "lost the lock job before the command could start");
     assert!(!marker.exists(), "the command ran past the kill point");
     lr().args(["-u", &redis.url(), "-n", "job", "--", "true"])
         .run()
         .expect(0);
+}
+
+/// A lock the kernel holds (`file://`) has no lease to run out: held up as long, the run
+/// starts its command.
+#[test]
+fn a_host_local_lock_held_up_as_long_still_runs_its_command() {
+    let locks = scratch();
+    let marker = file(&locks, "ran");
+    held_up(&file_url(locks.path()), &marker).expect(0);
+    assert!(marker.exists(), "the command did not run");
 }

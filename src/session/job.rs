@@ -25,15 +25,15 @@ pub struct Job {
 
 impl Job {
     /// Starts `cfg.command` (found at `program`) with the lock's environment, unless the
-    /// lease clock's kill-signal point `start_by` has passed by the instant it would exec (see
-    /// [`child::spawn`]). A spawn that starts nothing releases the lock before its failure is
-    /// returned.
+    /// lease clock's kill-signal point `start_by` (a lease's; none for a lock the kernel
+    /// holds) has passed by the instant it would exec (see [`child::spawn`]). A spawn that
+    /// starts nothing releases the lock before its failure is returned.
     pub async fn start<B: Backend>(
         backend: &B,
         cfg: &RunConfig,
         program: &Path,
         acquired: &Acquired,
-        start_by: Duration,
+        start_by: Option<Duration>,
     ) -> Result<Job, Failure> {
         let interactive = child::interactive();
         child::become_subreaper();
@@ -61,14 +61,7 @@ impl Job {
                 .ok(),
         };
         let group = watcher.as_ref().map(Watcher::group);
-        match child::spawn(
-            program,
-            &cfg.command,
-            &env,
-            interactive,
-            group,
-            Some(start_by),
-        ) {
+        match child::spawn(program, &cfg.command, &env, interactive, group, start_by) {
             Ok((child, target)) => Ok(Job {
                 child,
                 target,

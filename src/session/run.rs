@@ -42,7 +42,7 @@ pub async fn run<B: Backend>(
         show(acquired.waited)
     );
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
-    let start_by = lease.borrow().term_point();
+    let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
     let mut job = Job::start(backend, cfg, program, &acquired, start_by).await?;
     let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     notify::send(&format!(

@@ -275,7 +275,7 @@ async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
         waited: Duration::ZERO,
     };
     let program = std::path::Path::new("/nonexistent/locked-run-test-program");
-    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, Duration::MAX)
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, None)
         .await
         .err()
         .expect("the spawn fails");
@@ -298,7 +298,7 @@ async fn a_start_past_the_kill_point_runs_nothing_and_releases_the_lock() {
     };
     // A real program: only the start-by point stops it.
     let program = std::path::Path::new("/bin/true");
-    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, Duration::ZERO)
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, Some(Duration::ZERO))
         .await
         .err()
         .expect("nothing starts");
