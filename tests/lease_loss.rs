@@ -291,8 +291,19 @@ fn a_wrapper_held_up_past_the_kill_point_before_the_start_runs_nothing() {
     let redis = Redis::start();
     let dir = scratch();
     let marker = file(&dir, "ran");
-    held_up(&redis.url(), &marker)
-        .expect_opening(76, "lost the lock job before the command could start");
+    let out = held_up(&redis.url(), &marker).expect(76);
+    // strace may say things of its own on the same stderr.
+    let ours: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("locked-run: "))
+        .collect();
+    assert_eq!(ours.len(), 1, "one line: {}", out.stderr);
+    assert!(
+        ours[0].starts_with("locked-run: lost the lock job before the command could start"),
+        "{}",
+        out.stderr
+    );
     assert!(!marker.exists(), "the command ran past the kill point");
     lr().args(["-u", &redis.url(), "-n", "job", "--", "true"])
         .run()
@@ -307,4 +318,41 @@ fn a_host_local_lock_held_up_as_long_still_runs_its_command() {
     let marker = file(&locks, "ran");
     held_up(&file_url(locks.path()), &marker).expect(0);
     assert!(marker.exists(), "the command did not run");
+}
+
+/// The command's program under a write lease (`fcntl(F_SETLEASE)`) that another process holds
+/// for 3 s: its exec blocks there (as on a file system that stalls), past the kill point of a
+/// 2 s lease. The wrapper waits for the exec no longer than that point: the child is killed
+/// before the program could run, 76, one line.
+#[test]
+fn a_command_whose_exec_blocks_past_the_kill_point_never_runs() {
+    use std::io::{BufRead, BufReader};
+    let redis = Redis::start();
+    let dir = scratch();
+    let program = file(&dir, "program");
+    std::fs::copy("/usr/bin/touch", &program).expect("a copy of touch");
+    let marker = file(&dir, "ran");
+    let mut holder = std::process::Command::new("perl")
+        .args([
+            "-e",
+            r#"open(my $f, "<", $ARGV[0]) or die "open: $!"; $SIG{IO} = "IGNORE";
+               fcntl($f, 1024, 1) or die "F_SETLEASE: $!"; $| = 1; print "held\n"; sleep 3"#,
+            path_str(&program),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("perl is installed (see .ci/run)");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "held\n", "the lease on the program was not taken");
+    let out = lr()
+        .args(["-u", &redis.url(), "--ttl", TTL, "job", "--"])
+        .args([path_str(&program), path_str(&marker)])
+        .run();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    out.expect_opening(76, "lost the lock job before the command could start");
+    assert!(!marker.exists(), "the command ran past the kill point");
 }

@@ -1,4 +1,4 @@
-//! Spawning the command the way `posix_spawn` does: `clone(CLONE_VM | CLONE_VFORK)`, then, in
+//! Spawning the command nearly the way `posix_spawn` does: `clone(CLONE_VM)`, then, in
 //! the child, only async-signal-safe calls until `exec`. All the `unsafe` of starting a
 //! process is here.
 
@@ -16,7 +16,7 @@ use crate::exit::{Exit, Failure};
 
 /// Spawns the command, in its own process group unless `interactive`, with PDEATHSIG set.
 ///
-/// Spawned the way `posix_spawn` does it: `clone(CLONE_VM | CLONE_VFORK)`, so the parent's
+/// Spawned nearly the way `posix_spawn` does it: `clone(CLONE_VM)`, so the parent's
 /// page tables are not copied (about half a millisecond saved on every run; std falls back to
 /// `fork` as soon as a `pre_exec` hook is needed, and PDEATHSIG needs one). Must run on the
 /// runtime's main thread: PDEATHSIG fires when the *thread* that created the child exits.
@@ -25,10 +25,12 @@ use crate::exit::{Exit, Failure};
 /// execs, so the watcher can kill the whole job should `locked-run` die.
 ///
 /// With `start_by` (a `CLOCK_BOOTTIME` reading: the lease clock's point of sending the kill
-/// signal), the child reads the clock as the last thing before it execs, and execs nothing
-/// once that point has passed ([`SpawnError::Late`]): however long `locked-run` was held up
-/// between the grant and the start (an overloaded machine, a stalled write, a pause), the
-/// command never starts on a lease that may already be another run's.
+/// signal), the command never starts on a lease that may already be another run's: the child
+/// reads the clock as the last thing before it execs and execs nothing once that point has
+/// passed, and we wait for its exec no longer than that point (an exec can block on the
+/// program's file: a lease on it, a slow file system) before we SIGKILL it
+/// ([`SpawnError::Late`] either way), however long `locked-run` was held up between the grant
+/// and the start (an overloaded machine, a stalled write, a pause).
 pub fn spawn(
     program: &Path,
     argv: &[OsString],
@@ -74,7 +76,7 @@ pub fn spawn(
         .collect();
 
     let start_by_ns = start_by.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX.into()) as u64);
-    let spawned = vfork_exec(
+    let spawned = clone_exec(
         &path,
         &argv_ptrs,
         &envp_ptrs,
@@ -143,7 +145,7 @@ struct Exec<'a> {
     errno: AtomicI32,
 }
 
-fn vfork_exec(
+fn clone_exec(
     path: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
@@ -192,41 +194,121 @@ fn vfork_exec(
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) };
         return Err(e);
     }
+    // The child's exec (or its exit) closes the write end of this close-on-exec pipe: end of
+    // file on the read end says it no longer uses our memory. Made before the clone, so the
+    // child's copy of our descriptors has it.
+    let mut done = [0i32; 2];
+    // SAFETY: pipe2 fills two descriptors, closed below.
+    if unsafe { libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: undoes the mapping and the mask above.
+        unsafe {
+            libc::munmap(stack, STACK);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+        }
+        return Err(e);
+    }
     // The stack grows down: pass its 16-byte aligned top.
     let top = (stack as usize + STACK) & !15;
-    // SAFETY: CLONE_VFORK suspends us until the child has exec'd or exited, so `exec` and
-    // `stack` outlive every use the child makes of them; the child only makes
-    // async-signal-safe calls (see child_main).
+    // SAFETY: `exec` and `stack` stay alive and untouched by us until the child has exec'd or
+    // is gone (the wait below); the child only makes async-signal-safe calls (see child_main).
+    // No CLONE_VFORK: we wait for the exec ourselves, and no longer than `start_by`, since an
+    // exec can block (a file lease or a slow file system under the program).
     let pid = unsafe {
         libc::clone(
             child_main,
             top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::SIGCHLD,
             &exec as *const Exec as *mut libc::c_void,
         )
     };
     let clone_error = io::Error::last_os_error();
-    // SAFETY: restores the mask saved above; the child no longer uses its stack.
+    // SAFETY: our copy of the write end; the child has its own.
+    unsafe { libc::close(done[1]) };
+    let outcome = if pid < 0 {
+        Err(clone_error)
+    } else if exec_or_exit(done[0], start_by_ns) {
+        match exec.errno.load(Ordering::SeqCst) {
+            0 => Ok(Pid::from_raw(pid)),
+            errno => {
+                let mut raw = 0;
+                // SAFETY: reaps the child that failed to exec (it has exited).
+                unsafe { libc::waitpid(pid, &mut raw, 0) };
+                Err(io::Error::from_raw_os_error(errno))
+            }
+        }
+    } else {
+        // Past the start-by point and not yet exec'd: killed, and reaped before its stack and
+        // `exec` go away.
+        let mut raw = 0;
+        // SAFETY: our own child, not yet reaped, so the pid is still its.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut raw, 0);
+        }
+        Err(io::Error::from_raw_os_error(LATE))
+    };
+    // SAFETY: the child no longer uses its stack or our memory; restores the mask saved above.
     unsafe {
+        libc::close(done[0]);
         libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
         libc::munmap(stack, STACK);
     }
-    if pid < 0 {
-        return Err(clone_error);
+    outcome
+}
+
+/// Waits for end of file on `fd` (the child exec'd or exited), until `CLOCK_BOOTTIME` reads
+/// `start_by_ns` (0: for ever). False when that came first.
+fn exec_or_exit(fd: i32, start_by_ns: u64) -> bool {
+    loop {
+        let timeout_ms = match start_by_ns {
+            0 => -1,
+            at => {
+                let now = boot_ns();
+                if now >= at {
+                    0
+                } else {
+                    // Rounded up: never a wake-up before the point.
+                    ((at - now).div_ceil(1_000_000)).min(i32::MAX as u64) as i32
+                }
+            }
+        };
+        let mut poll = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of ours.
+        let ready = unsafe { libc::poll(&mut poll, 1, timeout_ms) };
+        if ready > 0 {
+            let mut byte = 0u8;
+            // SAFETY: reads into a byte of ours; nobody writes to the pipe, so this is the end
+            // of file (or an error, which says the same: the write end is gone).
+            let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+            if n <= 0 {
+                return true;
+            }
+        } else if ready == 0 && timeout_ms == 0 {
+            return false;
+        }
+        // Interrupted, or woken before the point: look again.
     }
-    let errno = exec.errno.load(Ordering::SeqCst);
-    if errno != 0 {
-        let mut raw = 0;
-        // SAFETY: reaps the child that failed to exec (it has exited: CLONE_VFORK).
-        unsafe { libc::waitpid(pid, &mut raw, 0) };
-        return Err(io::Error::from_raw_os_error(errno));
+}
+
+/// `CLOCK_BOOTTIME` in ns, with async-signal-safe calls only (the child uses it too).
+fn boot_ns() -> u64 {
+    // SAFETY: clock_gettime fills the timespec we pass.
+    unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
+        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
     }
-    Ok(Pid::from_raw(pid))
 }
 
 /// The child between clone and exec: only async-signal-safe calls, no allocation, no panics.
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the parent's `Exec`, alive while the parent is suspended (CLONE_VFORK).
+    // SAFETY: `arg` is the parent's `Exec`, alive until the parent has seen this child exec or
+    // exit (or has killed and reaped it).
     let exec = unsafe { &*(arg as *const Exec) };
     // SAFETY: plain syscalls on this process.
     unsafe {
@@ -260,13 +342,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             libc::_exit(128 + libc::SIGKILL);
         }
         libc::sigprocmask(libc::SIG_SETMASK, &exec.mask, std::ptr::null_mut());
-        if exec.start_by_ns != 0 {
-            let mut now: libc::timespec = std::mem::zeroed();
-            libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
-            if now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64 >= exec.start_by_ns {
-                *libc::__errno_location() = LATE;
-                return fail(exec);
-            }
+        if exec.start_by_ns != 0 && boot_ns() >= exec.start_by_ns {
+            *libc::__errno_location() = LATE;
+            return fail(exec);
         }
         libc::execve(exec.path.as_ptr(), exec.argv.as_ptr(), exec.envp.as_ptr());
         fail(exec)

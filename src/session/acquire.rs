@@ -31,7 +31,7 @@ impl Interrupts for Signals {
 }
 
 /// Takes the lock, waiting as `cfg.patience` allows. A grant that leaves less of the lease than
-/// R + K (a server that took that long to answer) is given back and counts as a failure.
+/// R + K + D (a server that took that long to answer) is given back and counts as a failure.
 pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
     backend: &B,
     clock: &C,

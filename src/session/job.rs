@@ -75,9 +75,10 @@ impl Job {
                     SpawnError::Late => Failure::new(
                         Exit::Lost,
                         format!(
-                            "lost the lock {} before the command could start: locked-run was \
-                             held up {} after asking for it, past the point where it stops the \
-                             command (an overloaded machine, or locked-run paused); nothing was run",
+                            "lost the lock {} before the command could start: {} passed between asking \
+                             for it and the start, past the point where the command would be \
+                             stopped (a slow server or network, a program slow to load, an \
+                             overloaded machine, or locked-run paused); nothing was run",
                             cfg.name,
                             show(BootClock.now().saturating_sub(acquired.sent))
                         ),

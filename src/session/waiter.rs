@@ -172,7 +172,10 @@ impl<'a> Waiter<'a> {
         match attempt {
             Ok(Attempt::Acquired { fence }) => {
                 let left = timings.valid_until(self.sent).saturating_sub(now);
-                if !facts.lease || left >= timings.renew_every + timings.kill_after {
+                // R beyond the point where the command may no longer start (V - D - K):
+                // time to start it, and to renew once, even when R < D.
+                let needed = timings.renew_every + timings.kill_after + timings.drift;
+                if !facts.lease || left >= needed {
                     return Next::Hold(Acquired {
                         fence,
                         sent: self.sent,
@@ -184,7 +187,7 @@ impl<'a> Waiter<'a> {
                 // give-back may land late: it must not delete what the next attempt takes).
                 self.last_error = Some(BackendError::Transient(format!(
                     "the server took {} to grant lock {name}, leaving {} of the lease, less \
-                     than --renew-every + --kill-after",
+                     than --renew-every + --kill-after + the drift allowance",
                     show(now.saturating_sub(self.sent)),
                     show(left)
                 )));
