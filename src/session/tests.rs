@@ -143,6 +143,31 @@ async fn a_late_grant_is_given_back_and_the_next_attempt_carries_a_fresh_token()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_grant_is_taken_only_with_time_to_start_the_command_even_when_r_is_below_d() {
+    // T = 2 s, R = 10 ms below D = 22 ms, K = 1945 ms. A grant 5 ms after its send leaves
+    // 1973 ms of the lease: more than R + K, yet past the point where the command may still
+    // start (V - D - K, 11 ms after the send) less R. Given back; the next, 1 ms, is taken.
+    let fake = Fake::new(vec![
+        after(1, busy(1_000)),
+        after(5, granted(4)),
+        after(1, granted(5)),
+    ]);
+    let mut cfg = config(Patience::Forever);
+    cfg.timings = crate::lease::Timings::new(
+        Duration::from_secs(2),
+        Some(Duration::from_millis(10)),
+        Some(Duration::from_millis(1945)),
+    )
+    .expect("valid timings");
+    let clock = TestClock::new();
+    let acquired = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+        .await
+        .expect("acquired");
+    assert_eq!(acquired.fence, 5);
+    assert_eq!(fake.gave_back().len(), 1, "{:?}", fake.seen.borrow());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_late_grant_at_the_first_contact_is_unavailable() {
     let fake = Fake::new(vec![after(16_000, granted(1))]);
     let cfg = config(Patience::Forever);
