@@ -10,6 +10,7 @@ use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender};
 
 use serde_json::{Map, Value, json};
 use tracing::field::{Field, Visit};
@@ -24,7 +25,7 @@ use crate::exit::printable;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 static LOCK: OnceLock<String> = OnceLock::new();
-/// Log lines not written because stderr was full (see `write_line`).
+/// Log lines not written because stderr was full or the queue to it was (see `write_line`).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the stderr logger for the process.
@@ -134,11 +135,54 @@ fn render(level: Level, message: &str, rest: Map<String, Value>) -> String {
     }
 }
 
-/// Writes one log line, unless stderr would block: the lease clock runs on this thread, and a
-/// reader of stderr that stopped reading (a full pipe) must not stop renewals and kills with
-/// it. A line (far shorter than PIPE_BUF) goes into a pipe that polls writable without
-/// blocking. Lines left out are counted, and the count is written with the next line.
+/// Lines on their way to stderr, written by a thread of their own (see [`write_line`]).
+static QUEUE: OnceLock<Option<SyncSender<Out>>> = OnceLock::new();
+/// How many lines may wait for the writer before more are dropped.
+const QUEUED: usize = 256;
+
+enum Out {
+    Line(String),
+    /// Answered once every line before it was written (or dropped).
+    Flush(SyncSender<()>),
+}
+
+/// Hands one log line to the writer thread, never waiting: the lease clock runs on this
+/// thread, and neither a reader of stderr that stopped reading (a full pipe) nor a write that
+/// blocks (a stderr file on a stalled disk) may hold up a renewal or a kill. A line that finds
+/// the queue full is dropped and counted; so is one the writer finds stderr not writable for
+/// (a line, far shorter than PIPE_BUF, goes into a pipe that polls writable without
+/// blocking). The count is written with the next line.
 fn write_line(line: &str) {
+    let queue = QUEUE.get_or_init(start_writer);
+    match queue {
+        Some(queue) => {
+            if queue.try_send(Out::Line(line.to_owned())).is_err() {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // No thread could be started: written here, as long as stderr does not block.
+        None => write_now(line),
+    }
+}
+
+fn start_writer() -> Option<SyncSender<Out>> {
+    let (queue, lines) = mpsc::sync_channel::<Out>(QUEUED);
+    let writer = std::thread::Builder::new()
+        .name("log".into())
+        .spawn(move || {
+            for out in lines {
+                match out {
+                    Out::Line(line) => write_now(&line),
+                    Out::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+    writer.ok().map(|_| queue)
+}
+
+fn write_now(line: &str) {
     if !stderr_writable(0) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
         return;
@@ -149,9 +193,15 @@ fn write_line(line: &str) {
     let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
-/// Says how many lines were dropped, if any, before `locked-run` exits (the lock is no longer
-/// held then: this may wait a second for stderr).
+/// Writes out the lines still queued (waiting at most a second: the lock is no longer held
+/// then), and says how many lines were dropped, if any, before `locked-run` exits.
 pub fn report_dropped() {
+    if let Some(Some(queue)) = QUEUE.get() {
+        let (done, written) = mpsc::sync_channel(1);
+        if queue.try_send(Out::Flush(done)).is_ok() {
+            let _ = written.recv_timeout(std::time::Duration::from_secs(1));
+        }
+    }
     if DROPPED.load(Ordering::Relaxed) > 0 && stderr_writable(1000) {
         let _ = std::io::stderr().write_all(dropped_note().as_bytes());
     }

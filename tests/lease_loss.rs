@@ -356,3 +356,44 @@ fn a_command_whose_exec_blocks_past_the_kill_point_never_runs() {
     out.expect_opening(76, "lost the lock job before the command could start");
     assert!(!marker.exists(), "the command ran past the kill point");
 }
+
+/// A stderr file on a stalled disk (strace holds the third write to it for 3 s; a regular file
+/// always polls writable) holds up neither the renewals nor the kill: log lines are written by
+/// a thread of their own. With `--log-format json` every renewal is a line; the 2.5 s command
+/// runs to its end under a 2 s lease, 0.
+#[test]
+fn a_stalled_stderr_file_does_not_hold_up_the_lease() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = file(&dir, "stderr");
+    let mut cmd = std::process::Command::new("strace");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-P", path_str(&log)])
+        .args([
+            "-e",
+            "trace=write",
+            "-e",
+            "inject=write:delay_enter=3000000:when=3",
+        ])
+        .args(["sh", "-c", r#"exec "$0" "$@" 2>> "$LOG""#])
+        .arg(BIN)
+        .args([
+            "--log-format",
+            "json",
+            "-u",
+            &redis.url(),
+            "--ttl",
+            TTL,
+            "job",
+        ])
+        .args(["--", "sleep", "2.5"])
+        .env("LOG", &log);
+    run(cmd).expect(0);
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(said.contains(r#""event":"renewed""#), "{said}");
+    assert!(!said.contains(r#""event":"lost""#), "{said}");
+}
