@@ -290,8 +290,12 @@ async fn a_run_with_other_holders_is_a_usage_error() {
     assert!(failure.message.contains("--holders 3"));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
+/// `Job::start` of `program` with `start_by`, on a lock just granted; what it failed with,
+/// and everything the backend was asked.
+async fn start_failing(
+    program: &str,
+    start_by: Option<Duration>,
+) -> (crate::exit::Failure, Vec<Seen>) {
     let fake = Fake::new(vec![]);
     let cfg = config(Patience::Forever);
     let acquired = super::Acquired {
@@ -299,13 +303,19 @@ async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
         sent: Duration::ZERO,
         waited: Duration::ZERO,
     };
-    let program = std::path::Path::new("/nonexistent/locked-run-test-program");
-    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, None)
+    let program = std::path::Path::new(program);
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, start_by)
         .await
         .err()
-        .expect("the spawn fails");
-    assert_eq!(failure.exit, Exit::NotFound);
+        .expect("nothing starts");
     let seen = fake.seen.borrow().clone();
+    (failure, seen)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
+    let (failure, seen) = start_failing("/nonexistent/locked-run-test-program", None).await;
+    assert_eq!(failure.exit, Exit::NotFound);
     assert!(
         matches!(&seen[..], [Seen::Released { .. }]),
         "released, and nothing else: {seen:?}"
@@ -314,19 +324,8 @@ async fn a_spawn_that_fails_releases_the_lock_before_its_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_start_past_the_kill_point_runs_nothing_and_releases_the_lock() {
-    let fake = Fake::new(vec![]);
-    let cfg = config(Patience::Forever);
-    let acquired = super::Acquired {
-        fence: 1,
-        sent: Duration::ZERO,
-        waited: Duration::ZERO,
-    };
     // A real program: only the start-by point stops it.
-    let program = std::path::Path::new("/bin/true");
-    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, Some(Duration::ZERO))
-        .await
-        .err()
-        .expect("nothing starts");
+    let (failure, seen) = start_failing("/bin/true", Some(Duration::ZERO)).await;
     assert_eq!(failure.exit, Exit::Lost);
     assert!(
         failure
@@ -335,7 +334,6 @@ async fn a_start_past_the_kill_point_runs_nothing_and_releases_the_lock() {
         "{}",
         failure.message
     );
-    let seen = fake.seen.borrow().clone();
     assert!(
         matches!(&seen[..], [Seen::Released { .. }]),
         "released, and nothing else: {seen:?}"
