@@ -125,7 +125,7 @@ fn print(event: &Event<'_>) {
     let mut fields = Fields::default();
     event.record(&mut fields);
     let level = *event.metadata().level();
-    write_line(&render(level, &fields.message, fields.rest));
+    write_line(render(level, &fields.message, fields.rest));
 }
 
 fn render(level: Level, message: &str, rest: Map<String, Value>) -> String {
@@ -152,16 +152,16 @@ enum Out {
 /// the queue full is dropped and counted; so is one the writer finds stderr not writable for
 /// (a line, far shorter than PIPE_BUF, goes into a pipe that polls writable without
 /// blocking). The count is written with the next line.
-fn write_line(line: &str) {
+fn write_line(line: String) {
     let queue = QUEUE.get_or_init(start_writer);
     match queue {
         Some(queue) => {
-            if queue.try_send(Out::Line(line.to_owned())).is_err() {
+            if queue.try_send(Out::Line(line)).is_err() {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
             }
         }
         // No thread could be started: written here, as long as stderr does not block.
-        None => write_now(line),
+        None => write_now(&line),
     }
 }
 

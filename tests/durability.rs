@@ -3,20 +3,13 @@
 //! crash right after the release would forget it and a late host would run the job again.
 //! Checked on the system calls of a real run, traced with strace.
 
-use std::process::Command;
-
 use crate::support::*;
 
 /// The system calls of one `locked-run ARGS...`, one line each, file descriptors with paths.
 fn traced(args: &[&str]) -> (Output, Vec<String>) {
     let dir = scratch();
     let trace = file(&dir, "trace");
-    let mut cmd = Command::new("strace");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("LOCKED_RUN") {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = without_our_settings("strace");
     cmd.args(["-f", "-y", "-qq", "-s", "256", "-o", path_str(&trace)])
         .args(["-e", "trace=pwrite64,ftruncate,fsync,fdatasync,flock"])
         .arg(BIN)

@@ -269,12 +269,7 @@ fn a_full_stderr_pipe_does_not_stop_the_renewals() {
 /// of its command: strace delays every prctl(2) by 1.2 s (the wrapper's own as it readies the
 /// job, and the child's just before it execs).
 fn held_up(url: &str, marker: &Path) -> Output {
-    let mut cmd = std::process::Command::new("strace");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("LOCKED_RUN") {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = without_our_settings("strace");
     cmd.args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=prctl"])
         .args(["-e", "inject=prctl:delay_enter=1200000"])
         .arg(BIN)
@@ -366,12 +361,7 @@ fn a_stalled_stderr_file_does_not_hold_up_the_lease() {
     let redis = Redis::start();
     let dir = scratch();
     let log = file(&dir, "stderr");
-    let mut cmd = std::process::Command::new("strace");
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("LOCKED_RUN") {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = without_our_settings("strace");
     cmd.args(["-f", "-qq", "-o", "/dev/null", "-P", path_str(&log)])
         .args([
             "-e",

@@ -69,22 +69,11 @@ impl Job {
                 watcher,
             }),
             Err(e) => {
-                let late = matches!(e, SpawnError::Late);
-                let failure = match e {
-                    SpawnError::Failed(failure) => failure,
-                    SpawnError::Late => Failure::new(
-                        Exit::Lost,
-                        format!(
-                            "lost the lock {} before the command could start: {} passed between asking \
-                             for it and the start, past the point where the command would be \
-                             stopped (a slow server or network, a program slow to load, an \
-                             overloaded machine, or locked-run paused); nothing was run",
-                            cfg.name,
-                            show(BootClock.now().saturating_sub(acquired.sent))
-                        ),
-                    ),
-                };
                 // Late, the lease may be gone: a release that finds it so is no news.
+                let (failure, late) = match e {
+                    SpawnError::Failed(failure) => (failure, false),
+                    SpawnError::Late => (late_start(cfg, acquired), true),
+                };
                 finish(backend, cfg, watcher, None, late).await;
                 Err(failure)
             }
@@ -110,6 +99,21 @@ impl Job {
     ) -> Option<bool> {
         finish(backend, cfg, self.watcher, keep_for, lost).await
     }
+}
+
+/// The run's end when the lease reached its kill-signal point before the command could start.
+fn late_start(cfg: &RunConfig, acquired: &Acquired) -> Failure {
+    Failure::new(
+        Exit::Lost,
+        format!(
+            "lost the lock {} before the command could start: {} passed between asking for it \
+             and the start, past the point where the command would be stopped (a slow server or \
+             network, a program slow to load, an overloaded machine, or locked-run paused); \
+             nothing was run",
+            cfg.name,
+            show(BootClock.now().saturating_sub(acquired.sent))
+        ),
+    )
 }
 
 /// Disarm, release, dismiss, in that order: the watcher must not kill a group that is gone

@@ -16,7 +16,13 @@ pub fn signal(pid: i32, sig: i32) {
 
 /// A `locked-run` command with no inherited LOCKED_RUN_* settings.
 pub fn locked_run() -> Command {
-    let mut cmd = Command::new(BIN);
+    without_our_settings(BIN)
+}
+
+/// `program` (`locked-run`, or a tracer that runs it) with no inherited LOCKED_RUN_* settings
+/// and no REDISCLI_AUTH, its stdin empty.
+pub fn without_our_settings(program: &str) -> Command {
+    let mut cmd = Command::new(program);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" {
             cmd.env_remove(key);
