@@ -112,9 +112,11 @@ impl Redis {
         Redis::start_in(dir, None, extra)
     }
 
-    /// A server on `port` (which the caller found free), with extra arguments.
-    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
-        Redis::start_in(tempfile::tempdir().expect("temp dir"), Some(port), extra)
+    /// A server whose port and extra arguments `draw` picks afresh on each try, for arguments
+    /// that name ports of their own (a cluster bus): a try whose port was taken meanwhile is
+    /// followed by one with new ports.
+    pub fn start_drawing(draw: impl FnMut() -> (u16, Vec<String>)) -> Redis {
+        Redis::start_in_drawing(tempfile::tempdir().expect("temp dir"), draw)
     }
 
     /// A TLS-only server (port 0, --tls-port), with the test's certificates; clients must
@@ -169,9 +171,17 @@ impl Redis {
     }
 
     fn start_in(dir: tempfile::TempDir, port: Option<u16>, extra: &[&str]) -> Redis {
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        Redis::start_in_drawing(dir, || (port.unwrap_or_else(free_port), extra.clone()))
+    }
+
+    fn start_in_drawing(
+        dir: tempfile::TempDir,
+        mut draw: impl FnMut() -> (u16, Vec<String>),
+    ) -> Redis {
         let mut dir = Some(dir);
         for _ in 0..10 {
-            let port = port.unwrap_or_else(free_port);
+            let (port, extra) = draw();
             let child = Command::new(server_bin())
                 .args([
                     "--port",
@@ -185,7 +195,7 @@ impl Redis {
                 ])
                 .arg("--dir")
                 .arg(dir.as_ref().unwrap().path())
-                .args(extra)
+                .args(&extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -267,21 +267,25 @@ fn cluster_node() -> Redis {
         "yes",
         "--cluster-config-file",
         "nodes.conf",
-    ];
-    if server_kind().version >= (7, 0) {
-        let bus = free_port().to_string();
+    ]
+    .map(String::from);
+    // The bus port is drawn afresh with the data port on every try: another test's server may
+    // take either between the draw and the start.
+    Redis::start_drawing(|| {
         let mut args = cluster.to_vec();
-        args.extend(["--cluster-port", &bus]);
-        return Redis::start_with(&args);
-    }
-    loop {
-        let port = free_port();
-        let bus_free =
-            port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
-        if bus_free {
-            return Redis::start_on(port, &cluster);
+        if server_kind().version >= (7, 0) {
+            args.extend(["--cluster-port".to_string(), free_port().to_string()]);
+            return (free_port(), args);
         }
-    }
+        loop {
+            let port = free_port();
+            let bus_free =
+                port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok();
+            if bus_free {
+                return (port, args);
+            }
+        }
+    })
 }
 
 /// Five independent servers, for Redlock.
