@@ -80,6 +80,10 @@ fn etcd_lock(url: &str, name: &LockName) -> Result<EtcdLock, String> {
     let mut parsed = etcd::parse_url(url)?;
     if parsed.user.is_some() && parsed.password.is_none() {
         parsed.password = env_password();
+        parsed.password_from = parsed
+            .password
+            .as_ref()
+            .map(|_| crate::redis::auth::PasswordFrom::Env("REDISCLI_AUTH"));
     }
     let tls = match parsed.tls {
         true => Some(tls::connector(&TlsOptions::default())?),

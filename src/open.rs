@@ -212,7 +212,7 @@ pub fn open_etcd(conn: &ConnArgs) -> Result<Option<etcd::Client>, Failure> {
         (false, _) => None,
     };
     if parsed.user.is_some() && parsed.password.is_none() {
-        parsed.password = conn.default_password()?;
+        (parsed.password, parsed.password_from) = conn.default_password_from()?.unzip();
     }
     conn.warn_about_visible_passwords();
     Ok(Some(etcd::Client::new(parsed, tls, conn.connect_timeout)))

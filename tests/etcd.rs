@@ -661,6 +661,36 @@ fn doctor_fails_a_wrong_password_naming_the_user_and_never_the_password() {
     for text in [&out.stdout, &out.stderr] {
         assert!(!text.contains("wrong-pw-7q"), "{text}");
     }
+    // A run says where the refused password came from: the URL, or --password-file.
+    let out = lr()
+        .env("LOCKED_RUN_URL", &wrong)
+        .job(["true"])
+        .run()
+        .expect_opening(
+            69,
+            &format!(
+                "the password from the URL was refused (authentication failed) by etcd at \
+                 {server} (as user app)"
+            ),
+        );
+    assert!(!out.stderr.contains("wrong-pw-7q"), "{}", out.stderr);
+    let dir = scratch();
+    let password = file(&dir, "pw");
+    std::fs::write(&password, "wrong-pw-7q\n").unwrap();
+    let out = lr()
+        .url(&server)
+        .args(["--password-file", path_str(&password)])
+        .job(["true"])
+        .run()
+        .expect_opening(
+            69,
+            &format!(
+                "the password from --password-file {} was refused (authentication failed) by \
+                 etcd at {server} (as user app)",
+                path_str(&password)
+            ),
+        );
+    assert!(!out.stderr.contains("wrong-pw-7q"), "{}", out.stderr);
     // The right password, and the NAME its role covers; another NAME is refused.
     let right = format!("etcd://app:right-pw-7q@{at}");
     let (rows, out) = etcd_doctor(lr().env("LOCKED_RUN_URL", &right), &["--name", "job"]);

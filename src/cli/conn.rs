@@ -60,13 +60,8 @@ impl ConnArgs {
         }
     }
 
-    /// The password for URLs that carry none: `--password-file`, else `REDISCLI_AUTH`.
-    pub fn default_password(&self) -> Result<Option<String>, Failure> {
-        Ok(self.default_password_from()?.map(|(password, _)| password))
-    }
-
-    /// [`ConnArgs::default_password`], and where it came from (for the line that says a
-    /// server refused it).
+    /// The password for URLs that carry none (`--password-file`, else `REDISCLI_AUTH`), and
+    /// where it came from (for the line that says a server refused it).
     pub fn default_password_from(&self) -> Result<Option<(String, PasswordFrom)>, Failure> {
         if let Some(path) = &self.password_file {
             let text = std::fs::read_to_string(path).map_err(|e| {

@@ -24,6 +24,7 @@ use tokio_rustls::TlsConnector;
 use super::url::{Endpoint, EtcdUrl};
 use crate::backend::BackendError;
 use crate::lease::show;
+use crate::redis::auth::PasswordFrom;
 
 use super::wire::{FAILED_PRECONDITION, UNAUTHENTICATED};
 pub use super::wire::{INVALID_ARGUMENT, NOT_FOUND, Status};
@@ -92,6 +93,7 @@ impl Client {
         if !with_user {
             url.user = None;
             url.password = None;
+            url.password_from = None;
         }
         self.url
             .endpoints
@@ -263,8 +265,14 @@ impl Client {
                 tracing::debug!("etcd at {}: {}", self.endpoint(at), status.message);
             }
             Err(status) if status.code == INVALID_ARGUMENT => {
+                let from = self
+                    .url
+                    .password_from
+                    .as_ref()
+                    .unwrap_or(&PasswordFrom::Url);
                 return Err(BackendError::Refused(format!(
-                    "etcd at {} refused the password of user {user}",
+                    "the password from {from} was refused (authentication failed) by etcd at {} \
+                     (as user {user}): check it against the user's password in etcd",
                     self.url()
                 )));
             }

@@ -5,6 +5,8 @@ use std::fmt;
 
 use percent_encoding::percent_decode_str;
 
+use crate::redis::auth::PasswordFrom;
+
 /// etcd's client port.
 pub const DEFAULT_PORT: u16 = 2379;
 
@@ -37,6 +39,8 @@ pub struct EtcdUrl {
     pub endpoints: Vec<Endpoint>,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// Where the password came from, for the line that says etcd refused it.
+    pub password_from: Option<PasswordFrom>,
 }
 
 impl fmt::Debug for EtcdUrl {
@@ -106,6 +110,7 @@ pub fn parse(url: &str) -> Result<EtcdUrl, String> {
         tls,
         endpoints,
         user,
+        password_from: password.as_ref().map(|_| PasswordFrom::Url),
         password,
     })
 }
