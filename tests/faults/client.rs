@@ -27,6 +27,8 @@ pub struct Pass {
     pub deadline: Instant,
     pub names: Vec<(&'static str, u32)>,
     pub nested_mix: bool,
+    /// strace is installed: runs drawn as held up are (see `Plan::held_ms`).
+    pub strace: bool,
 }
 
 /// One wrapper, as the harness saw it.
@@ -94,10 +96,25 @@ pub fn client(pass: &Pass, seed: u64, index: u64) -> Vec<Wrapper> {
     done
 }
 
-fn execute(pass: &Pass, plan: Plan) -> Wrapper {
+fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
     let self_exe = std::env::current_exe().unwrap().display().to_string();
     let stderr = pass.scratch.join(format!("stderr.{}", plan.run));
-    let mut cmd = Command::new(&pass.bin);
+    if !pass.strace {
+        plan.held_ms = None;
+    }
+    // Without -f only the wrapper's main thread is traced: its prctl(PR_SET_CHILD_SUBREAPER)
+    // is the one held up; strace exits with the wrapper's status.
+    let mut cmd = match plan.held_ms {
+        Some(ms) => {
+            let mut strace = Command::new("strace");
+            strace
+                .args(["-qq", "-o", "/dev/null", "-e", "trace=prctl", "-e"])
+                .arg(format!("inject=prctl:delay_enter={}", ms * 1000))
+                .arg(&pass.bin);
+            strace
+        }
+        None => Command::new(&pass.bin),
+    };
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" {
             cmd.env_remove(key);
@@ -115,7 +132,7 @@ fn execute(pass: &Pass, plan: Plan) -> Wrapper {
     let mut child = Spawned(cmd.spawn().expect("spawn locked-run"));
     let pid = child.0.id() as i32;
     let hard = Duration::from_millis(plan.bound_ms()) + HUNG_MARGIN;
-    let (mut sent, mut stopped_ms) = (None, 0);
+    let (mut sent, mut stopped_ms) = (None, plan.held_ms.unwrap_or(0));
     let (sig, after) = match plan.fault {
         ProcFault::None => (0, 0),
         ProcFault::Kill { after } => (libc::SIGKILL, after),

@@ -205,6 +205,10 @@ impl History {
                 Some((sig, t)) => format!(", signal {sig} at {}", at(t)),
                 None => String::new(),
             };
+            let signal = match w.plan.held_ms {
+                Some(ms) => format!("{signal}, held up {ms} ms between its grant and its start"),
+                None => signal,
+            };
             lines.push(format!(
                 "      run {run}: wrapper spawned {}, ended {} with {}{signal}; stderr: {}",
                 at(w.spawned),

@@ -2,7 +2,7 @@
 //! loops on a few NAMEs, each run's options drawn from a seeded generator, while a nemesis
 //! injects faults (a per-connection TCP fault proxy, a server frozen, slept, killed and
 //! restarted with or without its data) and the clients SIGKILL, SIGTERM and SIGSTOP their own
-//! wrappers; every command records its start and end, its fence and a fenced SQLite write; a
+//! wrappers, or hold one up under strace between its grant and its start; every command records its start and end, its fence and a fenced SQLite write; a
 //! checker then reads the whole history: exclusion, fences, writes, processes left, statuses,
 //! bounds, fair waiting, and what the servers still hold once everything stopped.
 //!

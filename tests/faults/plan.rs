@@ -1,7 +1,8 @@
 //! What one run does, drawn from the client's seeded stream: its NAME (with the NAME's fixed
 //! `--holders`, or `--shared` or not on the NAME whose runs mix both), how it waits (fair, `--no-fair`, `-n`, `-w DUR`), `--max-run`, how long its
-//! command sleeps, whether the command runs a nested `locked-run` on another NAME, and which
-//! process fault (SIGKILL, SIGTERM, SIGSTOP) the client sends its wrapper, and when.
+//! command sleeps, whether the command runs a nested `locked-run` on another NAME, which
+//! process fault (SIGKILL, SIGTERM, SIGSTOP) the client sends its wrapper, and when, and
+//! whether the wrapper is held up between its grant and its command's start.
 
 use crate::rng::Rng;
 
@@ -71,6 +72,11 @@ pub struct Plan {
     pub sleep_ms: u64,
     pub nested: Option<Nested>,
     pub fault: ProcFault,
+    /// Run under strace, which holds up the wrapper's one prctl(2) (made as it readies the job,
+    /// after the grant and before the command's clone) this many ms: past the lease's
+    /// kill-signal point (about 1.3 s at T = 2 s) the command must never start. Only on runs
+    /// with no process fault and no nested run (the nested wrapper's prctl is not traced).
+    pub held_ms: Option<u64>,
     /// How long the client pauses after this run if it found the backend unreachable (69), so
     /// a server that is down is not hammered by runs that fail at once.
     pub backoff_ms: u64,
@@ -118,6 +124,8 @@ impl Plan {
                 for_: rng.range(50, TTL_MS / 3 - 100),
             },
         };
+        let held_ms = (fault == ProcFault::None && nested.is_none() && rng.chance(5))
+            .then(|| rng.range(600, 3200));
         Plan {
             run,
             name,
@@ -129,6 +137,7 @@ impl Plan {
             sleep_ms,
             nested,
             fault,
+            held_ms,
             backoff_ms: rng.range(100, 400),
         }
     }

@@ -65,6 +65,11 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         deadline: Instant::now() + config.secs,
         names: names.clone(),
         nested_mix: config.nested,
+        strace: std::process::Command::new("strace")
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
     };
     let urls = backend.url_args();
     let (wrappers, faults, seen) = std::thread::scope(|s| {
@@ -168,6 +173,14 @@ fn print(h: &History, violations: &[Violation], ran_for: Duration, wall: Duratio
                 libc::SIGKILL => "wrapper SIGKILLed",
                 libc::SIGTERM => "wrapper SIGTERMed",
                 _ => "wrapper SIGSTOPped",
+            };
+            *process_faults.entry(kind).or_default() += 1;
+        }
+        if w.plan.held_ms.is_some() {
+            let kind = match (h.sections.contains_key(&w.plan.run), w.status) {
+                (false, 76) => "wrapper held up after its grant: started nothing (76)",
+                (true, _) => "wrapper held up after its grant: started its command",
+                _ => "wrapper held up after its grant: other end",
             };
             *process_faults.entry(kind).or_default() += 1;
         }
