@@ -128,7 +128,7 @@ impl Outcome {
             Err(failure) => {
                 let status = failure.exit.code(self.codes);
                 if !failure.quiet || self.verbose {
-                    eprintln!("{}", log::failure_line(&failure.message, status));
+                    log::write_last(&log::failure_line(&failure.message, status));
                 }
                 ExitCode::from(status)
             }

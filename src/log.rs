@@ -207,6 +207,17 @@ pub fn report_dropped() {
     }
 }
 
+/// Writes the last line before `locked-run` exits, if stderr takes it within a second: a full
+/// pipe nobody reads must not keep the process from exiting with its status (signals are still
+/// handled by then, so SIGTERM would not end the wait), and a pipe whose reader is gone (EPIPE)
+/// must not turn that status into an abort. A line is far shorter than the page a writable
+/// pipe has free, so the write does not block once the pipe polls writable.
+pub fn write_last(line: &str) {
+    if stderr_writable(1000) {
+        let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+    }
+}
+
 fn dropped_note() -> String {
     match DROPPED.swap(0, Ordering::Relaxed) {
         0 => String::new(),

@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            eprintln!("locked-run: {}", one_line(&e));
+            locked_run::log::write_last(&format!("locked-run: {}", one_line(&e)));
             return ExitCode::from(locked_run::exit::USAGE);
         }
         Err(e) => {

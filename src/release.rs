@@ -43,24 +43,35 @@ pub async fn release<B: Backend>(
     }
 }
 
+/// One line on stdout; a reader that went away (`| head -0`) changes nothing: the lock is
+/// released all the same, and the status says so.
+fn say(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
 fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {
     let fence = crate::status::last_fence(fence);
     match holders {
         [holder] => {
-            println!("released lock {name}, held by {holder}; {fence}");
+            say(format_args!(
+                "released lock {name}, held by {holder}; {fence}"
+            ));
             Exit::Child(0)
         }
         [_, ..] => {
             let by: Vec<String> = holders.iter().map(Holder::to_string).collect();
-            println!(
+            say(format_args!(
                 "released lock {name}, held by {} holders: {}; {fence}",
                 holders.len(),
                 by.join("; ")
-            );
+            ));
             Exit::Child(0)
         }
         [] => {
-            println!("lock {name} was free ({fence}); nothing to release");
+            say(format_args!(
+                "lock {name} was free ({fence}); nothing to release"
+            ));
             Exit::Free
         }
     }

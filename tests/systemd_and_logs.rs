@@ -1,8 +1,11 @@
 //! What operators' tooling reads of a run: sd_notify status and readiness for systemd units,
 //! and `--log-format json` for log shippers.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
-use std::time::Duration;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use crate::support::*;
 
@@ -180,4 +183,90 @@ fn json_logs_tell_a_lost_lease_and_end_with_the_failure() {
             .unwrap()
             .starts_with("lost the lock job")
     );
+}
+
+/// A pipe: (read end, write end).
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors, owned at once.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// `locked-run ARGS` with `stderr` as its stderr: its exit code (minus the signal that ended
+/// it), and how long it took; None if it was still running after 10 s (then killed).
+fn status_with_stderr(args: &[&str], stderr: OwnedFd) -> Option<(i32, Duration)> {
+    let mut cmd = lr().args(args).into_command();
+    cmd.stdout(Stdio::null()).stderr(Stdio::from(stderr));
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let Some(status) = wait_timeout(&mut child, Duration::from_secs(10)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    };
+    let code = status
+        .code()
+        .unwrap_or_else(|| -status.signal().unwrap_or(0));
+    Some((code, started.elapsed()))
+}
+
+/// stderr a pipe whose reader is gone (a restarted journald, a CI step's closed log pipe): the
+/// failure line cannot be written, and the status is still the one the contract gives, not an
+/// abort.
+#[test]
+fn a_stderr_whose_reader_is_gone_changes_no_exit_status() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let holder = Holder::start_on(&url, "job", &[]);
+    let cases: [(&[&str], i32); 3] = [
+        (&["-u", &url, "job", "--", "no-such-command-7q"], 127),
+        (&["-u", &url, "--ttl", "5", "job", "--", "true"], 2),
+        (&["-u", &url, "-w", "200ms", "job", "--", "true"], 75),
+    ];
+    for (args, expected) in cases {
+        let (read, write) = pipe();
+        drop(read);
+        let found = status_with_stderr(args, write).map(|(code, _)| code);
+        assert_eq!(found, Some(expected), "{args:?}");
+    }
+    holder.finish().expect(0);
+}
+
+/// stderr a full pipe nobody reads: the failure line is given up after a second, and the run
+/// ends with its status instead of blocking in the write for as long as nobody reads.
+#[test]
+fn a_full_stderr_pipe_nobody_reads_does_not_hold_up_the_exit() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let holder = Holder::start_on(&url, "job", &[]);
+    let cases: [(&[&str], i32); 2] = [
+        (&["-u", &url, "job", "--", "no-such-command-7q"], 127),
+        (&["-vv", "-u", &url, "-w", "300ms", "job", "--", "true"], 75),
+    ];
+    for (args, expected) in cases {
+        let (read, write) = pipe();
+        fill(&write);
+        let found = status_with_stderr(args, write);
+        let (code, took) = found.unwrap_or_else(|| panic!("{args:?} still running after 10 s"));
+        assert_eq!(code, expected, "{args:?}");
+        assert!(took < Duration::from_secs(5), "{args:?} took {took:?}");
+        drop(read);
+    }
+    holder.finish().expect(0);
+}
+
+/// Fills a pipe to the brim through its write end (non-blocking meanwhile, blocking again
+/// after: the flag belongs to the open file, which the child shares).
+fn fill(write: &OwnedFd) {
+    let fd = write.as_raw_fd();
+    // SAFETY: fcntl and write on a descriptor we own, from a buffer we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        let chunk = [b'x'; 4096];
+        while libc::write(fd, chunk.as_ptr().cast(), chunk.len()) > 0 {}
+        libc::fcntl(fd, libc::F_SETFL, flags);
+    }
 }
