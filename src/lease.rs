@@ -48,6 +48,17 @@ pub trait Clock {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BootClock;
 
+/// `CLOCK_BOOTTIME` in ns, with async-signal-safe calls only: for code that runs in a clone
+/// sharing our memory (the command's child before its exec, the watcher).
+pub fn boot_ns() -> u64 {
+    // SAFETY: clock_gettime fills the timespec we pass.
+    unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
+        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    }
+}
+
 impl Clock for BootClock {
     fn now(&self) -> Duration {
         // CLOCK_BOOTTIME exists on every Linux since 2.6.39; failure is impossible.

@@ -12,6 +12,14 @@
 //! the job ends normally the wrapper clears the group it named and closes the pipe, and the
 //! watcher exits without touching anything.
 //!
+//! It also guards the command's start: a command must not start past the lease's kill-signal
+//! point, and the wrapper waits for its exec no longer than that point before it SIGKILLs it;
+//! but an exec held up in the kernel (a lease on the program's file, a slow file system) while
+//! the wrapper itself is stopped would otherwise complete whenever it unblocks. So the watcher,
+//! which a SIGSTOP of the wrapper does not stop, wakes at that point too and SIGKILLs the
+//! child should it still be between its clone and its exec (the kernel writes the child's pid
+//! to the shared block at the clone and clears it when the exec commits or the child exits).
+//!
 //! It is started like the command (see `spawn`): `clone(CLONE_VM)` on a stack of its own, so
 //! nothing is copied and no page is faulted twice. It shares the wrapper's memory, so until the
 //! wrapper is gone it may only make plain system calls: no allocation, no locks, no logging.
@@ -22,14 +30,22 @@
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use nix::unistd::Pid;
 
-/// What the wrapper and the watcher share: the process group to kill (0: none), and the pipe.
+/// What the wrapper and the watcher share: the process group to kill (0: none), the command
+/// between its clone and its exec and the point it may not exec past, and the pipe.
 #[repr(C)]
 struct Shared {
     pgid: AtomicI32,
+    /// The command's pid from its clone until its exec commits or it exits, else 0: written and
+    /// cleared by the kernel (`CLONE_CHILD_SETTID`, `CLONE_CHILD_CLEARTID`).
+    pre_exec: AtomicI32,
+    /// `CLOCK_BOOTTIME` ns past which the command must not start (0: no such point).
+    start_by_ns: u64,
+    /// Set before the watcher SIGKILLs a command still short of its exec at that point.
+    killed_before_exec: AtomicBool,
     read_fd: libc::c_int,
     write_fd: libc::c_int,
 }
@@ -50,8 +66,9 @@ const MAPPING: usize = 32 * 1024;
 impl Watcher {
     /// Starts the watcher. The job's process group is named later ([`Watcher::group`]), by
     /// the child itself before it execs, so no instant exists where the wrapper could die
-    /// with a group the watcher does not know.
-    pub fn start() -> io::Result<Watcher> {
+    /// with a group the watcher does not know. `start_by` is the point past which the command
+    /// must not start (a `CLOCK_BOOTTIME` reading; none for a lock the kernel holds).
+    pub fn start(start_by: Option<std::time::Duration>) -> io::Result<Watcher> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two descriptors, owned below.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -79,6 +96,9 @@ impl Watcher {
         unsafe {
             shared.write(Shared {
                 pgid: AtomicI32::new(0),
+                pre_exec: AtomicI32::new(0),
+                killed_before_exec: AtomicBool::new(false),
+                start_by_ns: start_by.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX.into()) as u64),
                 read_fd: read.as_raw_fd(),
                 write_fd: write.as_raw_fd(),
             });
@@ -113,6 +133,18 @@ impl Watcher {
     /// Where the child writes its process group (its pid) between `setpgid` and `exec`.
     pub fn group(&self) -> &AtomicI32 {
         &self.shared.pgid
+    }
+
+    /// Where the kernel keeps the command's pid between its clone and its exec (see
+    /// [`crate::child::Watched`]).
+    pub fn pre_exec(&self) -> &AtomicI32 {
+        &self.shared.pre_exec
+    }
+
+    /// Whether the watcher SIGKILLed the command short of its exec (see
+    /// [`crate::child::Watched`]).
+    pub fn killed_before_exec(&self) -> &AtomicBool {
+        &self.shared.killed_before_exec
     }
 
     /// The job is gone: from now on the watcher leaves the group alone, should the wrapper
@@ -173,6 +205,7 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
         libc::close(shared.write_fd);
         libc::setpgid(0, 0);
         libc::prctl(libc::PR_SET_NAME, c"locked-run-watch".as_ptr(), 0, 0, 0);
+        guard_the_start(shared);
         let mut byte = 0u8;
         // Nothing is ever written: the read ends when the last write end closes.
         while libc::read(shared.read_fd, (&raw mut byte).cast(), 1) > 0 {}
@@ -181,6 +214,43 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
             kill_group(pgid);
         }
         libc::_exit(0)
+    }
+}
+
+/// Sleeps until the start-by point, unless the wrapper lets the watcher go or dies first (end
+/// of file on the pipe, which nothing is ever written to). At that point a command still
+/// between its clone and its exec is SIGKILLed: its exec would start it past the point, should
+/// it unblock while the wrapper, which waits for it too, is stopped. One wake-up at most.
+///
+/// The pid read cannot be another process's: the kernel clears it before the child can be
+/// reaped. Should the child exec and exit between the read and the kill, the kill finds a
+/// zombie (ours to reap) and does nothing.
+unsafe fn guard_the_start(shared: &Shared) {
+    if shared.start_by_ns == 0 {
+        return;
+    }
+    loop {
+        let now = crate::lease::boot_ns();
+        if now >= shared.start_by_ns {
+            let pid = shared.pre_exec.load(Ordering::SeqCst);
+            if pid > 0 {
+                shared.killed_before_exec.store(true, Ordering::SeqCst);
+                // SAFETY: a plain system call on our own child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            return;
+        }
+        let left_ms = (shared.start_by_ns - now).div_ceil(1_000_000);
+        let mut fd = libc::pollfd {
+            fd: shared.read_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of ours. With every signal blocked, poll only ends on the pipe's
+        // end or the timeout.
+        if unsafe { libc::poll(&mut fd, 1, left_ms.min(i32::MAX as u64) as i32) } > 0 {
+            return;
+        }
     }
 }
 

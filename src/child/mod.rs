@@ -19,7 +19,7 @@ use crate::exit::{Exit, Failure};
 mod spawn;
 mod tree;
 
-pub use spawn::{SpawnError, spawn};
+pub use spawn::{SpawnError, Watched, spawn};
 use tree::{describe, job_processes};
 
 /// Finds `program` as the shell would (on PATH unless it has a slash), before any lock is

@@ -6,13 +6,14 @@ use std::ffi::{CString, OsString};
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use nix::unistd::Pid;
 
 use super::{Child, Target};
 use crate::exit::{Exit, Failure};
+use crate::lease::boot_ns;
 
 /// Spawns the command, in its own process group unless `interactive`, with PDEATHSIG set.
 ///
@@ -21,8 +22,10 @@ use crate::exit::{Exit, Failure};
 /// `fork` as soon as a `pre_exec` hook is needed, and PDEATHSIG needs one). Must run on the
 /// runtime's main thread: PDEATHSIG fires when the *thread* that created the child exits.
 ///
-/// With `watch` (the watcher's cell), the child writes its process group there before it
-/// execs, so the watcher can kill the whole job should `locked-run` die.
+/// With `watch` (the watcher's cells), the child writes its process group there before it
+/// execs, so the watcher can kill the whole job should `locked-run` die, and the kernel keeps
+/// the child's pid there from the clone until its exec commits, so the watcher can kill a
+/// child still short of its exec at the start-by point, should we be stopped meanwhile.
 ///
 /// With `start_by` (a `CLOCK_BOOTTIME` reading: the lease clock's point of sending the kill
 /// signal), the command never starts on a lease that may already be another run's: the child
@@ -36,7 +39,7 @@ pub fn spawn(
     argv: &[OsString],
     env: &[(&str, String)],
     interactive: bool,
-    watch: Option<&AtomicI32>,
+    watch: Option<Watched>,
     start_by: Option<Duration>,
 ) -> Result<(Child, Target), SpawnError> {
     let shown = argv[0].to_string_lossy().into_owned();
@@ -109,6 +112,16 @@ pub fn spawn(
     Ok((Child { pid, status: None }, target))
 }
 
+/// What the watcher is told of the command: its process group, written by the child before it
+/// execs, and its pid between its clone and its exec (written and cleared by the kernel).
+#[derive(Clone, Copy)]
+pub struct Watched<'a> {
+    pub group: &'a AtomicI32,
+    pub pre_exec: &'a AtomicI32,
+    /// Set by the watcher when it SIGKILLed the child short of its exec: nothing was started.
+    pub killed_before_exec: &'a AtomicBool,
+}
+
 /// Why a spawn started nothing.
 #[derive(Debug)]
 pub enum SpawnError {
@@ -150,7 +163,7 @@ fn clone_exec(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     new_group: bool,
-    watch: Option<&AtomicI32>,
+    watch: Option<Watched>,
     start_by_ns: u64,
 ) -> io::Result<Pid> {
     // SAFETY: sigset_t is plain data, filled by sigfillset/pthread_sigmask.
@@ -169,7 +182,7 @@ fn clone_exec(
         envp,
         parent: nix::unistd::getpid().as_raw(),
         new_group,
-        watch,
+        watch: watch.map(|w| w.group),
         mask,
         start_by_ns,
         errno: AtomicI32::new(0),
@@ -210,16 +223,29 @@ fn clone_exec(
     }
     // The stack grows down: pass its 16-byte aligned top.
     let top = (stack as usize + STACK) & !15;
+    // With a watcher, the kernel writes the child's pid to the watcher's cell as the child
+    // starts and clears it when the exec commits (or the child exits).
+    let (tid_flags, child_tid) = match watch {
+        Some(w) => (
+            libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID,
+            w.pre_exec.as_ptr(),
+        ),
+        None => (0, std::ptr::null_mut()),
+    };
     // SAFETY: `exec` and `stack` stay alive and untouched by us until the child has exec'd or
-    // is gone (the wait below); the child only makes async-signal-safe calls (see child_main).
+    // is gone (the wait below); the child only makes async-signal-safe calls (see child_main);
+    // the watcher's cell lives as long as the watcher's mapping, which is never unmapped.
     // No CLONE_VFORK: we wait for the exec ourselves, and no longer than `start_by`, since an
     // exec can block (a file lease or a slow file system under the program).
     let pid = unsafe {
         libc::clone(
             child_main,
             top as *mut libc::c_void,
-            libc::CLONE_VM | libc::SIGCHLD,
+            libc::CLONE_VM | libc::SIGCHLD | tid_flags,
             &exec as *const Exec as *mut libc::c_void,
+            std::ptr::null_mut::<libc::pid_t>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            child_tid,
         )
     };
     let clone_error = io::Error::last_os_error();
@@ -228,7 +254,16 @@ fn clone_exec(
     let outcome = if pid < 0 {
         Err(clone_error)
     } else if exec_or_exit(done[0], start_by_ns) {
+        let killed_late = watch.is_some_and(|w| w.killed_before_exec.load(Ordering::SeqCst));
         match exec.errno.load(Ordering::SeqCst) {
+            // The watcher stopped it short of its exec (we were stopped past the start-by
+            // point): nothing was started.
+            0 if killed_late => {
+                let mut raw = 0;
+                // SAFETY: reaps our own child, SIGKILLed.
+                unsafe { libc::waitpid(pid, &mut raw, 0) };
+                Err(io::Error::from_raw_os_error(LATE))
+            }
             0 => Ok(Pid::from_raw(pid)),
             errno => {
                 let mut raw = 0;
@@ -292,16 +327,6 @@ fn exec_or_exit(fd: i32, start_by_ns: u64) -> bool {
             return false;
         }
         // Interrupted, or woken before the point: look again.
-    }
-}
-
-/// `CLOCK_BOOTTIME` in ns, with async-signal-safe calls only (the child uses it too).
-fn boot_ns() -> u64 {
-    // SAFETY: clock_gettime fills the timespec we pass.
-    unsafe {
-        let mut now: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
-        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
     }
 }
 

@@ -51,7 +51,7 @@ impl Job {
         // In a terminal the job shares our group, which is the terminal's to handle.
         let watcher = match interactive {
             true => None,
-            false => Watcher::start()
+            false => Watcher::start(start_by)
                 .inspect_err(|e| {
                     tracing::warn!(
                         "cannot start the watcher ({e}): should locked-run be SIGKILLed, \
@@ -60,8 +60,12 @@ impl Job {
                 })
                 .ok(),
         };
-        let group = watcher.as_ref().map(Watcher::group);
-        match child::spawn(program, &cfg.command, &env, interactive, group, start_by) {
+        let watched = watcher.as_ref().map(|w| child::Watched {
+            group: w.group(),
+            pre_exec: w.pre_exec(),
+            killed_before_exec: w.killed_before_exec(),
+        });
+        match child::spawn(program, &cfg.command, &env, interactive, watched, start_by) {
             Ok((child, target)) => Ok(Job {
                 child,
                 target,
