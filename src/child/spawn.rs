@@ -251,6 +251,16 @@ fn clone_exec(
     let clone_error = io::Error::last_os_error();
     // SAFETY: our copy of the write end; the child has its own.
     unsafe { libc::close(done[1]) };
+    // A child that never exec'd has started nothing: the watcher is told to leave its group
+    // alone before it is reaped (its pid may be reused once reaped).
+    let reap_unstarted = |pid: libc::pid_t| {
+        if let Some(w) = watch {
+            w.group.store(0, Ordering::SeqCst);
+        }
+        let mut raw = 0;
+        // SAFETY: reaps our own child, which has exited or been SIGKILLed.
+        unsafe { libc::waitpid(pid, &mut raw, 0) };
+    };
     let outcome = if pid < 0 {
         Err(clone_error)
     } else if exec_or_exit(done[0], start_by_ns) {
@@ -259,28 +269,21 @@ fn clone_exec(
             // The watcher stopped it short of its exec (we were stopped past the start-by
             // point): nothing was started.
             0 if killed_late => {
-                let mut raw = 0;
-                // SAFETY: reaps our own child, SIGKILLed.
-                unsafe { libc::waitpid(pid, &mut raw, 0) };
+                reap_unstarted(pid);
                 Err(io::Error::from_raw_os_error(LATE))
             }
             0 => Ok(Pid::from_raw(pid)),
             errno => {
-                let mut raw = 0;
-                // SAFETY: reaps the child that failed to exec (it has exited).
-                unsafe { libc::waitpid(pid, &mut raw, 0) };
+                reap_unstarted(pid);
                 Err(io::Error::from_raw_os_error(errno))
             }
         }
     } else {
         // Past the start-by point and not yet exec'd: killed, and reaped before its stack and
         // `exec` go away.
-        let mut raw = 0;
         // SAFETY: our own child, not yet reaped, so the pid is still its.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, &mut raw, 0);
-        }
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        reap_unstarted(pid);
         Err(io::Error::from_raw_os_error(LATE))
     };
     // SAFETY: the child no longer uses its stack or our memory; restores the mask saved above.
