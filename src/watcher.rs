@@ -224,7 +224,9 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
 ///
 /// The pid read cannot be another process's: the kernel clears it before the child can be
 /// reaped. Should the child exec and exit between the read and the kill, the kill finds a
-/// zombie (ours to reap) and does nothing.
+/// zombie (the wrapper's to reap) and does nothing; should its exec commit just then, the
+/// command is killed at its start, as the lease clock's first kill signal is due at this very
+/// point (no renewal runs while the wrapper waits for the exec).
 unsafe fn guard_the_start(shared: &Shared) {
     if shared.start_by_ns == 0 {
         return;
@@ -235,7 +237,7 @@ unsafe fn guard_the_start(shared: &Shared) {
             let pid = shared.pre_exec.load(Ordering::SeqCst);
             if pid > 0 {
                 shared.killed_before_exec.store(true, Ordering::SeqCst);
-                // SAFETY: a plain system call on our own child.
+                // SAFETY: a plain system call on the wrapper's child, not yet reapable.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             return;
