@@ -207,14 +207,20 @@ pub fn report_dropped() {
     }
 }
 
-/// Writes the last line before `locked-run` exits, if stderr takes it within a second: a full
-/// pipe nobody reads must not keep the process from exiting with its status (signals are still
-/// handled by then, so SIGTERM would not end the wait), and a pipe whose reader is gone (EPIPE)
-/// must not turn that status into an abort. A line is far shorter than the page a writable
-/// pipe has free, so the write does not block once the pipe polls writable.
+/// Writes the last line before `locked-run` exits, as far as stderr takes it within a second:
+/// a full pipe nobody reads must not keep the process from exiting with its status (signals
+/// are still handled by then, so SIGTERM would not end the wait), and a pipe whose reader is
+/// gone (EPIPE) must not turn that status into an abort. Written in pieces of PIPE_BUF, each
+/// once stderr polls writable: a pipe that does has a page free, so no piece blocks (a
+/// regular file always polls writable; one on a stalled disk can still hold the write).
 pub fn write_last(line: &str) {
-    if stderr_writable(1000) {
-        let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    for piece in format!("{line}\n").as_bytes().chunks(libc::PIPE_BUF) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if !stderr_writable(left.as_millis() as i32) || std::io::stderr().write_all(piece).is_err()
+        {
+            return;
+        }
     }
 }
 

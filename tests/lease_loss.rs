@@ -315,30 +315,6 @@ fn a_host_local_lock_held_up_as_long_still_runs_its_command() {
     assert!(marker.exists(), "the command did not run");
 }
 
-/// A copy of `touch` at `program`, under a write lease (`fcntl(F_SETLEASE)`) that a perl
-/// process holds for `secs`: an exec of it blocks until then (as on a file system that stalls).
-fn leased_program(program: &Path, secs: u32) -> std::process::Child {
-    use std::io::{BufRead, BufReader};
-    std::fs::copy("/usr/bin/touch", program).expect("a copy of touch");
-    let mut holder = std::process::Command::new("perl")
-        .args([
-            "-e",
-            r#"open(my $f, "<", $ARGV[0]) or die "open: $!"; $SIG{IO} = "IGNORE";
-               fcntl($f, 1024, 1) or die "F_SETLEASE: $!"; $| = 1; print "held\n"; sleep $ARGV[1]"#,
-            path_str(program),
-            &secs.to_string(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("perl is installed (see .ci/run)");
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "held\n", "the lease on the program was not taken");
-    holder
-}
-
 /// The program's exec blocks past the kill point of a 2 s lease. The wrapper waits for the
 /// exec no longer than that point: the child is killed before the program could run, 76, one
 /// line.
@@ -375,42 +351,11 @@ fn a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is_stopped() {
         .args(["-u", &redis.url(), "--ttl", TTL, "job", "--"])
         .args([path_str(&program), path_str(&marker)])
         .spawn();
-    // The command's child, once cloned (the watcher is the wrapper's other child).
     let wrapper = run.pid();
-    let mut child = 0;
-    wait_until(
-        "the command's child is cloned",
-        Duration::from_secs(10),
-        || {
-            let children =
-                std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
-                    .unwrap_or_default();
-            child = children
-                .split_whitespace()
-                .filter_map(|pid| pid.parse::<i32>().ok())
-                .find(|pid| {
-                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                        .is_ok_and(|comm| !comm.starts_with("locked-run-watc"))
-                })
-                .unwrap_or(0);
-            child != 0
-        },
-    );
+    let child = command_child(wrapper);
     signal(wrapper, libc::SIGSTOP);
     // Killed while the wrapper is stopped: a zombie its stopped parent has not reaped.
-    wait_until(
-        "the blocked child is killed",
-        Duration::from_secs(10),
-        || {
-            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                stat.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-        },
-    );
+    wait_until_dead(child, "the blocked child is killed");
     let _ = holder.wait();
     signal(wrapper, libc::SIGCONT);
     run.wait()

@@ -1,6 +1,7 @@
 //! What operators' tooling reads of a run: sd_notify status and readiness for systemd units,
 //! and `--log-format json` for log shippers.
 
+use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::ExitStatusExt;
@@ -235,7 +236,8 @@ fn a_stderr_whose_reader_is_gone_changes_no_exit_status() {
 }
 
 /// stderr a full pipe nobody reads: the failure line is given up after a second, and the run
-/// ends with its status instead of blocking in the write for as long as nobody reads.
+/// ends with its status instead of blocking in the write for as long as nobody reads; so is a
+/// line longer than the room left in the pipe (a 20 KB usage line, two pages free).
 #[test]
 fn a_full_stderr_pipe_nobody_reads_does_not_hold_up_the_exit() {
     let locks = scratch();
@@ -254,6 +256,16 @@ fn a_full_stderr_pipe_nobody_reads_does_not_hold_up_the_exit() {
         assert!(took < Duration::from_secs(5), "{args:?} took {took:?}");
         drop(read);
     }
+    let (read, write) = pipe();
+    fill(&write);
+    let mut two_pages = [0u8; 8192];
+    std::io::Read::read_exact(&mut File::from(read.try_clone().unwrap()), &mut two_pages).unwrap();
+    let ttl = "9".repeat(20_000);
+    let (code, took) = status_with_stderr(&["--ttl", &ttl, "job", "--", "true"], write)
+        .expect("a long last line: still running after 10 s");
+    assert_eq!(code, 2);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    drop(read);
     holder.finish().expect(0);
 }
 

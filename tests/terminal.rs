@@ -124,3 +124,36 @@ fn a_lease_lost_in_a_terminal_stops_the_childs_tree() {
     running.wait().expect(76);
     redis.resume();
 }
+
+/// In a terminal the job shares the wrapper's group, and the watcher only guards the start:
+/// a program whose exec is held up in the kernel while the wrapper alone is stopped (a
+/// `kill -STOP`, a debugger) is killed at the lease's kill-signal point, short of its exec,
+/// and never starts; 76 once the wrapper resumes.
+#[test]
+fn in_a_terminal_a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is_stopped() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let program = file(&dir, "program");
+    let marker = file(&dir, "ran");
+    let mut holder = leased_program(&program, 3);
+    let (running, _master) = in_terminal(&[
+        "-u",
+        &redis.url(),
+        "--ttl",
+        "2s",
+        "job",
+        "--",
+        path_str(&program),
+        path_str(&marker),
+    ]);
+    let wrapper = running.pid();
+    let child = command_child(wrapper);
+    signal(wrapper, libc::SIGSTOP);
+    wait_until_dead(child, "the blocked child is killed");
+    let _ = holder.wait();
+    signal(wrapper, libc::SIGCONT);
+    running
+        .wait()
+        .expect_opening(76, "lost the lock job before the command could start");
+    assert!(!marker.exists(), "the command started past the kill point");
+}

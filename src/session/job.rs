@@ -48,18 +48,16 @@ impl Job {
             ("LOCKED_RUN_HOLDERS", cfg.holders.to_string()),
             ("LOCKED_RUN_SHARED", u8::from(cfg.shared).to_string()),
         ];
-        // In a terminal the job shares our group, which is the terminal's to handle.
-        let watcher = match interactive {
-            true => None,
-            false => Watcher::start(start_by)
-                .inspect_err(|e| {
-                    tracing::warn!(
-                        "cannot start the watcher ({e}): should locked-run be SIGKILLed, \
-                         processes its command started may outlive it"
-                    )
-                })
-                .ok(),
-        };
+        // In a terminal the job shares our group, which is the terminal's to handle: the
+        // child names no group to the watcher then, which only guards the start.
+        let watcher = Watcher::start(start_by)
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "cannot start the watcher ({e}): should locked-run be SIGKILLed, \
+                     processes its command started may outlive it"
+                )
+            })
+            .ok();
         let watched = watcher.as_ref().map(|w| child::Watched {
             group: w.group(),
             pre_exec: w.pre_exec(),

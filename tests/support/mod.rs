@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod blocked_exec;
 pub mod certs;
 pub mod cmd;
 pub mod etcd;
@@ -27,6 +28,7 @@ pub mod server;
 pub mod topology;
 
 #[allow(unused_imports)]
+pub use blocked_exec::*;
 pub use certs::*;
 #[allow(unused_imports)]
 pub use cmd::{LockedRun, lr, status_json};

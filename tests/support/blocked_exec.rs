@@ -1,0 +1,70 @@
+//! A program whose exec blocks, and a wrapper's command seen from `/proc`: for the tests of the
+//! command's start (it must never start past the lease's kill-signal point, even with its
+//! wrapper stopped).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{path_str, wait_until};
+
+/// A copy of `touch` at `program`, under a write lease (`fcntl(F_SETLEASE)`) that a perl
+/// process holds for `secs`: an exec of it blocks until then (as on a file system that stalls).
+pub fn leased_program(program: &Path, secs: u32) -> Child {
+    std::fs::copy("/usr/bin/touch", program).expect("a copy of touch");
+    let mut holder = Command::new("perl")
+        .args([
+            "-e",
+            r#"open(my $f, "<", $ARGV[0]) or die "open: $!"; $SIG{IO} = "IGNORE";
+               fcntl($f, 1024, 1) or die "F_SETLEASE: $!"; $| = 1; print "held\n"; sleep $ARGV[1]"#,
+            path_str(program),
+            &secs.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("perl is installed (see .ci/run)");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "held\n", "the lease on the program was not taken");
+    holder
+}
+
+/// The pid of `wrapper`'s command child, once it is cloned (the watcher is its other child).
+pub fn command_child(wrapper: i32) -> i32 {
+    let mut child = 0;
+    wait_until(
+        "the command's child is cloned",
+        Duration::from_secs(10),
+        || {
+            let children =
+                std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+                    .unwrap_or_default();
+            child = children
+                .split_whitespace()
+                .filter_map(|pid| pid.parse::<i32>().ok())
+                .find(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|comm| !comm.starts_with("locked-run-watc"))
+                })
+                .unwrap_or(0);
+            child != 0
+        },
+    );
+    child
+}
+
+/// Waits until `pid` is a zombie: dead, not reaped by its (stopped) parent.
+pub fn wait_until_dead(pid: i32, what: &str) {
+    wait_until(what, Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    });
+}
