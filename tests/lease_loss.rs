@@ -351,13 +351,7 @@ fn a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is_stopped() {
         .args(["-u", &redis.url(), "--ttl", TTL, "job", "--"])
         .args([path_str(&program), path_str(&marker)])
         .spawn();
-    let wrapper = run.pid();
-    let child = command_child(wrapper);
-    signal(wrapper, libc::SIGSTOP);
-    // Killed while the wrapper is stopped: a zombie its stopped parent has not reaped.
-    wait_until_dead(child, "the blocked child is killed");
-    let _ = holder.wait();
-    signal(wrapper, libc::SIGCONT);
+    stop_across_the_start(run.pid(), &mut holder);
     run.wait()
         .expect_opening(76, "lost the lock job before the command could start");
     assert!(!marker.exists(), "the command started past the kill point");

@@ -146,12 +146,7 @@ fn in_a_terminal_a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is
         path_str(&program),
         path_str(&marker),
     ]);
-    let wrapper = running.pid();
-    let child = command_child(wrapper);
-    signal(wrapper, libc::SIGSTOP);
-    wait_until_dead(child, "the blocked child is killed");
-    let _ = holder.wait();
-    signal(wrapper, libc::SIGCONT);
+    stop_across_the_start(running.pid(), &mut holder);
     running
         .wait()
         .expect_opening(76, "lost the lock job before the command could start");

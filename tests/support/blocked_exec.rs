@@ -68,3 +68,15 @@ pub fn wait_until_dead(pid: i32, what: &str) {
         })
     });
 }
+
+/// Stops `wrapper` (SIGSTOP, the wrapper alone) as soon as its command's child is cloned, its
+/// exec blocked on the leased program; resumes it once that child is dead and the lease
+/// (`lease`, the perl holding it) is gone, so the exec would have gone on by then.
+pub fn stop_across_the_start(wrapper: i32, lease: &mut Child) {
+    let child = command_child(wrapper);
+    super::signal(wrapper, libc::SIGSTOP);
+    // Killed while the wrapper is stopped: a zombie its stopped parent has not reaped.
+    wait_until_dead(child, "the blocked child is killed");
+    let _ = lease.wait();
+    super::signal(wrapper, libc::SIGCONT);
+}
