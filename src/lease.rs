@@ -59,6 +59,12 @@ pub fn boot_ns() -> u64 {
     }
 }
 
+/// A [`boot_ns`] reading from a `CLOCK_BOOTTIME` instant, for the clones above (0: none; a
+/// given instant is never 0).
+pub fn boot_ns_at(at: Option<Duration>) -> u64 {
+    at.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX.into()) as u64)
+}
+
 impl Clock for BootClock {
     fn now(&self) -> Duration {
         // CLOCK_BOOTTIME exists on every Linux since 2.6.39; failure is impossible.

@@ -202,8 +202,8 @@ pub fn report_dropped() {
             let _ = written.recv_timeout(std::time::Duration::from_secs(1));
         }
     }
-    if DROPPED.load(Ordering::Relaxed) > 0 && stderr_writable(1000) {
-        let _ = std::io::stderr().write_all(dropped_note().as_bytes());
+    if DROPPED.load(Ordering::Relaxed) > 0 {
+        write_last(dropped_note().trim_end());
     }
 }
 

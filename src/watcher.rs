@@ -98,7 +98,7 @@ impl Watcher {
                 pgid: AtomicI32::new(0),
                 pre_exec: AtomicI32::new(0),
                 killed_before_exec: AtomicBool::new(false),
-                start_by_ns: start_by.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX.into()) as u64),
+                start_by_ns: crate::lease::boot_ns_at(start_by),
                 read_fd: read.as_raw_fd(),
                 write_fd: write.as_raw_fd(),
             });

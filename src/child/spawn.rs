@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use super::{Child, Target};
 use crate::exit::{Exit, Failure};
-use crate::lease::boot_ns;
+use crate::lease::{boot_ns, boot_ns_at};
 
 /// Spawns the command, in its own process group unless `interactive`, with PDEATHSIG set.
 ///
@@ -78,7 +78,7 @@ pub fn spawn(
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let start_by_ns = start_by.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX.into()) as u64);
+    let start_by_ns = boot_ns_at(start_by);
     let spawned = clone_exec(
         &path,
         &argv_ptrs,
