@@ -32,7 +32,16 @@ pub fn leased_program(program: &Path, secs: u32) -> Child {
     holder
 }
 
-/// The pid of `wrapper`'s command child, once it is cloned (the watcher is its other child).
+/// The fields of `/proc/PID/stat` after the command name, from the state (field 3) on.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The pid of `wrapper`'s command child, once it is cloned. The watcher, its other child, is
+/// told apart by its exit signal (none: field 38), not its name, which it sets only once
+/// running.
 pub fn command_child(wrapper: i32) -> i32 {
     let mut child = 0;
     wait_until(
@@ -45,9 +54,9 @@ pub fn command_child(wrapper: i32) -> i32 {
             child = children
                 .split_whitespace()
                 .filter_map(|pid| pid.parse::<i32>().ok())
-                .find(|pid| {
-                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                        .is_ok_and(|comm| !comm.starts_with("locked-run-watc"))
+                .find(|&pid| {
+                    stat_fields(pid)
+                        .is_some_and(|f| f.get(38 - 3).map(String::as_str) == Some("17"))
                 })
                 .unwrap_or(0);
             child != 0
@@ -59,13 +68,7 @@ pub fn command_child(wrapper: i32) -> i32 {
 /// Waits until `pid` is a zombie: dead, not reaped by its (stopped) parent.
 pub fn wait_until_dead(pid: i32, what: &str) {
     wait_until(what, Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            stat.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
+        stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
     });
 }
 
