@@ -10,7 +10,10 @@
 //! How it learns of the death: it blocks reading a pipe whose only write end the wrapper holds
 //! (close-on-exec, so the command never has it); end of file means the wrapper is gone. When
 //! the job ends normally the wrapper clears the group it named and closes the pipe, and the
-//! watcher exits without touching anything.
+//! watcher exits without touching anything. A run that has to wait for a lease starts its
+//! watcher while it waits, so that the grant is not followed by a clone more before the
+//! command's; the point the start may not pass is then named at the grant, with one byte on
+//! the pipe (the only thing ever written to it).
 //!
 //! It also guards the command's start: a command must not start past the lease's kill-signal
 //! point, and the wrapper waits for its exec no longer than that point before it SIGKILLs it;
@@ -30,7 +33,7 @@
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use nix::unistd::Pid;
 
@@ -42,8 +45,9 @@ struct Shared {
     /// The command's pid from its clone until its exec commits or it exits, else 0: written and
     /// cleared by the kernel (`CLONE_CHILD_SETTID`, `CLONE_CHILD_CLEARTID`).
     pre_exec: AtomicI32,
-    /// `CLOCK_BOOTTIME` ns past which the command must not start (0: no such point).
-    start_by_ns: u64,
+    /// `CLOCK_BOOTTIME` ns past which the command must not start (0: no such point, or not
+    /// known yet: see [`Watcher::arm`]).
+    start_by_ns: AtomicU64,
     /// Set before the watcher SIGKILLs a command still short of its exec at that point.
     killed_before_exec: AtomicBool,
     read_fd: libc::c_int,
@@ -67,7 +71,8 @@ impl Watcher {
     /// Starts the watcher. The job's process group is named later ([`Watcher::group`]), by
     /// the child itself before it execs, so no instant exists where the wrapper could die
     /// with a group the watcher does not know. `start_by` is the point past which the command
-    /// must not start (a `CLOCK_BOOTTIME` reading; none for a lock the kernel holds).
+    /// must not start (a `CLOCK_BOOTTIME` reading; none for a lock the kernel holds, or not
+    /// known yet: see [`Watcher::arm`]).
     pub fn start(start_by: Option<std::time::Duration>) -> io::Result<Watcher> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two descriptors, owned below.
@@ -98,7 +103,7 @@ impl Watcher {
                 pgid: AtomicI32::new(0),
                 pre_exec: AtomicI32::new(0),
                 killed_before_exec: AtomicBool::new(false),
-                start_by_ns: crate::lease::boot_ns_at(start_by),
+                start_by_ns: AtomicU64::new(crate::lease::boot_ns_at(start_by)),
                 read_fd: read.as_raw_fd(),
                 write_fd: write.as_raw_fd(),
             });
@@ -128,6 +133,22 @@ impl Watcher {
             shared: unsafe { &*shared },
             write: Some(write),
         })
+    }
+
+    /// Names the point past which the command must not start, for a watcher started before it
+    /// was known (while the run waited for the lock, off the path from the grant to the
+    /// start): the point is stored, then one byte on the pipe wakes the watcher to read it.
+    pub fn arm(&self, start_by: Option<std::time::Duration>) {
+        let ns = crate::lease::boot_ns_at(start_by);
+        if ns == 0 {
+            return;
+        }
+        self.shared.start_by_ns.store(ns, Ordering::SeqCst);
+        if let Some(write) = &self.write {
+            // SAFETY: one byte from the stack to our own pipe. A pipe with room never blocks;
+            // should the watcher be gone (EPIPE, SIGPIPE being ignored), there is nothing to wake.
+            unsafe { libc::write(write.as_raw_fd(), b"s".as_ptr().cast(), 1) };
+        }
     }
 
     /// Where the child writes its process group (its pid) between `setpgid` and `exec`.
@@ -205,10 +226,7 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
         libc::close(shared.write_fd);
         libc::setpgid(0, 0);
         libc::prctl(libc::PR_SET_NAME, c"locked-run-watch".as_ptr(), 0, 0, 0);
-        guard_the_start(shared);
-        let mut byte = 0u8;
-        // Nothing is ever written: the read ends when the last write end closes.
-        while libc::read(shared.read_fd, (&raw mut byte).cast(), 1) > 0 {}
+        watch(shared);
         let pgid = shared.pgid.load(Ordering::SeqCst);
         if pgid > 0 {
             kill_group(pgid);
@@ -217,40 +235,49 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
     }
 }
 
-/// Sleeps until the start-by point, unless the wrapper lets the watcher go or dies first (end
-/// of file on the pipe, which nothing is ever written to). At that point a command still
-/// between its clone and its exec is SIGKILLed: its exec would start it past the point, should
-/// it unblock while the wrapper, which waits for it too, is stopped. One wake-up at most.
+/// Waits for the wrapper's end (end of file on the pipe: it let the watcher go, or died), and
+/// meanwhile guards the start: at the start-by point, a command still between its clone and
+/// its exec is SIGKILLed, since its exec would start it past the point should it unblock
+/// while the wrapper, which waits for it too, is stopped. A byte on the pipe says that the
+/// point was named ([`Watcher::arm`]); nothing else is ever written. One wake-up per event.
 ///
 /// The pid read cannot be another process's: the kernel clears it before the child can be
 /// reaped. Should the child exec and exit between the read and the kill, the kill finds a
 /// zombie (the wrapper's to reap) and does nothing; should its exec commit just then, the
 /// command is killed at its start, as the lease clock's first kill signal is due at this very
 /// point (no renewal runs while the wrapper waits for the exec).
-unsafe fn guard_the_start(shared: &Shared) {
-    if shared.start_by_ns == 0 {
-        return;
-    }
+unsafe fn watch(shared: &Shared) {
+    let mut guarded = false;
     loop {
-        let now = crate::lease::boot_ns();
-        if now >= shared.start_by_ns {
-            let pid = shared.pre_exec.load(Ordering::SeqCst);
-            if pid > 0 {
-                shared.killed_before_exec.store(true, Ordering::SeqCst);
-                // SAFETY: a plain system call on the wrapper's child, not yet reapable.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+        let start_by = shared.start_by_ns.load(Ordering::SeqCst);
+        let mut timeout = -1;
+        if start_by > 0 && !guarded {
+            let now = crate::lease::boot_ns();
+            if now >= start_by {
+                let pid = shared.pre_exec.load(Ordering::SeqCst);
+                if pid > 0 {
+                    shared.killed_before_exec.store(true, Ordering::SeqCst);
+                    // SAFETY: a plain system call on the wrapper's child, not yet reapable.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                guarded = true;
+                continue;
             }
-            return;
+            timeout = (start_by - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32;
         }
-        let left_ms = (shared.start_by_ns - now).div_ceil(1_000_000);
         let mut fd = libc::pollfd {
             fd: shared.read_fd,
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: one pollfd of ours. With every signal blocked, poll only ends on the pipe's
-        // end or the timeout.
-        if unsafe { libc::poll(&mut fd, 1, left_ms.min(i32::MAX as u64) as i32) } > 0 {
+        // SAFETY: one pollfd of ours. With every signal blocked, poll only ends on the pipe
+        // or the timeout (should it fail, the read below blocks rather than spin).
+        if unsafe { libc::poll(&mut fd, 1, timeout) } == 0 {
+            continue;
+        }
+        let mut byte = 0u8;
+        // SAFETY: one byte into this frame.
+        if unsafe { libc::read(shared.read_fd, (&raw mut byte).cast(), 1) } <= 0 {
             return;
         }
     }

@@ -27,6 +27,7 @@ trait DynBackend {
         timings: &'a Timings,
         listen: bool,
     ) -> Boxed<'a, Result<Attempt, BackendError>>;
+    fn stop_listening(&self) -> Boxed<'_, ()>;
     fn renew<'a>(
         &'a self,
         timings: &'a Timings,
@@ -74,6 +75,9 @@ impl<B: Backend> DynBackend for B {
         listen: bool,
     ) -> Boxed<'a, Result<Attempt, BackendError>> {
         Box::pin(Backend::try_acquire(self, timings, listen))
+    }
+    fn stop_listening(&self) -> Boxed<'_, ()> {
+        Box::pin(Backend::stop_listening(self))
     }
     fn renew<'a>(
         &'a self,
@@ -161,6 +165,9 @@ impl Backend for AnyBackend {
     }
     async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
         self.0.try_acquire(timings, listen).await
+    }
+    async fn stop_listening(&self) {
+        self.0.stop_listening().await
     }
     async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
         self.0.renew(timings, timeout).await

@@ -38,6 +38,20 @@ pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
     cfg: &RunConfig,
     interrupts: &mut I,
 ) -> Result<Acquired, Failure> {
+    acquire_with(backend, clock, cfg, interrupts, || {}).await
+}
+
+/// [`acquire`], calling `while_waiting` once, as the run first sleeps on a busy lock: what the
+/// start of the command needs and the grant does not can be readied then, off the path from a
+/// release to the next command's start.
+pub async fn acquire_with<B: Backend, C: Clock, I: Interrupts>(
+    backend: &B,
+    clock: &C,
+    cfg: &RunConfig,
+    interrupts: &mut I,
+    while_waiting: impl FnOnce(),
+) -> Result<Acquired, Failure> {
+    let mut while_waiting = Some(while_waiting);
     let mut waiter = Waiter::new(cfg, clock.now());
     let mut wakeups: Option<B::Wakeups<'_>> = None;
     let mut next = Next::Try;
@@ -78,6 +92,9 @@ pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
                 waiter.gave_back(clock.now())
             }
             Next::Sleep(until) => {
+                if let Some(ready) = while_waiting.take() {
+                    ready();
+                }
                 let why = tokio::select! {
                     biased;
                     signal = interrupts.next_ending_wait() => {

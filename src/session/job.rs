@@ -26,14 +26,16 @@ pub struct Job {
 impl Job {
     /// Starts `cfg.command` (found at `program`) with the lock's environment, unless the
     /// lease clock's kill-signal point `start_by` (a lease's; none for a lock the kernel
-    /// holds) has passed by the instant it would exec (see [`child::spawn`]). A spawn that
-    /// starts nothing releases the lock before its failure is returned.
+    /// holds) has passed by the instant it would exec (see [`child::spawn`]). `early`: a
+    /// watcher started while the run waited, told `start_by` now. A spawn that starts nothing
+    /// releases the lock before its failure is returned.
     pub async fn start<B: Backend>(
         backend: &B,
         cfg: &RunConfig,
         program: &Path,
         acquired: &Acquired,
         start_by: Option<Duration>,
+        early: Option<Watcher>,
     ) -> Result<Job, Failure> {
         let interactive = child::interactive();
         child::become_subreaper();
@@ -50,7 +52,14 @@ impl Job {
         ];
         // In a terminal the job shares our group, which is the terminal's to handle: the
         // child names no group to the watcher then, which only guards the start.
-        let watcher = Watcher::start(start_by)
+        let watcher = match early {
+            Some(watcher) => {
+                watcher.arm(start_by);
+                Ok(watcher)
+            }
+            None => Watcher::start(start_by),
+        };
+        let watcher = watcher
             .inspect_err(|e| {
                 tracing::warn!(
                     "cannot start the watcher ({e}): should locked-run be SIGKILLed, \

@@ -13,12 +13,14 @@ use crate::exit::{Exit, Failure};
 use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Why, show};
 use crate::notify;
 use crate::signals::{Event, Signals};
+use crate::watcher::Watcher;
 
+use super::Acquired;
+use super::acquire::acquire_with;
 use super::ending::{Context, ended, ending};
 use super::job::Job;
 use super::stop::ChildStopper;
 use super::sweep::{drain, forward};
-use super::{Acquired, acquire};
 
 /// Runs `cfg.command`, found at `program` ([`crate::child::resolve`]), under the lock held by
 /// `backend`.
@@ -31,7 +33,25 @@ pub async fn run<B: Backend>(
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     backend.prepare()?;
     let clock = BootClock;
-    let acquired = acquire(backend, &clock, cfg, &mut signals).await?;
+    // A run that has to wait starts its watcher meanwhile (a lease's watcher: `file://`'s
+    // must copy the lock's descriptor, which exists once the lock is taken).
+    let mut early = None;
+    let lease_backed = backend.tenure() == Tenure::Lease;
+    let acquired = acquire_with(backend, &clock, cfg, &mut signals, || {
+        if lease_backed {
+            early = Watcher::start(None).ok();
+        }
+    })
+    .await;
+    let acquired = match acquired {
+        Ok(acquired) => acquired,
+        Err(failure) => {
+            if let Some(watcher) = early {
+                watcher.dismiss();
+            }
+            return Err(failure);
+        }
+    };
     tracing::info!(
         event = "acquired",
         fence = acquired.fence,
@@ -43,7 +63,8 @@ pub async fn run<B: Backend>(
     );
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
-    let mut job = Job::start(backend, cfg, program, &acquired, start_by).await?;
+    let mut job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
+    backend.stop_listening().await;
     let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     notify::send(&format!(
         "READY=1\nSTATUS=holding lock {} (fence {})",

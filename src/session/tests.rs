@@ -304,7 +304,7 @@ async fn start_failing(
         waited: Duration::ZERO,
     };
     let program = std::path::Path::new(program);
-    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, start_by)
+    let failure = super::job::Job::start(&fake, &cfg, program, &acquired, start_by, None)
         .await
         .err()
         .expect("nothing starts");

@@ -43,25 +43,28 @@ fn stat_fields(pid: i32) -> Option<Vec<String>> {
 /// told apart by its exit signal (none: field 38), not its name, which it sets only once
 /// running.
 pub fn command_child(wrapper: i32) -> i32 {
+    child_by_exit_signal(wrapper, "17", "the command's child is cloned")
+}
+
+/// The pid of `wrapper`'s watcher, once it is cloned: the child with no exit signal.
+pub fn watcher_child(wrapper: i32) -> i32 {
+    child_by_exit_signal(wrapper, "0", "the wrapper's watcher is cloned")
+}
+
+fn child_by_exit_signal(wrapper: i32, signal: &str, what: &str) -> i32 {
     let mut child = 0;
-    wait_until(
-        "the command's child is cloned",
-        Duration::from_secs(10),
-        || {
-            let children =
-                std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
-                    .unwrap_or_default();
-            child = children
-                .split_whitespace()
-                .filter_map(|pid| pid.parse::<i32>().ok())
-                .find(|&pid| {
-                    stat_fields(pid)
-                        .is_some_and(|f| f.get(38 - 3).map(String::as_str) == Some("17"))
-                })
-                .unwrap_or(0);
-            child != 0
-        },
-    );
+    wait_until(what, Duration::from_secs(10), || {
+        let children = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+            .unwrap_or_default();
+        child = children
+            .split_whitespace()
+            .filter_map(|pid| pid.parse::<i32>().ok())
+            .find(|&pid| {
+                stat_fields(pid).is_some_and(|f| f.get(38 - 3).map(String::as_str) == Some(signal))
+            })
+            .unwrap_or(0);
+        child != 0
+    });
     child
 }
 
@@ -69,6 +72,14 @@ pub fn command_child(wrapper: i32) -> i32 {
 pub fn wait_until_dead(pid: i32, what: &str) {
     wait_until(what, Duration::from_secs(10), || {
         stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
+    });
+}
+
+/// Waits until `pid` is gone, or a zombie (dead; its parent may be the test's init, slow to
+/// reap).
+pub fn wait_until_gone(pid: i32, what: &str) {
+    wait_until(what, Duration::from_secs(10), || {
+        stat_fields(pid).is_none_or(|f| f.first().map(String::as_str) == Some("Z"))
     });
 }
 
