@@ -5,7 +5,10 @@
 //! would leave `long-job` running after its wrapper's death, beside the next holder's command
 //! (at once with `file://`, whose flock dies with the wrapper; T later with Redis). The watcher
 //! keeps a copy of every descriptor the wrapper had when it started, the `file://` lock among
-//! them, so a host-local lock stays held until the old job is gone.
+//! them, so a host-local lock stays held until the old job is gone. A lease's watcher needs
+//! none of them and closes them all but its pipe: a copy of a connection would keep the
+//! server's client (and its subscription) alive after the wrapper let it go, and a copy of the
+//! wrapper's stdout or stderr would hold a reader's pipe open.
 //!
 //! How it learns of the death: it blocks reading a pipe whose only write end the wrapper holds
 //! (close-on-exec, so the command never has it); end of file means the wrapper is gone. When
@@ -52,6 +55,8 @@ struct Shared {
     killed_before_exec: AtomicBool,
     read_fd: libc::c_int,
     write_fd: libc::c_int,
+    /// Keep the descriptors copied at the clone (`file://`: its lock among them).
+    keep_descriptors: bool,
 }
 
 /// The running watcher, as the wrapper sees it.
@@ -72,8 +77,13 @@ impl Watcher {
     /// the child itself before it execs, so no instant exists where the wrapper could die
     /// with a group the watcher does not know. `start_by` is the point past which the command
     /// must not start (a `CLOCK_BOOTTIME` reading; none for a lock the kernel holds, or not
-    /// known yet: see [`Watcher::arm`]).
-    pub fn start(start_by: Option<std::time::Duration>) -> io::Result<Watcher> {
+    /// known yet: see [`Watcher::arm`]). `keep_descriptors`: keep the copies of the wrapper's
+    /// descriptors (a lock the kernel holds for an open file); else all but its pipe are
+    /// closed.
+    pub fn start(
+        start_by: Option<std::time::Duration>,
+        keep_descriptors: bool,
+    ) -> io::Result<Watcher> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two descriptors, owned below.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -106,6 +116,7 @@ impl Watcher {
                 start_by_ns: AtomicU64::new(crate::lease::boot_ns_at(start_by)),
                 read_fd: read.as_raw_fd(),
                 write_fd: write.as_raw_fd(),
+                keep_descriptors,
             });
         }
         let top = (base as usize + MAPPING) & !15;
@@ -138,17 +149,30 @@ impl Watcher {
     /// Names the point past which the command must not start, for a watcher started before it
     /// was known (while the run waited for the lock, off the path from the grant to the
     /// start): the point is stored, then one byte on the pipe wakes the watcher to read it.
-    pub fn arm(&self, start_by: Option<std::time::Duration>) {
-        let ns = crate::lease::boot_ns_at(start_by);
-        if ns == 0 {
-            return;
+    /// A watcher that is gone by then (killed while the run waited) is replaced by a fresh
+    /// one, started with the point: the job is never started unwatched for want of it.
+    pub fn arm(mut self, start_by: Option<std::time::Duration>) -> io::Result<Watcher> {
+        let keep_descriptors = self.shared.keep_descriptors;
+        let mut status = 0;
+        // SAFETY: polls our own clone child (__WALL: it has no exit signal), never blocks.
+        let reaped = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG | libc::__WALL) }
+            == self.pid;
+        if !reaped {
+            let ns = crate::lease::boot_ns_at(start_by);
+            self.shared.start_by_ns.store(ns, Ordering::SeqCst);
+            let write = self.write.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+            // SAFETY: one byte from the stack to our own pipe; a pipe with room never blocks.
+            // EPIPE (SIGPIPE being ignored) says the watcher is gone.
+            if ns == 0 || unsafe { libc::write(write, b"s".as_ptr().cast(), 1) } == 1 {
+                return Ok(self);
+            }
+            self.dismiss();
+        } else {
+            RUNNING.store(0, Ordering::SeqCst);
+            drop(self.write.take());
         }
-        self.shared.start_by_ns.store(ns, Ordering::SeqCst);
-        if let Some(write) = &self.write {
-            // SAFETY: one byte from the stack to our own pipe. A pipe with room never blocks;
-            // should the watcher be gone (EPIPE, SIGPIPE being ignored), there is nothing to wake.
-            unsafe { libc::write(write.as_raw_fd(), b"s".as_ptr().cast(), 1) };
-        }
+        tracing::info!("the watcher started while waiting is gone; starting another");
+        Watcher::start(start_by, keep_descriptors)
     }
 
     /// Where the child writes its process group (its pid) between `setpgid` and `exec`.
@@ -175,8 +199,9 @@ impl Watcher {
         self.shared.pgid.store(0, Ordering::SeqCst);
     }
 
-    /// Tells the watcher to exit (end of file on its pipe), after [`Watcher::disarm`] if it
-    /// was not called, and reaps it.
+    /// Lets the watcher go, after [`Watcher::disarm`] if it was not called, and reaps it: end
+    /// of file on its pipe, and SIGKILL, since it has nothing left to do and a stopped watcher
+    /// must not hold the wrapper in its reap.
     ///
     /// For `file://` the watcher's copy of the lock's descriptor does not keep the lock: the
     /// release unlocks it (`LOCK_UN`), which frees it for every descriptor sharing it.
@@ -184,9 +209,12 @@ impl Watcher {
         self.disarm();
         drop(self.write.take());
         let mut status = 0;
-        // SAFETY: waits for our own clone child (__WALL: it has no exit signal); it exits as
-        // soon as it reads the end of the pipe.
-        unsafe { libc::waitpid(self.pid, &mut status, libc::__WALL) };
+        // SAFETY: our own clone child, not yet reaped (so its pid is not another's); waits for
+        // it (__WALL: it has no exit signal), which SIGKILL makes prompt.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+            libc::waitpid(self.pid, &mut status, libc::__WALL);
+        }
         RUNNING.store(0, Ordering::SeqCst);
     }
 }
@@ -217,13 +245,17 @@ fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
 
 /// The watcher itself: only async-signal-safe system calls, no allocation, no panics. Its
 /// errno is the wrapper's main thread's (shared memory, shared thread pointer): no call here
-/// fails while the wrapper lives, but for the `read` that ends on the wrapper's death.
+/// fails while the wrapper lives, but for the `read` that ends on the wrapper's death (and
+/// `close_range` on a kernel before 5.9, once, as the watcher starts).
 extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
     // SAFETY: `arg` is the shared block, which is never unmapped.
     let shared = unsafe { &*(arg as *const Shared) };
     // SAFETY: plain system calls on this process.
     unsafe {
         libc::close(shared.write_fd);
+        if !shared.keep_descriptors {
+            close_all_but(shared.read_fd);
+        }
         libc::setpgid(0, 0);
         libc::prctl(libc::PR_SET_NAME, c"locked-run-watch".as_ptr(), 0, 0, 0);
         watch(shared);
@@ -232,6 +264,70 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
             kill_group(pgid);
         }
         libc::_exit(0)
+    }
+}
+
+/// Closes every descriptor of the watcher's own table but `keep`: `close_range`, or, before
+/// Linux 5.9, each one `/proc/self/fd` lists.
+unsafe fn close_all_but(keep: libc::c_int) {
+    let keep = keep as libc::c_uint;
+    // SAFETY: plain system calls on the watcher's own descriptor table.
+    unsafe {
+        let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0, keep - 1, 0) == 0;
+        let above = libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0) == 0;
+        if below && above {
+            return;
+        }
+        each_number_in(c"/proc/self/fd", |fd, dir| {
+            if fd != keep && fd != dir as libc::c_uint {
+                libc::close(fd as libc::c_int);
+            }
+            true
+        });
+    }
+}
+
+/// Calls `f` with each decimal entry of directory `path` (a pid in `/proc`, a descriptor in
+/// `/proc/self/fd`) and the directory's own descriptor, read into a buffer on the stack,
+/// until `f` says false. Nothing happens if `path` cannot be opened.
+unsafe fn each_number_in(path: &std::ffi::CStr, mut f: impl FnMut(u32, libc::c_int) -> bool) {
+    // SAFETY: plain system calls on buffers of this frame.
+    unsafe {
+        let dir = libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return;
+        }
+        let mut entries = [0u8; 4096];
+        'scan: loop {
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                entries.as_mut_ptr(),
+                entries.len(),
+            );
+            if n <= 0 {
+                break;
+            }
+            let mut at = 0usize;
+            while at + 19 < n as usize {
+                // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+                let reclen = u16::from_ne_bytes([entries[at + 16], entries[at + 17]]) as usize;
+                if reclen == 0 {
+                    break 'scan;
+                }
+                let name = &entries[at + 19..(at + reclen).min(n as usize)];
+                if let Some(number) = decimal(name) {
+                    if !f(number, dir) {
+                        break 'scan;
+                    }
+                }
+                at += reclen;
+            }
+        }
+        libc::close(dir);
     }
 }
 
@@ -307,47 +403,15 @@ unsafe fn kill_group(pgid: libc::pid_t) {
 /// Whether a process of group `pgid` is alive (not a zombie), read from `/proc` into buffers on
 /// the stack. If `/proc` cannot be read, the group counts as gone.
 unsafe fn group_alive(pgid: libc::pid_t) -> bool {
-    // SAFETY: plain system calls on buffers of this frame.
+    let mut alive = false;
+    // SAFETY: reads /proc into buffers on the stack.
     unsafe {
-        let dir = libc::open(
-            c"/proc".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        );
-        if dir < 0 {
-            return false;
-        }
-        let mut alive = false;
-        let mut entries = [0u8; 4096];
-        'scan: loop {
-            let n = libc::syscall(
-                libc::SYS_getdents64,
-                dir,
-                entries.as_mut_ptr(),
-                entries.len(),
-            );
-            if n <= 0 {
-                break;
-            }
-            let mut at = 0usize;
-            while at + 19 < n as usize {
-                // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
-                let reclen = u16::from_ne_bytes([entries[at + 16], entries[at + 17]]) as usize;
-                if reclen == 0 {
-                    break 'scan;
-                }
-                let name = &entries[at + 19..(at + reclen).min(n as usize)];
-                if let Some(pid) = decimal(name) {
-                    if in_group_and_alive(pid, pgid) {
-                        alive = true;
-                        break 'scan;
-                    }
-                }
-                at += reclen;
-            }
-        }
-        libc::close(dir);
-        alive
+        each_number_in(c"/proc", |pid, _| {
+            alive = in_group_and_alive(pid, pgid);
+            !alive
+        });
     }
+    alive
 }
 
 /// A NUL-terminated decimal name (a `/proc` entry that is a process).

@@ -357,50 +357,6 @@ fn a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is_stopped() {
     assert!(!marker.exists(), "the command started past the kill point");
 }
 
-/// A run that has to wait starts its watcher while it waits (off the path from the release
-/// to the start) and names it the kill point only once granted: the guard of the start holds
-/// all the same. The lock is first held by another program (a key with no expiry); once the
-/// waiting run's watcher is seen, the key goes, the run takes the lock, and its program's exec
-/// blocks past the kill point with the wrapper stopped: killed short of its exec, 76.
-#[test]
-fn a_watcher_started_while_waiting_still_guards_the_start() {
-    let redis = Redis::start();
-    let dir = scratch();
-    let program = file(&dir, "program");
-    let marker = file(&dir, "ran");
-    let _: () = redis.cmd(&["SET", "lock:{job}", "another-program"]);
-    let mut holder = leased_program(&program, 6);
-    let run = lr()
-        .args(["-u", &redis.url(), "--ttl", TTL, "job", "--"])
-        .args([path_str(&program), path_str(&marker)])
-        .spawn();
-    let watcher = watcher_child(run.pid());
-    assert_eq!(
-        redis.get("lock:{job}").as_deref(),
-        Some("another-program"),
-        "the watcher came only with the grant"
-    );
-    let _: () = redis.cmd(&["DEL", "lock:{job}"]);
-    stop_across_the_start(run.pid(), &mut holder);
-    run.wait()
-        .expect_opening(76, "lost the lock job before the command could start");
-    assert!(!marker.exists(), "the command started past the kill point");
-    wait_until_gone(watcher, "the watcher ends with its run");
-}
-
-/// A waiting run SIGKILLed leaves no watcher behind: the watcher it started meanwhile sees its
-/// pipe end and exits.
-#[test]
-fn a_watcher_started_while_waiting_ends_with_a_killed_wrapper() {
-    let redis = Redis::start();
-    let _: () = redis.cmd(&["SET", "lock:{job}", "another-program"]);
-    let run = lr().args(["-u", &redis.url(), "job", "--", "true"]).spawn();
-    let watcher = watcher_child(run.pid());
-    signal(run.pid(), libc::SIGKILL);
-    let _ = run.wait();
-    wait_until_gone(watcher, "the watcher of a killed waiter exits");
-}
-
 /// A stderr file on a stalled disk (strace holds the third write to it for 3 s; a regular file
 /// always polls writable) holds up neither the renewals nor the kill: log lines are written by
 /// a thread of their own. With `--log-format json` every renewal is a line; the 2.5 s command

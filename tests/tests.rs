@@ -35,3 +35,4 @@ mod systemd_and_logs;
 mod terminal;
 mod waiting;
 mod wakeups;
+mod watcher;

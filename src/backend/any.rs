@@ -27,7 +27,6 @@ trait DynBackend {
         timings: &'a Timings,
         listen: bool,
     ) -> Boxed<'a, Result<Attempt, BackendError>>;
-    fn stop_listening(&self) -> Boxed<'_, ()>;
     fn renew<'a>(
         &'a self,
         timings: &'a Timings,
@@ -75,9 +74,6 @@ impl<B: Backend> DynBackend for B {
         listen: bool,
     ) -> Boxed<'a, Result<Attempt, BackendError>> {
         Box::pin(Backend::try_acquire(self, timings, listen))
-    }
-    fn stop_listening(&self) -> Boxed<'_, ()> {
-        Box::pin(Backend::stop_listening(self))
     }
     fn renew<'a>(
         &'a self,
@@ -165,9 +161,6 @@ impl Backend for AnyBackend {
     }
     async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
         self.0.try_acquire(timings, listen).await
-    }
-    async fn stop_listening(&self) {
-        self.0.stop_listening().await
     }
     async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
         self.0.renew(timings, timeout).await

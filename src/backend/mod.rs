@@ -265,13 +265,6 @@ pub trait Backend {
         listen: bool,
     ) -> impl Future<Output = Result<Attempt, BackendError>>;
 
-    /// Stops listening for release messages: a holder is no waiter. Called once the command
-    /// has started, off the path from the grant to the start (until then the messages that
-    /// come are set aside).
-    fn stop_listening(&self) -> impl Future<Output = ()> {
-        std::future::ready(())
-    }
-
     /// Compare-and-extend to a full `timings.ttl`: `Ok(false)` when the lock is no longer ours.
     fn renew(
         &self,

@@ -419,12 +419,12 @@ impl Backend for ServerLock {
     }
 
     async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
-        self.attempt_listening(timings, listen).await
-    }
-
-    /// A holder does not listen: subscribers to a NAME's channels are its waiters.
-    async fn stop_listening(&self) {
-        self.node.stop_listening().await;
+        let attempt = self.attempt_listening(timings, listen).await;
+        // A holder does not listen: subscribers to a NAME's channels are its waiters.
+        if listen && matches!(attempt, Ok(Attempt::Acquired { .. })) {
+            self.node.stop_listening().await;
+        }
+        attempt
     }
 
     async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Tenure};
 use crate::child::{self, Child, SpawnError, Target};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
@@ -52,12 +52,11 @@ impl Job {
         ];
         // In a terminal the job shares our group, which is the terminal's to handle: the
         // child names no group to the watcher then, which only guards the start.
+        // A lock the kernel holds for an open file is kept by the watcher's copy of it too.
+        let keep_descriptors = backend.tenure() == Tenure::Kernel;
         let watcher = match early {
-            Some(watcher) => {
-                watcher.arm(start_by);
-                Ok(watcher)
-            }
-            None => Watcher::start(start_by),
+            Some(watcher) => watcher.arm(start_by),
+            None => Watcher::start(start_by, keep_descriptors),
         };
         let watcher = watcher
             .inspect_err(|e| {

@@ -39,7 +39,7 @@ pub async fn run<B: Backend>(
     let lease_backed = backend.tenure() == Tenure::Lease;
     let acquired = acquire_with(backend, &clock, cfg, &mut signals, || {
         if lease_backed {
-            early = Watcher::start(None).ok();
+            early = Watcher::start(None, false).ok();
         }
     })
     .await;
@@ -64,7 +64,6 @@ pub async fn run<B: Backend>(
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
     let mut job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
-    backend.stop_listening().await;
     let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     notify::send(&format!(
         "READY=1\nSTATUS=holding lock {} (fence {})",

@@ -139,6 +139,9 @@ impl Backend for Redlock {
             .await;
             let confirmed = raised.iter().filter(|r| matches!(r, Ok(true))).count();
             if confirmed >= quorum {
+                if listen {
+                    join_all(self.locks.iter().map(|l| l.node().stop_listening())).await;
+                }
                 self.fence.set(fence);
                 return Ok(Attempt::Acquired { fence });
             }
@@ -192,10 +195,6 @@ impl Backend for Redlock {
             holder,
             expiry: Expiry::In(again),
         }))
-    }
-
-    async fn stop_listening(&self) {
-        join_all(self.locks.iter().map(|l| l.node().stop_listening())).await;
     }
 
     async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
