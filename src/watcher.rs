@@ -257,7 +257,18 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
             close_all_but(shared.read_fd);
         }
         libc::setpgid(0, 0);
-        libc::prctl(libc::PR_SET_NAME, c"locked-run-watch".as_ptr(), 0, 0, 0);
+        // glibc's sigfillset leaves out the two signals it keeps for its threads (32 and 33),
+        // whose default is to terminate: the kernel's own call blocks them too.
+        let all: u64 = !0;
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &raw const all,
+            std::ptr::null_mut::<u64>(),
+            8,
+        );
+        // 15 bytes: the kernel keeps no more of a name.
+        libc::prctl(libc::PR_SET_NAME, c"locked-run-watc".as_ptr(), 0, 0, 0);
         watch(shared);
         let pgid = shared.pgid.load(Ordering::SeqCst);
         if pgid > 0 {

@@ -50,8 +50,19 @@ fn a_watcher_started_while_waiting_still_guards_the_start() {
     wait_until_gone(watcher, "the watcher ends with its run");
 }
 
+/// Whether process `pid` blocks signal `sig` (`SigBlk` of `/proc/PID/status`).
+fn blocks(pid: i32, sig: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
+}
+
 /// A waiting run SIGKILLed leaves no watcher behind: the watcher sees its pipe end and exits.
-/// Meanwhile it held its pipe and nothing else of the wrapper's (no copy of the connection).
+/// Meanwhile it held its pipe and nothing else of the wrapper's (no copy of the connection),
+/// and blocked every signal, glibc's own two (32 and 33) too.
 #[test]
 fn a_watcher_started_while_waiting_ends_with_a_killed_wrapper_and_holds_nothing() {
     let redis = held_by_another_program();
@@ -61,6 +72,11 @@ fn a_watcher_started_while_waiting_ends_with_a_killed_wrapper_and_holds_nothing(
         "the watcher keeps its pipe alone",
         Duration::from_secs(10),
         || descriptors(watcher) == 1,
+    );
+    wait_until(
+        "the watcher blocks every signal",
+        Duration::from_secs(10),
+        || [1, 15, 32, 33, 64].iter().all(|&sig| blocks(watcher, sig)),
     );
     signal(run.pid(), libc::SIGKILL);
     let _ = run.wait();
