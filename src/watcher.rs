@@ -79,10 +79,12 @@ impl Watcher {
     /// must not start (a `CLOCK_BOOTTIME` reading; none for a lock the kernel holds, or not
     /// known yet: see [`Watcher::arm`]). `keep_descriptors`: keep the copies of the wrapper's
     /// descriptors (a lock the kernel holds for an open file); else all but its pipe are
-    /// closed.
+    /// closed. `group`: the job's process group when it is already known (a watcher started
+    /// to replace one that died), else 0.
     pub fn start(
         start_by: Option<std::time::Duration>,
         keep_descriptors: bool,
+        group: libc::pid_t,
     ) -> io::Result<Watcher> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two descriptors, owned below.
@@ -110,7 +112,7 @@ impl Watcher {
         // SAFETY: the mapping is writable, aligned to a page and large enough.
         unsafe {
             shared.write(Shared {
-                pgid: AtomicI32::new(0),
+                pgid: AtomicI32::new(group),
                 pre_exec: AtomicI32::new(0),
                 killed_before_exec: AtomicBool::new(false),
                 start_by_ns: AtomicU64::new(crate::lease::boot_ns_at(start_by)),
@@ -172,7 +174,23 @@ impl Watcher {
             drop(self.write.take());
         }
         tracing::info!("the watcher started while waiting is gone; starting another");
-        Watcher::start(start_by, keep_descriptors)
+        Watcher::start(start_by, keep_descriptors, 0)
+    }
+
+    /// A descriptor that turns readable when the watcher exits (a pidfd), for the wrapper to
+    /// notice a watcher killed while the job runs; none where the kernel has no pidfds (before
+    /// Linux 5.3).
+    pub fn exits(&self) -> Option<OwnedFd> {
+        // SAFETY: pidfd_open on our own clone child, not yet reaped; the new descriptor is
+        // owned below.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
+        // SAFETY: a fresh descriptor from pidfd_open (close-on-exec by default).
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+    }
+
+    /// The watcher's pid.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
     }
 
     /// Where the child writes its process group (its pid) between `setpgid` and `exec`.

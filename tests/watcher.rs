@@ -1,7 +1,7 @@
 //! The watcher of a run that has to wait: started while the run waits (off the path from the
 //! release to the start), told the start's kill point at the grant, replaced if it was killed
-//! meanwhile, never a reason for the run to hang, and holding none of the wrapper's
-//! descriptors (a lease's watcher needs none). Real Redis, real processes and signals; the lock
+//! meanwhile or while the command runs, never a reason for the run to hang, and holding none
+//! of the wrapper's descriptors (a lease's watcher needs none). Real Redis, real processes and signals; the lock
 //! is held first by another program (a key with no expiry), so the run waits until the test
 //! deletes it.
 
@@ -132,4 +132,48 @@ fn a_stopped_watcher_does_not_hold_a_run_that_gives_up() {
     run.wait_for(Duration::from_secs(10))
         .expect_opening(75, "gave up waiting for lock job after 1s");
     wait_until_gone(watcher, "the stopped watcher is reaped");
+}
+
+/// A watcher killed while the command runs is replaced at once: the wrapper SIGKILLed after
+/// that still leaves nothing of its job running (the command's background child is killed by
+/// the new watcher).
+#[test]
+fn a_watcher_killed_while_the_command_runs_is_replaced() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let grandchild = file(&dir, "grandchild");
+    let run = lr()
+        .args(["-u", &redis.url(), "job", "--", "sh", "-c"])
+        .arg(format!(
+            "sleep 300 & echo $! > {}.tmp; mv {0}.tmp {0}; wait",
+            path_str(&grandchild)
+        ))
+        .spawn();
+    wait_until("the command runs", Duration::from_secs(10), || {
+        grandchild.exists()
+    });
+    let first = watcher_child(run.pid());
+    signal(first, libc::SIGKILL);
+    let mut second = 0;
+    wait_until("another watcher", Duration::from_secs(10), || {
+        second = children_by_exit_signal(run.pid(), "0")
+            .into_iter()
+            .find(|&pid| pid != first)
+            .unwrap_or(0);
+        second != 0
+    });
+    wait_until("the new watcher is set up", Duration::from_secs(10), || {
+        descriptors(second) == 1
+    });
+    let pid: i32 = std::fs::read_to_string(&grandchild)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    signal(run.pid(), libc::SIGKILL);
+    let _ = run.wait();
+    wait_until_gone(
+        pid,
+        "the job's background child is killed by the new watcher",
+    );
 }

@@ -56,7 +56,7 @@ impl Job {
         let keep_descriptors = backend.tenure() == Tenure::Kernel;
         let watcher = match early {
             Some(watcher) => watcher.arm(start_by),
-            None => Watcher::start(start_by, keep_descriptors),
+            None => Watcher::start(start_by, keep_descriptors, 0),
         };
         let watcher = watcher
             .inspect_err(|e| {
@@ -88,6 +88,44 @@ impl Job {
                 Err(failure)
             }
         }
+    }
+
+    /// A descriptor that turns readable should the watcher die while the job runs (see
+    /// [`Job::rewatch`]).
+    pub fn watcher_exits(&self) -> Option<std::os::fd::OwnedFd> {
+        self.watcher.as_ref().and_then(Watcher::exits)
+    }
+
+    /// The watcher died while the job runs (killed by hand, say): it is reaped and another is
+    /// started, told the job's process group, so that a wrapper SIGKILLed later still leaves
+    /// nothing of the job running. `keep_descriptors` as at the start. Returns the new one's
+    /// [`Job::watcher_exits`].
+    pub fn rewatch(&mut self, keep_descriptors: bool) -> Option<std::os::fd::OwnedFd> {
+        let old = self.watcher.take()?;
+        let pid = old.pid();
+        old.dismiss();
+        let group = match (self.target, self.interactive) {
+            (Target::Group(group), false) => group.as_raw(),
+            _ => 0,
+        };
+        let new = match Watcher::start(None, keep_descriptors, group) {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::warn!(
+                    "the watcher died while the command ran (pid {pid}), and another cannot be \
+                     started ({e}): should locked-run be SIGKILLed, processes its command \
+                     started may outlive it"
+                );
+                return None;
+            }
+        };
+        tracing::warn!(
+            "the watcher died while the command ran (pid {pid}); started another (pid {})",
+            new.pid()
+        );
+        let exits = new.exits();
+        self.watcher = Some(new);
+        exits
     }
 
     /// Nothing of the job is left for the watcher to kill: from now on it leaves the group

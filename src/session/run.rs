@@ -39,7 +39,7 @@ pub async fn run<B: Backend>(
     let lease_backed = backend.tenure() == Tenure::Lease;
     let acquired = acquire_with(backend, &clock, cfg, &mut signals, || {
         if lease_backed {
-            early = Watcher::start(None, false).ok();
+            early = Watcher::start(None, false, 0).ok();
         }
     })
     .await;
@@ -147,12 +147,16 @@ async fn supervise<B: Backend>(
         stopper.time_limit_kill();
         std::future::pending::<()>().await
     });
+    // A watcher killed while the command runs is replaced (see `Job::rewatch`).
+    let keep_descriptors = backend.tenure() == Tenure::Kernel;
+    let mut watcher_gone = pin!(exited(job.watcher_exits()));
     let status = loop {
         tokio::select! {
             biased;
             // Before the signals: a storm of them must not delay a lease deadline.
             () = &mut keeper => {}
             () = &mut limit => {}
+            () = &mut watcher_gone => watcher_gone.set(exited(job.rewatch(keep_descriptors))),
             event = signals.next_event() => match event {
                 Event::Signal(incoming) => forward(job.target, incoming, job.interactive),
                 Event::ChildChanged => match job.child.reap() {
@@ -183,6 +187,23 @@ async fn supervise<B: Backend>(
     .await;
     job.disarm();
     status
+}
+
+/// Resolves once the process behind pidfd `exits` has exited; never, without one.
+async fn exited(exits: Option<std::os::fd::OwnedFd>) {
+    let registered = exits.map(|fd| {
+        // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+    });
+    let readable = match registered {
+        Some(Ok(fd)) => fd.readable().await.map(drop),
+        _ => return std::future::pending().await,
+    };
+    if readable.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Renews through the backend with the run's timings, the ones the lease clock counts with.

@@ -54,18 +54,27 @@ pub fn watcher_child(wrapper: i32) -> i32 {
 fn child_by_exit_signal(wrapper: i32, signal: &str, what: &str) -> i32 {
     let mut child = 0;
     wait_until(what, Duration::from_secs(10), || {
-        let children = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
-            .unwrap_or_default();
-        child = children
-            .split_whitespace()
-            .filter_map(|pid| pid.parse::<i32>().ok())
-            .find(|&pid| {
-                stat_fields(pid).is_some_and(|f| f.get(38 - 3).map(String::as_str) == Some(signal))
-            })
+        child = children_by_exit_signal(wrapper, signal)
+            .first()
+            .copied()
             .unwrap_or(0);
         child != 0
     });
     child
+}
+
+/// `wrapper`'s children whose exit signal is `signal` ("0": its watchers, "17": its command),
+/// as they are now.
+pub fn children_by_exit_signal(wrapper: i32, signal: &str) -> Vec<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+        .unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|pid| pid.parse::<i32>().ok())
+        .filter(|&pid| {
+            stat_fields(pid).is_some_and(|f| f.get(38 - 3).map(String::as_str) == Some(signal))
+        })
+        .collect()
 }
 
 /// Waits until `pid` is a zombie: dead, not reaped by its (stopped) parent.
