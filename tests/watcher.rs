@@ -177,3 +177,47 @@ fn a_watcher_killed_while_the_command_runs_is_replaced() {
         "the job's background child is killed by the new watcher",
     );
 }
+
+/// The same once the command has exited and what it left behind is being swept: a process
+/// that ignores SIGTERM keeps the sweep waiting (K = 20 s) when the watcher is SIGKILLed; another
+/// is started, and kills the leftover when the wrapper is SIGKILLed in turn.
+#[test]
+fn a_watcher_killed_while_the_sweep_waits_is_replaced() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let left = file(&dir, "left");
+    // Single quotes: `$$` is the leftover's own pid, not its parent's.
+    let inner = format!(
+        "trap \"\" TERM; echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 300",
+        path_str(&left)
+    );
+    let run = lr()
+        .args(["-u", &redis.url(), "-k", "20s", "job", "--", "sh", "-c"])
+        .arg(format!(
+            "sh -c '{inner}' & while [ ! -e {} ]; do sleep 0.01; done",
+            path_str(&left)
+        ))
+        .spawn();
+    wait_until("the leftover is started", Duration::from_secs(10), || {
+        left.exists()
+    });
+    let leftover: i32 = std::fs::read_to_string(&left)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The command gone, its leftover is the wrapper's child (it is their subreaper).
+    wait_until("the command exits", Duration::from_secs(10), || {
+        children_by_exit_signal(run.pid(), "17") == [leftover]
+    });
+    let first = watcher_child(run.pid());
+    signal(first, libc::SIGKILL);
+    wait_until("another watcher", Duration::from_secs(10), || {
+        children_by_exit_signal(run.pid(), "0")
+            .iter()
+            .any(|&pid| pid != first)
+    });
+    signal(run.pid(), libc::SIGKILL);
+    let _ = run.wait();
+    wait_until_gone(leftover, "the leftover is killed by the new watcher");
+}

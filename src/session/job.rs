@@ -90,42 +90,18 @@ impl Job {
         }
     }
 
-    /// A descriptor that turns readable should the watcher die while the job runs (see
-    /// [`Job::rewatch`]).
-    pub fn watcher_exits(&self) -> Option<std::os::fd::OwnedFd> {
-        self.watcher.as_ref().and_then(Watcher::exits)
-    }
-
-    /// The watcher died while the job runs (killed by hand, say): it is reaped and another is
-    /// started, told the job's process group, so that a wrapper SIGKILLed later still leaves
-    /// nothing of the job running. `keep_descriptors` as at the start. Returns the new one's
-    /// [`Job::watcher_exits`].
-    pub fn rewatch(&mut self, keep_descriptors: bool) -> Option<std::os::fd::OwnedFd> {
-        let old = self.watcher.take()?;
-        let pid = old.pid();
-        old.dismiss();
+    /// The child, and what keeps the job watched ([`Rewatch`]), borrowed apart so that both
+    /// can be used at once.
+    pub fn split(&mut self) -> (&mut Child, Rewatch<'_>) {
         let group = match (self.target, self.interactive) {
             (Target::Group(group), false) => group.as_raw(),
             _ => 0,
         };
-        let new = match Watcher::start(None, keep_descriptors, group) {
-            Ok(new) => new,
-            Err(e) => {
-                tracing::warn!(
-                    "the watcher died while the command ran (pid {pid}), and another cannot be \
-                     started ({e}): should locked-run be SIGKILLed, processes its command \
-                     started may outlive it"
-                );
-                return None;
-            }
+        let rewatch = Rewatch {
+            watcher: &mut self.watcher,
+            group,
         };
-        tracing::warn!(
-            "the watcher died while the command ran (pid {pid}); started another (pid {})",
-            new.pid()
-        );
-        let exits = new.exits();
-        self.watcher = Some(new);
-        exits
+        (&mut self.child, rewatch)
     }
 
     /// Nothing of the job is left for the watcher to kill: from now on it leaves the group
@@ -146,6 +122,69 @@ impl Job {
         lost: bool,
     ) -> Option<bool> {
         finish(backend, cfg, self.watcher, keep_for, lost).await
+    }
+}
+
+/// The job's watcher, for as long as something of the job may be left (the command, then what
+/// it left behind, until the sweep is done).
+pub struct Rewatch<'a> {
+    watcher: &'a mut Option<Watcher>,
+    /// The job's process group (0: in a terminal, the terminal's).
+    group: libc::pid_t,
+}
+
+impl Rewatch<'_> {
+    /// Never returns: should the watcher die (killed by hand, say), it is reaped and another
+    /// is started, told the job's group, so that a wrapper SIGKILLed later still leaves
+    /// nothing of the job running. The watcher's exit is read from a pidfd; without pidfds
+    /// (before Linux 5.3) this only waits.
+    pub async fn keep_watching(mut self, keep_descriptors: bool) {
+        let mut exits = self.watcher.as_ref().and_then(Watcher::exits);
+        loop {
+            exited(exits).await;
+            exits = self.replace(keep_descriptors);
+        }
+    }
+
+    fn replace(&mut self, keep_descriptors: bool) -> Option<std::os::fd::OwnedFd> {
+        let old = self.watcher.take()?;
+        let pid = old.pid();
+        old.dismiss();
+        let new = match Watcher::start(None, keep_descriptors, self.group) {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::warn!(
+                    "the watcher died while the command ran (pid {pid}), and another cannot be \
+                     started ({e}): should locked-run be SIGKILLed, processes its command \
+                     started may outlive it"
+                );
+                return None;
+            }
+        };
+        tracing::warn!(
+            "the watcher died while the command ran (pid {pid}); started another (pid {})",
+            new.pid()
+        );
+        let exits = new.exits();
+        *self.watcher = Some(new);
+        exits
+    }
+}
+
+/// Resolves once the process behind pidfd `exits` has exited; never, without one.
+async fn exited(exits: Option<std::os::fd::OwnedFd>) {
+    let registered = exits.map(|fd| {
+        // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+    });
+    let readable = match registered {
+        Some(Ok(fd)) => fd.readable().await.map(drop),
+        _ => return std::future::pending().await,
+    };
+    if readable.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -127,83 +127,75 @@ async fn supervise<B: Backend>(
     let clock = BootClock;
     let started = clock.now();
     let renewer = Renewer(backend, cfg.timings);
-    let mut keeper = pin!(async {
-        if backend.tenure() == Tenure::Lease {
-            match lease::keep(lease, &clock, &renewer, stopper).await {}
-        } else {
-            std::future::pending::<()>().await
-        }
-    });
-    // --max-run: the kill signal once the command has run that long, SIGKILL K later.
-    let mut limit = pin!(async {
-        let Some(max_run) = cfg.max_run else {
-            return std::future::pending().await;
-        };
-        clock.sleep_until(started + max_run).await;
-        stopper.time_limit();
-        clock
-            .sleep_until(started + max_run + cfg.timings.kill_after)
-            .await;
-        stopper.time_limit_kill();
-        std::future::pending::<()>().await
-    });
-    // A watcher killed while the command runs is replaced (see `Job::rewatch`).
-    let keep_descriptors = backend.tenure() == Tenure::Kernel;
-    let mut watcher_gone = pin!(exited(job.watcher_exits()));
-    let status = loop {
-        tokio::select! {
-            biased;
-            // Before the signals: a storm of them must not delay a lease deadline.
-            () = &mut keeper => {}
-            () = &mut limit => {}
-            () = &mut watcher_gone => watcher_gone.set(exited(job.rewatch(keep_descriptors))),
-            event = signals.next_event() => match event {
-                Event::Signal(incoming) => forward(job.target, incoming, job.interactive),
-                Event::ChildChanged => match job.child.reap() {
-                    Ok(_) => {
-                        if let Some(status) = job.child.status() {
-                            break Ok(status);
-                        }
-                    }
-                    Err(e) => break Err(e),
-                },
-            },
-        }
-    };
-    // A wrapper paused past V - D cannot vouch that the child ran under the lease.
-    if backend.tenure() == Tenure::Lease && !stopper.lost() && lease.borrow().expired(clock.now()) {
-        stopper.kill(Why::Late);
-    }
     let (target, interactive) = (job.target, job.interactive);
-    drain(
-        &clock,
-        &mut job.child,
-        target,
-        cfg,
-        signals,
-        keeper.as_mut(),
-        interactive,
-    )
-    .await;
+    // A lock the kernel holds for an open file is kept by a new watcher's copy of it too.
+    let keep_descriptors = backend.tenure() == Tenure::Kernel;
+    let (child, rewatch) = job.split();
+    let status = {
+        // The lease, and a watcher that dies replaced, until nothing of the job is left.
+        let mut keeper = pin!(async {
+            let lease = async {
+                if backend.tenure() == Tenure::Lease {
+                    match lease::keep(lease, &clock, &renewer, stopper).await {}
+                } else {
+                    std::future::pending::<()>().await
+                }
+            };
+            tokio::join!(lease, rewatch.keep_watching(keep_descriptors));
+        });
+        // --max-run: the kill signal once the command has run that long, SIGKILL K later.
+        let mut limit = pin!(async {
+            let Some(max_run) = cfg.max_run else {
+                return std::future::pending().await;
+            };
+            clock.sleep_until(started + max_run).await;
+            stopper.time_limit();
+            clock
+                .sleep_until(started + max_run + cfg.timings.kill_after)
+                .await;
+            stopper.time_limit_kill();
+            std::future::pending::<()>().await
+        });
+        let status = loop {
+            tokio::select! {
+                biased;
+                // Before the signals: a storm of them must not delay a lease deadline.
+                () = &mut keeper => {}
+                () = &mut limit => {}
+                event = signals.next_event() => match event {
+                    Event::Signal(incoming) => forward(target, incoming, interactive),
+                    Event::ChildChanged => match child.reap() {
+                        Ok(_) => {
+                            if let Some(status) = child.status() {
+                                break Ok(status);
+                            }
+                        }
+                        Err(e) => break Err(e),
+                    },
+                },
+            }
+        };
+        // A wrapper paused past V - D cannot vouch that the child ran under the lease.
+        if backend.tenure() == Tenure::Lease
+            && !stopper.lost()
+            && lease.borrow().expired(clock.now())
+        {
+            stopper.kill(Why::Late);
+        }
+        drain(
+            &clock,
+            child,
+            target,
+            cfg,
+            signals,
+            keeper.as_mut(),
+            interactive,
+        )
+        .await;
+        status
+    };
     job.disarm();
     status
-}
-
-/// Resolves once the process behind pidfd `exits` has exited; never, without one.
-async fn exited(exits: Option<std::os::fd::OwnedFd>) {
-    let registered = exits.map(|fd| {
-        // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
-        unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-        }
-    });
-    let readable = match registered {
-        Some(Ok(fd)) => fd.readable().await.map(drop),
-        _ => return std::future::pending().await,
-    };
-    if readable.is_err() {
-        std::future::pending::<()>().await;
-    }
 }
 
 /// Renews through the backend with the run's timings, the ones the lease clock counts with.
