@@ -16,7 +16,9 @@
 //! watcher exits without touching anything. A run that has to wait for a lease starts its
 //! watcher while it waits, so that the grant is not followed by a clone more before the
 //! command's; the point the start may not pass is then named at the grant, with one byte on
-//! the pipe (the only thing ever written to it).
+//! the pipe (the only thing ever written to it). A watcher killed while the run waits is
+//! replaced at the grant ([`Watcher::arm`]); one killed while the job runs, as soon as its
+//! pidfd says so ([`Watcher::exits`]).
 //!
 //! It also guards the command's start: a command must not start past the lease's kill-signal
 //! point, and the wrapper waits for its exec no longer than that point before it SIGKILLs it;
@@ -154,7 +156,7 @@ impl Watcher {
     /// A watcher that is gone by then (killed while the run waited) is replaced by a fresh
     /// one, started with the point: the job is never started unwatched for want of it.
     pub fn arm(mut self, start_by: Option<std::time::Duration>) -> io::Result<Watcher> {
-        let keep_descriptors = self.shared.keep_descriptors;
+        let (keep_descriptors, self_pid) = (self.shared.keep_descriptors, self.pid);
         let mut status = 0;
         // SAFETY: polls our own clone child (__WALL: it has no exit signal), never blocks.
         let reaped = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG | libc::__WALL) }
@@ -173,7 +175,10 @@ impl Watcher {
             RUNNING.store(0, Ordering::SeqCst);
             drop(self.write.take());
         }
-        tracing::info!("the watcher started while waiting is gone; starting another");
+        tracing::warn!(
+            "the watcher started while waiting is gone (pid {}); starting another",
+            self_pid
+        );
         Watcher::start(start_by, keep_descriptors, 0)
     }
 
