@@ -13,7 +13,7 @@ use crate::exit::{Exit, Failure};
 use crate::lease::{BootClock, Clock, show};
 use crate::watcher::Watcher;
 
-use super::Acquired;
+use super::waiter::Acquired;
 
 /// A command running under the lock.
 pub struct Job {

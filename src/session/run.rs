@@ -15,12 +15,12 @@ use crate::notify;
 use crate::signals::{Event, Signals};
 use crate::watcher::Watcher;
 
-use super::Acquired;
 use super::acquire::acquire_with;
 use super::ending::{Context, ended, ending};
 use super::job::Job;
 use super::stop::ChildStopper;
 use super::sweep::{drain, forward};
+use super::waiter::Acquired;
 
 /// Runs `cfg.command`, found at `program` ([`crate::child::resolve`]), under the lock held by
 /// `backend`.
