@@ -48,8 +48,9 @@ pub trait Clock {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BootClock;
 
-/// `CLOCK_BOOTTIME` in ns, with async-signal-safe calls only: for code that runs in a clone
-/// sharing our memory (the command's child before its exec, the watcher).
+/// `CLOCK_BOOTTIME` in ns (there on every Linux since 2.6.39), with async-signal-safe calls
+/// only, so that the clones sharing our memory (the command's child before its exec, the
+/// watcher) read the very clock the lease clock does.
 pub fn boot_ns() -> u64 {
     // SAFETY: clock_gettime fills the timespec we pass.
     unsafe {
@@ -67,10 +68,7 @@ pub fn boot_ns_at(at: Option<Duration>) -> u64 {
 
 impl Clock for BootClock {
     fn now(&self) -> Duration {
-        // CLOCK_BOOTTIME exists on every Linux since 2.6.39; failure is impossible.
-        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-            .expect("CLOCK_BOOTTIME is readable");
-        Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
+        Duration::from_nanos(boot_ns())
     }
 
     /// On a `CLOCK_BOOTTIME` timerfd: tokio's timers run on `CLOCK_MONOTONIC`, which stands

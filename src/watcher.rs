@@ -156,7 +156,7 @@ impl Watcher {
     /// A watcher that is gone by then (killed while the run waited) is replaced by a fresh
     /// one, started with the point: the job is never started unwatched for want of it.
     pub fn arm(mut self, start_by: Option<std::time::Duration>) -> io::Result<Watcher> {
-        let (keep_descriptors, self_pid) = (self.shared.keep_descriptors, self.pid);
+        let (keep_descriptors, self_pid) = (self.keeps_descriptors(), self.pid);
         let mut status = 0;
         // SAFETY: polls our own clone child (__WALL: it has no exit signal), never blocks.
         let reaped = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG | libc::__WALL) }
@@ -196,6 +196,12 @@ impl Watcher {
     /// The watcher's pid.
     pub fn pid(&self) -> libc::pid_t {
         self.pid
+    }
+
+    /// Whether it keeps its copies of the wrapper's descriptors (see [`Watcher::start`]): a
+    /// watcher started in its place must do the same.
+    pub fn keeps_descriptors(&self) -> bool {
+        self.shared.keep_descriptors
     }
 
     /// Where the child writes its process group (its pid) between `setpgid` and `exec`.

@@ -5,6 +5,7 @@
 //! is held first by another program (a key with no expiry), so the run waits until the test
 //! deletes it.
 
+use std::path::Path;
 use std::time::Duration;
 
 use crate::support::*;
@@ -15,6 +16,22 @@ fn held_by_another_program() -> Redis {
     let redis = Redis::start();
     let _: () = redis.cmd(&["SET", "lock:{job}", "another-program"]);
     redis
+}
+
+/// A command that starts `sleep 300` in the background, writes its pid to `file` and waits.
+fn background_sleep(file: &Path) -> String {
+    format!(
+        "sleep 300 & echo $! > {0}.tmp; mv {0}.tmp {0}; wait",
+        path_str(file)
+    )
+}
+
+/// The pid a command wrote to `file`, once it is there.
+fn pid_in(file: &Path) -> i32 {
+    wait_for_file(file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// The descriptors open in process `pid`.
@@ -93,25 +110,15 @@ fn a_watcher_killed_while_the_run_waits_is_replaced_at_the_grant() {
     let grandchild = file(&dir, "grandchild");
     let run = lr()
         .args(["-u", &redis.url(), "job", "--", "sh", "-c"])
-        .arg(format!(
-            "sleep 300 & echo $! > {}.tmp; mv {0}.tmp {0}; wait",
-            path_str(&grandchild)
-        ))
+        .arg(background_sleep(&grandchild))
         .spawn();
     let first = watcher_child(run.pid());
     signal(first, libc::SIGKILL);
     wait_until_gone(first, "the first watcher is dead");
     let _: () = redis.cmd(&["DEL", "lock:{job}"]);
-    wait_until("the command runs", Duration::from_secs(10), || {
-        grandchild.exists()
-    });
+    let pid = pid_in(&grandchild);
     let second = watcher_child(run.pid());
     assert_ne!(second, first, "no new watcher");
-    let pid: i32 = std::fs::read_to_string(&grandchild)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     signal(run.pid(), libc::SIGKILL);
     let _ = run.wait();
     wait_until_gone(
@@ -144,14 +151,9 @@ fn a_watcher_killed_while_the_command_runs_is_replaced() {
     let grandchild = file(&dir, "grandchild");
     let run = lr()
         .args(["-u", &redis.url(), "job", "--", "sh", "-c"])
-        .arg(format!(
-            "sleep 300 & echo $! > {}.tmp; mv {0}.tmp {0}; wait",
-            path_str(&grandchild)
-        ))
+        .arg(background_sleep(&grandchild))
         .spawn();
-    wait_until("the command runs", Duration::from_secs(10), || {
-        grandchild.exists()
-    });
+    let pid = pid_in(&grandchild);
     let first = watcher_child(run.pid());
     signal(first, libc::SIGKILL);
     let mut second = 0;
@@ -165,11 +167,6 @@ fn a_watcher_killed_while_the_command_runs_is_replaced() {
     wait_until("the new watcher is set up", Duration::from_secs(10), || {
         descriptors(second) == 1
     });
-    let pid: i32 = std::fs::read_to_string(&grandchild)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     signal(run.pid(), libc::SIGKILL);
     let _ = run.wait();
     wait_until_gone(
@@ -198,14 +195,7 @@ fn a_watcher_killed_while_the_sweep_waits_is_replaced() {
             path_str(&left)
         ))
         .spawn();
-    wait_until("the leftover is started", Duration::from_secs(10), || {
-        left.exists()
-    });
-    let leftover: i32 = std::fs::read_to_string(&left)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let leftover = pid_in(&left);
     // The command gone, its leftover is the wrapper's child (it is their subreaper).
     wait_until("the command exits", Duration::from_secs(10), || {
         children_by_exit_signal(run.pid(), "17") == [leftover]

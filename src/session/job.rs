@@ -138,17 +138,17 @@ impl Rewatch<'_> {
     /// is started, told the job's group, so that a wrapper SIGKILLed later still leaves
     /// nothing of the job running. The watcher's exit is read from a pidfd; without pidfds
     /// (before Linux 5.3) this only waits.
-    pub async fn keep_watching(mut self, keep_descriptors: bool) {
+    pub async fn keep_watching(mut self) {
         let mut exits = self.watcher.as_ref().and_then(Watcher::exits);
         loop {
             exited(exits).await;
-            exits = self.replace(keep_descriptors);
+            exits = self.replace();
         }
     }
 
-    fn replace(&mut self, keep_descriptors: bool) -> Option<std::os::fd::OwnedFd> {
+    fn replace(&mut self) -> Option<std::os::fd::OwnedFd> {
         let old = self.watcher.take()?;
-        let pid = old.pid();
+        let (pid, keep_descriptors) = (old.pid(), old.keeps_descriptors());
         old.dismiss();
         let new = match Watcher::start(None, keep_descriptors, self.group) {
             Ok(new) => new,

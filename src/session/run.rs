@@ -128,8 +128,6 @@ async fn supervise<B: Backend>(
     let started = clock.now();
     let renewer = Renewer(backend, cfg.timings);
     let (target, interactive) = (job.target, job.interactive);
-    // A lock the kernel holds for an open file is kept by a new watcher's copy of it too.
-    let keep_descriptors = backend.tenure() == Tenure::Kernel;
     let (child, rewatch) = job.split();
     let status = {
         // The lease, and a watcher that dies replaced, until nothing of the job is left.
@@ -141,7 +139,7 @@ async fn supervise<B: Backend>(
                     std::future::pending::<()>().await
                 }
             };
-            tokio::join!(lease, rewatch.keep_watching(keep_descriptors));
+            tokio::join!(lease, rewatch.keep_watching());
         });
         // --max-run: the kill signal once the command has run that long, SIGKILL K later.
         let mut limit = pin!(async {
