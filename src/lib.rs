@@ -21,7 +21,7 @@
 //!   the fence a create revision.
 //! - [`file`]: the host-local backend (`file:///DIR`): `flock(2)` and a durable fence counter.
 //! - [`child`]: finding, spawning, signalling and reaping the command.
-//! - [`watcher`]: kills the job's process group should `locked-run` itself be SIGKILLed.
+//! - [`watcher`]: kills the job's session should `locked-run` itself be SIGKILLed.
 //! - [`signals`]: the signals forwarded to the command or ending a wait.
 //! - [`status`], [`release`], [`doctor`]: the operators' subcommands.
 //! - [`library`]: the lock as a Rust type ([`Lock`]), over any backend.

@@ -1,5 +1,5 @@
 //! The watcher: a tiny process that outlives a `locked-run` killed by SIGKILL (or a crash) just
-//! long enough to SIGKILL the job's process group, and waits until none of it is left.
+//! long enough to SIGKILL every process of the job's session, and waits until none is left.
 //!
 //! PDEATHSIG reaches the direct child only: without the watcher, a `sh -c 'long-job & wait'`
 //! would leave `long-job` running after its wrapper's death, beside the next holder's command
@@ -12,7 +12,7 @@
 //!
 //! How it learns of the death: it blocks reading a pipe whose only write end the wrapper holds
 //! (close-on-exec, so the command never has it); end of file means the wrapper is gone. When
-//! the job ends normally the wrapper clears the group it named and closes the pipe, and the
+//! the job ends normally the wrapper clears the session it named and closes the pipe, and the
 //! watcher exits without touching anything. A run that has to wait for a lease starts its
 //! watcher while it waits, so that the grant is not followed by a clone more before the
 //! command's; the point the start may not pass is then named at the grant, with one byte on
@@ -42,11 +42,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 use nix::unistd::Pid;
 
-/// What the wrapper and the watcher share: the process group to kill (0: none), the command
+/// What the wrapper and the watcher share: the job's session to kill (0: none), the command
 /// between its clone and its exec and the point it may not exec past, and the pipe.
 #[repr(C)]
 struct Shared {
-    pgid: AtomicI32,
+    /// The job's session id, which is also its first process group's (the command's pid).
+    session: AtomicI32,
     /// The command's pid from its clone until its exec commits or it exits, else 0: written and
     /// cleared by the kernel (`CLONE_CHILD_SETTID`, `CLONE_CHILD_CLEARTID`).
     pre_exec: AtomicI32,
@@ -75,18 +76,18 @@ static RUNNING: AtomicI32 = AtomicI32::new(0);
 const MAPPING: usize = 32 * 1024;
 
 impl Watcher {
-    /// Starts the watcher. The job's process group is named later ([`Watcher::group`]), by
-    /// the child itself before it execs, so no instant exists where the wrapper could die
-    /// with a group the watcher does not know. `start_by` is the point past which the command
+    /// Starts the watcher. The job's session is named later ([`Watcher::session`]), by the
+    /// child itself before it execs, so no instant exists where the wrapper could die with a
+    /// job the watcher does not know. `start_by` is the point past which the command
     /// must not start (a `CLOCK_BOOTTIME` reading; none for a lock the kernel holds, or not
     /// known yet: see [`Watcher::arm`]). `keep_descriptors`: keep the copies of the wrapper's
     /// descriptors (a lock the kernel holds for an open file); else all but its pipe are
-    /// closed. `group`: the job's process group when it is already known (a watcher started
-    /// to replace one that died), else 0.
+    /// closed. `session`: the job's session when it is already known (a watcher started to
+    /// replace one that died), else 0.
     pub fn start(
         start_by: Option<std::time::Duration>,
         keep_descriptors: bool,
-        group: libc::pid_t,
+        session: libc::pid_t,
     ) -> io::Result<Watcher> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two descriptors, owned below.
@@ -114,7 +115,7 @@ impl Watcher {
         // SAFETY: the mapping is writable, aligned to a page and large enough.
         unsafe {
             shared.write(Shared {
-                pgid: AtomicI32::new(group),
+                session: AtomicI32::new(session),
                 pre_exec: AtomicI32::new(0),
                 killed_before_exec: AtomicBool::new(false),
                 start_by_ns: AtomicU64::new(crate::lease::boot_ns_at(start_by)),
@@ -204,9 +205,9 @@ impl Watcher {
         self.shared.keep_descriptors
     }
 
-    /// Where the child writes its process group (its pid) between `setpgid` and `exec`.
-    pub fn group(&self) -> &AtomicI32 {
-        &self.shared.pgid
+    /// Where the child writes its session (its pid) between `setsid` and `exec`.
+    pub fn session(&self) -> &AtomicI32 {
+        &self.shared.session
     }
 
     /// Where the kernel keeps the command's pid between its clone and its exec (see
@@ -221,11 +222,11 @@ impl Watcher {
         &self.shared.killed_before_exec
     }
 
-    /// The job is gone: from now on the watcher leaves the group alone, should the wrapper
+    /// The job is gone: from now on the watcher leaves its session alone, should the wrapper
     /// die. One store to shared memory, so it costs nothing before the release; the watcher
     /// itself is let go later ([`Watcher::dismiss`]), off the path to the next holder.
     pub fn disarm(&self) {
-        self.shared.pgid.store(0, Ordering::SeqCst);
+        self.shared.session.store(0, Ordering::SeqCst);
     }
 
     /// Lets the watcher go, after [`Watcher::disarm`] if it was not called, and reaps it: end
@@ -299,9 +300,9 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
         // 15 bytes: the kernel keeps no more of a name.
         libc::prctl(libc::PR_SET_NAME, c"locked-run-watc".as_ptr(), 0, 0, 0);
         watch(shared);
-        let pgid = shared.pgid.load(Ordering::SeqCst);
-        if pgid > 0 {
-            kill_group(pgid);
+        let session = shared.session.load(Ordering::SeqCst);
+        if session > 0 {
+            kill_session(session);
         }
         libc::_exit(0)
     }
@@ -419,15 +420,18 @@ unsafe fn watch(shared: &Shared) {
     }
 }
 
-/// SIGKILLs process group `pgid` until no live process is left in it (zombies are dead: their
-/// new parent reaps them, or not, as it likes). Checks 1 ms after the kill, then less and less
-/// often, at least every 100 ms, for as long as something survives SIGKILL.
-unsafe fn kill_group(pgid: libc::pid_t) {
+/// SIGKILLs every process of session `sid` until no live one is left (zombies are dead: their
+/// new parent reaps them, or not, as it likes). The job's first group goes atomically with one
+/// `kill`; what moved to another group of the session (`timeout`, `set -m`) is found in `/proc`
+/// and killed one by one, and a process it forked meanwhile is in the next pass, which comes
+/// 1 ms later, then less and less often, at least every 100 ms, for as long as something lives.
+/// A session's id is not reused while any process is in it, so nothing else is killed.
+unsafe fn kill_session(sid: libc::pid_t) {
     let mut pause_ms = 1;
     loop {
         // SAFETY: plain system calls.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        if !unsafe { group_alive(pgid) } {
+        unsafe { libc::kill(-sid, libc::SIGKILL) };
+        if !unsafe { kill_members(sid) } {
             return;
         }
         let nap = libc::timespec {
@@ -440,18 +444,21 @@ unsafe fn kill_group(pgid: libc::pid_t) {
     }
 }
 
-/// Whether a process of group `pgid` is alive (not a zombie), read from `/proc` into buffers on
-/// the stack. If `/proc` cannot be read, the group counts as gone.
-unsafe fn group_alive(pgid: libc::pid_t) -> bool {
-    let mut alive = false;
-    // SAFETY: reads /proc into buffers on the stack.
+/// SIGKILLs each live process of session `sid` that `/proc` lists, read into buffers on the
+/// stack; says whether it found any. If `/proc` cannot be read, the session counts as gone.
+unsafe fn kill_members(sid: libc::pid_t) -> bool {
+    let mut found = false;
+    // SAFETY: reads /proc into buffers on the stack; kill is a plain system call.
     unsafe {
         each_number_in(c"/proc", |pid, _| {
-            alive = in_group_and_alive(pid, pgid);
-            !alive
+            if in_session_and_alive(pid, sid) {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                found = true;
+            }
+            true
         });
     }
-    alive
+    found
 }
 
 /// A NUL-terminated decimal name (a `/proc` entry that is a process).
@@ -471,8 +478,8 @@ fn decimal(name: &[u8]) -> Option<u32> {
     (digits > 0).then_some(value)
 }
 
-/// Whether `/proc/PID/stat` says PID is in group `pgid` and not a zombie.
-unsafe fn in_group_and_alive(pid: u32, pgid: libc::pid_t) -> bool {
+/// Whether `/proc/PID/stat` says PID is in session `sid` and not a zombie.
+unsafe fn in_session_and_alive(pid: u32, sid: libc::pid_t) -> bool {
     let mut path = [0u8; 32];
     path[..6].copy_from_slice(b"/proc/");
     let mut len = 6;
@@ -495,11 +502,11 @@ unsafe fn in_group_and_alive(pid: u32, pgid: libc::pid_t) -> bool {
         return false;
     }
     parse_stat(&stat[..n as usize])
-        .is_some_and(|(state, group)| group == pgid && state != b'Z' && state != b'X')
+        .is_some_and(|(state, session)| session == sid && state != b'Z' && state != b'X')
 }
 
-/// The state and process group from a `/proc/PID/stat` line: "PID (COMM) STATE PPID PGRP ...";
-/// COMM may hold spaces and parentheses, so fields are counted from the last ')'.
+/// The state and session from a `/proc/PID/stat` line: "PID (COMM) STATE PPID PGRP SESSION
+/// ..."; COMM may hold spaces and parentheses, so fields are counted from the last ')'.
 fn parse_stat(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = stat.get(close + 2..)?;
@@ -507,9 +514,10 @@ fn parse_stat(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
     let mut fields = rest.split(|&b| b == b' ');
     fields.next()?; // state
     fields.next()?; // ppid
-    let group = fields.next()?;
+    fields.next()?; // pgrp
+    let session = fields.next()?;
     let mut value: libc::pid_t = 0;
-    for &b in group {
+    for &b in session {
         if !b.is_ascii_digit() {
             return None;
         }
@@ -548,10 +556,10 @@ mod tests {
         assert_eq!(decimal(b"self\0"), None);
         assert_eq!(decimal(b"\0"), None);
         assert_eq!(
-            parse_stat(b"77 (sh -c (x)) S 1 4242 4242 0 -1"),
+            parse_stat(b"77 (sh -c (x)) S 1 4243 4242 0 -1"),
             Some((b'S', 4242))
         );
-        assert_eq!(parse_stat(b"78 (sleep) Z 1 4242 4242"), Some((b'Z', 4242)));
+        assert_eq!(parse_stat(b"78 (sleep) Z 1 4243 4242"), Some((b'Z', 4242)));
         assert_eq!(parse_stat(b"garbage"), None);
         let mut out = [0u8; 10];
         let n = write_decimal(&mut out, 1_234_567);
@@ -561,14 +569,13 @@ mod tests {
     }
 
     #[test]
-    fn this_process_is_alive_in_its_group_and_a_made_up_group_is_not() {
+    fn this_process_is_alive_in_its_session_and_a_made_up_session_is_not() {
         let me = std::process::id();
-        let group = nix::unistd::getpgrp().as_raw();
+        let session = nix::unistd::getsid(None).unwrap().as_raw();
         // SAFETY: reads /proc only.
         unsafe {
-            assert!(in_group_and_alive(me, group));
-            assert!(!in_group_and_alive(me, group + 1));
-            assert!(group_alive(group));
+            assert!(in_session_and_alive(me, session));
+            assert!(!in_session_and_alive(me, session + 1));
         }
     }
 }

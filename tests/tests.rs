@@ -14,6 +14,7 @@ mod fair;
 mod faq;
 mod fencing;
 mod holders;
+mod job_session;
 mod lease_loss;
 mod library;
 mod local;

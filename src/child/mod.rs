@@ -1,6 +1,6 @@
 //! Child supervision: finding the command, spawning it so it cannot outlive us unnoticed,
-//! signalling it (its process group, or its process tree in a terminal), and reaping what it
-//! leaves behind.
+//! signalling it (every process of its session, or its process tree in a terminal), and reaping
+//! what it leaves behind.
 
 use std::ffi::OsStr;
 use std::io;
@@ -114,8 +114,10 @@ pub fn become_subreaper() {
 /// Who a signal for "the child" goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// The child's own process group (non-interactive): grandchildren of a `sh -c` too.
-    Group(Pid),
+    /// The job's own session (non-interactive), whose id is the child's pid, as is its first
+    /// process group's: grandchildren of a `sh -c` too, and those that moved to another group
+    /// of the session (`timeout`, `set -m`, a job-control shell).
+    Session(Pid),
     /// Every descendant of `locked-run` (interactive: the child shares our group).
     Tree,
 }
@@ -166,12 +168,13 @@ impl Child {
 
 impl Target {
     /// Sends `signal` to the job: the child's process group (atomically, so a process forked
-    /// meanwhile is not missed), plus every other descendant still in our session. The second
-    /// part catches what changed group without leaving the session (`timeout`, `set -m`);
-    /// only a process that called `setsid` is let go. Processes already gone are no error.
+    /// meanwhile is not missed), plus every other descendant of ours still in the job's
+    /// session. The second part catches what changed group without leaving the session
+    /// (`timeout`, `set -m`); only a process that called `setsid` is let go. Processes already
+    /// gone are no error.
     pub fn signal(&self, signal: Signal) {
         self.signal_group(signal);
-        for process in job_processes() {
+        for process in job_processes(self.session()) {
             if !process.zombie && Some(process.pgid) != self.pgid() {
                 let _ = kill(process.pid, signal);
             }
@@ -184,13 +187,13 @@ impl Target {
     /// tree, as for a kill.
     pub fn forward(&self, signal: Signal) {
         match self {
-            Target::Group(_) => self.signal_group(signal),
+            Target::Session(_) => self.signal_group(signal),
             Target::Tree => self.signal(signal),
         }
     }
 
     fn signal_group(&self, signal: Signal) {
-        if let Target::Group(pgid) = self {
+        if let Target::Session(pgid) = self {
             if let Err(e) = killpg(*pgid, signal) {
                 if e != Errno::ESRCH {
                     tracing::warn!("cannot send {signal} to process group {pgid}: {e}");
@@ -199,10 +202,19 @@ impl Target {
         }
     }
 
+    /// The job's first process group (the child's, which leads it), if it has one of its own.
     fn pgid(&self) -> Option<Pid> {
         match self {
-            Target::Group(pgid) => Some(*pgid),
+            Target::Session(sid) => Some(*sid),
             Target::Tree => None,
+        }
+    }
+
+    /// The session the job's processes are in: its own, or ours in a terminal.
+    fn session(&self) -> Option<Pid> {
+        match self {
+            Target::Session(sid) => Some(*sid),
+            Target::Tree => nix::unistd::getsid(None).ok(),
         }
     }
 
@@ -217,8 +229,8 @@ impl Target {
     /// The job's live processes, as "pid (program), ...", for the line that says what the
     /// sweep stops.
     pub fn leftovers(&self) -> String {
-        let mut processes = job_processes();
-        if let Target::Group(pgid) = self {
+        let mut processes = job_processes(self.session());
+        if let Target::Session(pgid) = self {
             // Members first: they are what the group kill reaches.
             processes.sort_by_key(|p| p.pgid != *pgid);
         }
@@ -231,9 +243,9 @@ impl Target {
     pub fn anything_left(&self, children_remain: bool) -> bool {
         let group_left = match self {
             // Signal 0 probes for members; ESRCH means none is left.
-            Target::Group(pgid) => killpg(*pgid, None) != Err(Errno::ESRCH),
+            Target::Session(pgid) => killpg(*pgid, None) != Err(Errno::ESRCH),
             Target::Tree => false,
         };
-        group_left || (children_remain && job_processes().iter().any(|p| !p.zombie))
+        group_left || (children_remain && job_processes(self.session()).iter().any(|p| !p.zombie))
     }
 }

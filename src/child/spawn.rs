@@ -15,15 +15,20 @@ use super::{Child, Target};
 use crate::exit::{Exit, Failure};
 use crate::lease::{boot_ns, boot_ns_at};
 
-/// Spawns the command, in its own process group unless `interactive`, with PDEATHSIG set.
+/// Spawns the command, in a session of its own unless `interactive`, with PDEATHSIG set.
+///
+/// A session rather than only a process group: a job's processes may move to other groups
+/// (coreutils `timeout`, `set -m`, a job-control shell), but only `setsid` takes one out of the
+/// session, so "every process of the job's session" is what a kill must reach, also the
+/// watcher's once we are gone and the job's processes are no longer our descendants.
 ///
 /// Spawned nearly the way `posix_spawn` does it: `clone(CLONE_VM)`, so the parent's
 /// page tables are not copied (about half a millisecond saved on every run; std falls back to
 /// `fork` as soon as a `pre_exec` hook is needed, and PDEATHSIG needs one). Must run on the
 /// runtime's main thread: PDEATHSIG fires when the *thread* that created the child exits.
 ///
-/// With `watch` (the watcher's cells), the child writes its process group there before it
-/// execs, so the watcher can kill the whole job should `locked-run` die, and the kernel keeps
+/// With `watch` (the watcher's cells), the child writes its session there before it execs, so
+/// the watcher can kill the whole job should `locked-run` die, and the kernel keeps
 /// the child's pid there from the clone until its exec commits, so the watcher can kill a
 /// child still short of its exec at the start-by point, should we be stopped meanwhile.
 ///
@@ -107,16 +112,16 @@ pub fn spawn(
     let target = if interactive {
         Target::Tree
     } else {
-        Target::Group(pid)
+        Target::Session(pid)
     };
     Ok((Child { pid, status: None }, target))
 }
 
-/// What the watcher is told of the command: its process group, written by the child before it
+/// What the watcher is told of the command: its session, written by the child before it
 /// execs, and its pid between its clone and its exec (written and cleared by the kernel).
 #[derive(Clone, Copy)]
 pub struct Watched<'a> {
-    pub group: &'a AtomicI32,
+    pub session: &'a AtomicI32,
     pub pre_exec: &'a AtomicI32,
     /// Set by the watcher when it SIGKILLed the child short of its exec: nothing was started.
     pub killed_before_exec: &'a AtomicBool,
@@ -147,8 +152,8 @@ struct Exec<'a> {
     argv: &'a [*const libc::c_char],
     envp: &'a [*const libc::c_char],
     parent: libc::pid_t,
-    new_group: bool,
-    /// The watcher's cell for the job's process group, if a watcher runs.
+    new_session: bool,
+    /// The watcher's cell for the job's session, if a watcher runs.
     watch: Option<&'a AtomicI32>,
     /// The parent's signal mask before it blocked everything for the clone.
     mask: libc::sigset_t,
@@ -162,7 +167,7 @@ fn clone_exec(
     path: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-    new_group: bool,
+    new_session: bool,
     watch: Option<Watched>,
     start_by_ns: u64,
 ) -> io::Result<Pid> {
@@ -181,8 +186,8 @@ fn clone_exec(
         argv,
         envp,
         parent: nix::unistd::getpid().as_raw(),
-        new_group,
-        watch: watch.map(|w| w.group),
+        new_session,
+        watch: watch.map(|w| w.session),
         mask,
         start_by_ns,
         errno: AtomicI32::new(0),
@@ -251,11 +256,11 @@ fn clone_exec(
     let clone_error = io::Error::last_os_error();
     // SAFETY: our copy of the write end; the child has its own.
     unsafe { libc::close(done[1]) };
-    // A child that never exec'd has started nothing: the watcher is told to leave its group
+    // A child that never exec'd has started nothing: the watcher is told to leave its session
     // alone before it is reaped (its pid may be reused once reaped).
     let reap_unstarted = |pid: libc::pid_t| {
         if let Some(w) = watch {
-            w.group.store(0, Ordering::SeqCst);
+            w.session.store(0, Ordering::SeqCst);
         }
         let mut raw = 0;
         // SAFETY: reaps our own child, which has exited or been SIGKILLed.
@@ -354,12 +359,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 libc::sigaction(sig, &default, std::ptr::null_mut());
             }
         }
-        if exec.new_group {
-            if libc::setpgid(0, 0) != 0 {
+        if exec.new_session {
+            // Leader of a new session and of its first group, both named by our pid.
+            if libc::setsid() < 0 {
                 return fail(exec);
             }
-            if let Some(group) = exec.watch {
-                group.store(libc::getpid(), Ordering::SeqCst);
+            if let Some(session) = exec.watch {
+                session.store(libc::getpid(), Ordering::SeqCst);
             }
         }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {

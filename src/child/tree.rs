@@ -1,4 +1,4 @@
-//! The job's process tree, from `/proc`: every descendant of `locked-run` still in its
+//! The job's processes, from `/proc`: every descendant of `locked-run` still in the job's
 //! session (a process that called `setsid` is let go), and their groups and states.
 
 use nix::unistd::Pid;
@@ -11,11 +11,13 @@ pub struct Process {
     pub zombie: bool,
 }
 
-/// Our descendants in our own session: the job, and what it left behind. A process that
-/// called `setsid` (a daemon meant to outlive the job) is not followed, nor are its children.
-pub fn job_processes() -> Vec<Process> {
+/// Our descendants in `session` (the job's): the job, and what it left behind. A process that
+/// called `setsid` (a daemon meant to outlive the job) is let go, and so are its children, which
+/// are in its new session; but the walk goes on below it, since a process that moved to a new
+/// session leaves behind, in the job's, the children it had already forked. As a subreaper we
+/// are the ancestor of every process of the job's session, orphans included.
+pub fn job_processes(session: Option<Pid>) -> Vec<Process> {
     let me = nix::unistd::getpid();
-    let session = nix::unistd::getsid(None).ok();
     let mut job = Vec::new();
     let watcher = crate::watcher::running();
     let mut frontier: Vec<Pid> = children(me)
@@ -26,10 +28,9 @@ pub fn job_processes() -> Vec<Process> {
         let Some((process, _, sid)) = stat(pid) else {
             continue;
         };
-        if sid != session {
-            continue;
+        if sid == session {
+            job.push(process);
         }
-        job.push(process);
         if !process.zombie {
             frontier.extend(children(pid));
         }

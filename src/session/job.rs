@@ -51,7 +51,7 @@ impl Job {
             ("LOCKED_RUN_SHARED", u8::from(cfg.shared).to_string()),
         ];
         // In a terminal the job shares our group, which is the terminal's to handle: the
-        // child names no group to the watcher then, which only guards the start.
+        // child names no session to the watcher then, which only guards the start.
         // A lock the kernel holds for an open file is kept by the watcher's copy of it too.
         let keep_descriptors = backend.tenure() == Tenure::Kernel;
         let watcher = match early {
@@ -67,7 +67,7 @@ impl Job {
             })
             .ok();
         let watched = watcher.as_ref().map(|w| child::Watched {
-            group: w.group(),
+            session: w.session(),
             pre_exec: w.pre_exec(),
             killed_before_exec: w.killed_before_exec(),
         });
@@ -93,18 +93,18 @@ impl Job {
     /// The child, and what keeps the job watched ([`Rewatch`]), borrowed apart so that both
     /// can be used at once.
     pub fn split(&mut self) -> (&mut Child, Rewatch<'_>) {
-        let group = match (self.target, self.interactive) {
-            (Target::Group(group), false) => group.as_raw(),
+        let session = match (self.target, self.interactive) {
+            (Target::Session(session), false) => session.as_raw(),
             _ => 0,
         };
         let rewatch = Rewatch {
             watcher: &mut self.watcher,
-            group,
+            session,
         };
         (&mut self.child, rewatch)
     }
 
-    /// Nothing of the job is left for the watcher to kill: from now on it leaves the group
+    /// Nothing of the job is left for the watcher to kill: from now on it leaves the session
     /// alone, should the wrapper die before the release.
     pub fn disarm(&self) {
         if let Some(watcher) = &self.watcher {
@@ -129,13 +129,13 @@ impl Job {
 /// it left behind, until the sweep is done).
 pub struct Rewatch<'a> {
     watcher: &'a mut Option<Watcher>,
-    /// The job's process group (0: in a terminal, the terminal's).
-    group: libc::pid_t,
+    /// The job's session (0: in a terminal, the job has none of its own).
+    session: libc::pid_t,
 }
 
 impl Rewatch<'_> {
     /// Never returns: should the watcher die (killed by hand, say), it is reaped and another
-    /// is started, told the job's group, so that a wrapper SIGKILLed later still leaves
+    /// is started, told the job's session, so that a wrapper SIGKILLed later still leaves
     /// nothing of the job running. The watcher's exit is read from a pidfd; without pidfds
     /// (before Linux 5.3) this only waits.
     pub async fn keep_watching(mut self) {
@@ -150,7 +150,7 @@ impl Rewatch<'_> {
         let old = self.watcher.take()?;
         let (pid, keep_descriptors) = (old.pid(), old.keeps_descriptors());
         old.dismiss();
-        let new = match Watcher::start(None, keep_descriptors, self.group) {
+        let new = match Watcher::start(None, keep_descriptors, self.session) {
             Ok(new) => new,
             Err(e) => {
                 tracing::warn!(
@@ -203,7 +203,7 @@ fn late_start(cfg: &RunConfig, acquired: &Acquired) -> Failure {
     )
 }
 
-/// Disarm, release, dismiss, in that order: the watcher must not kill a group that is gone
+/// Disarm, release, dismiss, in that order: the watcher must not kill a session that is gone
 /// (its pids may be reused), and the next holder need not wait for this process to exit.
 async fn finish<B: Backend>(
     backend: &B,

@@ -142,7 +142,7 @@ mod tests {
             .spawn()
             .expect("sleep runs");
         let group = Pid::from_raw(sleeper.id() as i32);
-        let stopper = ChildStopper::new(Target::Group(group), Signal::SIGTERM);
+        let stopper = ChildStopper::new(Target::Session(group), Signal::SIGTERM);
         stopper.time_limit();
         assert!(!stopper.lost());
         assert_eq!(stopper.stopping().map(|s| s.cause), Some(Cause::MaxRun));

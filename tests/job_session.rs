@@ -1,0 +1,203 @@
+//! A job is a session of its own: every kill (the watcher's after a SIGKILLed wrapper, a lost
+//! lease, `--max-run`, the sweep) reaches the processes that moved to another process group of
+//! it (coreutils `timeout`, a `set -m` shell, a process that calls `setpgid` itself), and only
+//! a process that left it with `setsid` is let go. On every backend.
+//!
+//! See: issue 35, break 1 (the watcher killed the job's first process group only, so a
+//! SIGKILLed wrapper's `timeout 60 sleep 61` ran on beside the next holder's command).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// The job's shapes, each pid written to a file of `dir` as it starts: `timeout` (which puts
+/// itself in a new group) and its `sleep`; a `set -m` shell's `sleep`, in a group of its own;
+/// a perl that calls `setpgid` itself; and a `setsid` daemon, which is meant to live (its
+/// output goes elsewhere, so that it holds no pipe of the test's open). `ready`
+/// is written once all are there; then the script waits for them.
+fn job_script(dir: &Path) -> String {
+    let d = path_str(dir);
+    format!(
+        "timeout 60 sh -c 'echo $$ > {d}/timeout.tmp; mv {d}/timeout.tmp {d}/timeout; exec sleep 61' &
+         bash -c 'set -m; sleep 72 & echo $! > {d}/setm.tmp; mv {d}/setm.tmp {d}/setm; wait' &
+         perl -e 'setpgrp(0, 0); open my $f, \">\", \"{d}/setpgid.tmp\"; print $f \"$$\\n\"; close $f; \
+                  rename \"{d}/setpgid.tmp\", \"{d}/setpgid\"; sleep 80' &
+         setsid sh -c 'echo $$ > {d}/daemon.tmp; mv {d}/daemon.tmp {d}/daemon; exec sleep 90' > /dev/null 2>&1 &
+         for f in timeout setm setpgid daemon; do while [ ! -e {d}/$f ]; do sleep 0.01; done; done
+         echo ready > {d}/ready
+         wait"
+    )
+}
+
+/// The pids the job wrote: the three that stayed in its session, then the daemon.
+fn job_pids(dir: &Path) -> ([i32; 3], i32) {
+    wait_for_file(&dir.join("ready"), Duration::from_secs(20), |t| {
+        t.ends_with('\n')
+    });
+    let pid = |name: &str| -> i32 {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    ([pid("timeout"), pid("setm"), pid("setpgid")], pid("daemon"))
+}
+
+/// Ends the daemon the test let live.
+struct Daemon(i32);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGKILL);
+    }
+}
+
+fn assert_gone(pids: &[i32], what: &str) {
+    for &pid in pids {
+        assert!(
+            wait_pid_exit(pid, Duration::from_secs(10)),
+            "{what}: process {pid} of the job's session outlived it"
+        );
+    }
+}
+
+/// A command that writes to `out` which of `pids` are alive (not zombies) as it starts.
+fn check_alive(pids: &[i32], out: &Path) -> String {
+    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+    format!(
+        "for p in {}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); \
+         case \"$s\" in ''|Z|X) ;; *) echo \"alive $p\";; esac; done > {o}.tmp; mv {o}.tmp {o}",
+        list.join(" "),
+        o = path_str(out)
+    )
+}
+
+/// SIGKILLs the wrapper of a job with every shape: the watcher kills the whole session but the
+/// daemon, and the next holder's command (which waits for the lock) finds none of it alive.
+fn a_sigkilled_wrappers_whole_session_dies_before_the_next_holder(url: &[String], ttl: &str) {
+    let dir = scratch();
+    let first = lr()
+        .args(url)
+        .args(["--ttl", ttl, "job"])
+        .sh(&job_script(dir.path()))
+        .spawn();
+    let (pids, daemon) = job_pids(dir.path());
+    let _daemon = Daemon(daemon);
+    signal(first.pid(), libc::SIGKILL);
+    let out = dir.path().join("seen-by-the-next-holder");
+    lr().args(url)
+        .args(["--ttl", ttl, "-w", "30s", "job"])
+        .sh(&check_alive(&pids, &out))
+        .run()
+        .expect_with(0, "the next holder runs once the lock is free");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "",
+        "the next holder's command started beside the SIGKILLed wrapper's job"
+    );
+    assert_gone(&pids, "after the wrapper was SIGKILLed");
+    assert!(alive(daemon), "the setsid daemon was let go");
+    let _ = first.wait();
+}
+
+#[test]
+fn a_sigkilled_wrapper_leaves_nothing_of_its_job_on_redis() {
+    let redis = Redis::start();
+    a_sigkilled_wrappers_whole_session_dies_before_the_next_holder(
+        &["-u".into(), redis.url()],
+        "2s",
+    );
+}
+
+#[test]
+fn a_sigkilled_wrapper_leaves_nothing_of_its_job_on_file() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    a_sigkilled_wrappers_whole_session_dies_before_the_next_holder(&["-u".into(), url], "2s");
+}
+
+#[test]
+fn a_sigkilled_wrapper_leaves_nothing_of_its_job_on_redlock() {
+    let five = Five::start();
+    a_sigkilled_wrappers_whole_session_dies_before_the_next_holder(&five.url_args(), "2s");
+}
+
+#[test]
+fn a_sigkilled_wrapper_leaves_nothing_of_its_job_on_etcd() {
+    let etcd = Etcd::start();
+    a_sigkilled_wrappers_whole_session_dies_before_the_next_holder(
+        &["-u".into(), etcd.url()],
+        "2s",
+    );
+}
+
+/// A lost lease stops every process of the job's session, not only its first group.
+#[test]
+fn a_lost_lease_stops_the_whole_session() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let run = lr()
+        .url(&redis.url())
+        .args(["--ttl", "2s", "job"])
+        .sh(&job_script(dir.path()))
+        .spawn();
+    let (pids, daemon) = job_pids(dir.path());
+    let _daemon = Daemon(daemon);
+    let _: () = redis.cmd(&["DEL", "lock:{job}"]);
+    run.wait().expect_opening(76, "lost the lock job");
+    assert_gone(&pids, "after the lease was lost");
+    assert!(alive(daemon), "the setsid daemon was let go");
+}
+
+/// `--max-run` stops every process of the job's session.
+#[test]
+fn max_run_stops_the_whole_session() {
+    let locks = scratch();
+    let dir = scratch();
+    let run = lr()
+        .url(&file_url(locks.path()))
+        .args(["--max-run", "3s", "-k", "1s", "job"])
+        .sh(&job_script(dir.path()))
+        .spawn();
+    let (pids, daemon) = job_pids(dir.path());
+    let _daemon = Daemon(daemon);
+    run.wait().expect_with(124, "--max-run ran out");
+    assert_gone(&pids, "after --max-run");
+    assert!(alive(daemon), "the setsid daemon was let go");
+}
+
+/// What the command leaves behind in other groups of its session is swept before the release;
+/// the daemon is let go.
+#[test]
+fn the_sweep_reaches_what_moved_to_another_group() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // The main process exits at once, leaving the shapes behind.
+    let script = format!(
+        "({}) > /dev/null 2>&1 & while [ ! -e {d}/ready ]; do sleep 0.01; done; exit 0",
+        job_script(dir.path())
+    );
+    let out = lr()
+        .url(&redis.url())
+        .args(["--ttl", "2s", "-k", "1s", "job"])
+        .sh(&script)
+        .run()
+        .expect_with(0, "the command's own status");
+    let (pids, daemon) = job_pids(dir.path());
+    let _daemon = Daemon(daemon);
+    for pid in pids {
+        assert!(
+            !alive(pid),
+            "process {pid} outlived the sweep: {}",
+            out.stderr
+        );
+    }
+    assert!(alive(daemon), "the setsid daemon was let go");
+    assert!(
+        !redis.exists("lock:{job}"),
+        "released once the session was empty"
+    );
+}
