@@ -249,6 +249,11 @@ impl Watcher {
     }
 }
 
+/// The watcher's name (`ps -o comm`): 15 bytes, all the kernel keeps of a name. A kill of a
+/// job's session passes over a process of this name (a nested `locked-run`'s watcher) and waits
+/// for it instead: see [`kill_session`].
+pub const NAME: &std::ffi::CStr = c"locked-run-watc";
+
 /// The running watcher, if any: not part of the job.
 pub fn running() -> Option<Pid> {
     Some(RUNNING.load(Ordering::SeqCst))
@@ -297,8 +302,7 @@ extern "C" fn watcher_main(arg: *mut c_void) -> libc::c_int {
             std::ptr::null_mut::<u64>(),
             8,
         );
-        // 15 bytes: the kernel keeps no more of a name.
-        libc::prctl(libc::PR_SET_NAME, c"locked-run-watc".as_ptr(), 0, 0, 0);
+        libc::prctl(libc::PR_SET_NAME, NAME.as_ptr(), 0, 0, 0);
         watch(shared);
         let session = shared.session.load(Ordering::SeqCst);
         if session > 0 {
@@ -426,6 +430,12 @@ unsafe fn watch(shared: &Shared) {
 /// and killed one by one, and a process it forked meanwhile is in the next pass, which comes
 /// 1 ms later, then less and less often, at least every 100 ms, for as long as something lives.
 /// A session's id is not reused while any process is in it, so nothing else is killed.
+///
+/// One process of the session is waited for, never killed: the watcher of a `locked-run` that
+/// the job runs itself. That run's own job is in a session of its own, which a kill of ours
+/// does not reach; once its wrapper dies with ours, its watcher is what kills that job, and it
+/// ends when that is done. A process that names itself so to be spared gains nothing: it could
+/// leave the session with `setsid` anyway, and this loop still waits for it.
 unsafe fn kill_session(sid: libc::pid_t) {
     let mut pause_ms = 1;
     loop {
@@ -444,15 +454,18 @@ unsafe fn kill_session(sid: libc::pid_t) {
     }
 }
 
-/// SIGKILLs each live process of session `sid` that `/proc` lists, read into buffers on the
-/// stack; says whether it found any. If `/proc` cannot be read, the session counts as gone.
+/// SIGKILLs each live process of session `sid` that `/proc` lists (a nested run's watcher
+/// aside), read into buffers on the stack; says whether it found any alive. If `/proc` cannot
+/// be read, the session counts as gone.
 unsafe fn kill_members(sid: libc::pid_t) -> bool {
     let mut found = false;
     // SAFETY: reads /proc into buffers on the stack; kill is a plain system call.
     unsafe {
         each_number_in(c"/proc", |pid, _| {
-            if in_session_and_alive(pid, sid) {
-                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            if let Some(member) = member(pid, sid) {
+                if !member.watcher {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
                 found = true;
             }
             true
@@ -478,8 +491,15 @@ fn decimal(name: &[u8]) -> Option<u32> {
     (digits > 0).then_some(value)
 }
 
-/// Whether `/proc/PID/stat` says PID is in session `sid` and not a zombie.
-unsafe fn in_session_and_alive(pid: u32, sid: libc::pid_t) -> bool {
+/// A live process of a session, as its `/proc/PID/stat` line tells.
+#[derive(Debug, PartialEq, Eq)]
+struct Member {
+    /// Named as a watcher is ([`NAME`]).
+    watcher: bool,
+}
+
+/// PID as a member of session `sid`, if `/proc/PID/stat` says it is one and not a zombie.
+unsafe fn member(pid: u32, sid: libc::pid_t) -> Option<Member> {
     let mut path = [0u8; 32];
     path[..6].copy_from_slice(b"/proc/");
     let mut len = 6;
@@ -492,23 +512,36 @@ unsafe fn in_session_and_alive(pid: u32, sid: libc::pid_t) -> bool {
     let n = unsafe {
         let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return false;
+            return None;
         }
         let n = libc::read(fd, stat.as_mut_ptr().cast(), stat.len());
         libc::close(fd);
         n
     };
     if n <= 0 {
-        return false;
+        return None;
     }
-    parse_stat(&stat[..n as usize])
-        .is_some_and(|(state, session)| session == sid && state != b'Z' && state != b'X')
+    let stat = parse_stat(&stat[..n as usize])?;
+    (stat.session == sid && stat.state != b'Z' && stat.state != b'X').then_some(Member {
+        watcher: stat.watcher,
+    })
 }
 
-/// The state and session from a `/proc/PID/stat` line: "PID (COMM) STATE PPID PGRP SESSION
-/// ..."; COMM may hold spaces and parentheses, so fields are counted from the last ')'.
-fn parse_stat(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
+/// What the watcher reads of a `/proc/PID/stat` line.
+#[derive(Debug, PartialEq, Eq)]
+struct Stat {
+    state: u8,
+    session: libc::pid_t,
+    watcher: bool,
+}
+
+/// The state, session and whether COMM is a watcher's from a `/proc/PID/stat` line: "PID (COMM)
+/// STATE PPID PGRP SESSION ..."; COMM may hold spaces and parentheses, so fields are counted from
+/// the last ')'.
+fn parse_stat(stat: &[u8]) -> Option<Stat> {
     let close = stat.iter().rposition(|&b| b == b')')?;
+    let open = stat.iter().position(|&b| b == b'(')?;
+    let watcher = stat.get(open + 1..close) == Some(NAME.to_bytes());
     let rest = stat.get(close + 2..)?;
     let state = *rest.first()?;
     let mut fields = rest.split(|&b| b == b' ');
@@ -525,7 +558,11 @@ fn parse_stat(stat: &[u8]) -> Option<(u8, libc::pid_t)> {
             .checked_mul(10)?
             .checked_add(libc::pid_t::from(b - b'0'))?;
     }
-    Some((state, value))
+    Some(Stat {
+        state,
+        session: value,
+        watcher,
+    })
 }
 
 /// Writes `value` in decimal at the start of `out`; returns how many bytes.
@@ -555,11 +592,25 @@ mod tests {
         assert_eq!(decimal(b"4242\0junk"), Some(4242));
         assert_eq!(decimal(b"self\0"), None);
         assert_eq!(decimal(b"\0"), None);
+        let stat = |state, session, watcher| {
+            Some(Stat {
+                state,
+                session,
+                watcher,
+            })
+        };
         assert_eq!(
             parse_stat(b"77 (sh -c (x)) S 1 4243 4242 0 -1"),
-            Some((b'S', 4242))
+            stat(b'S', 4242, false)
         );
-        assert_eq!(parse_stat(b"78 (sleep) Z 1 4243 4242"), Some((b'Z', 4242)));
+        assert_eq!(
+            parse_stat(b"78 (sleep) Z 1 4243 4242"),
+            stat(b'Z', 4242, false)
+        );
+        assert_eq!(
+            parse_stat(b"79 (locked-run-watc) S 1 79 4242"),
+            stat(b'S', 4242, true)
+        );
         assert_eq!(parse_stat(b"garbage"), None);
         let mut out = [0u8; 10];
         let n = write_decimal(&mut out, 1_234_567);
@@ -574,8 +625,8 @@ mod tests {
         let session = nix::unistd::getsid(None).unwrap().as_raw();
         // SAFETY: reads /proc only.
         unsafe {
-            assert!(in_session_and_alive(me, session));
-            assert!(!in_session_and_alive(me, session + 1));
+            assert_eq!(member(me, session), Some(Member { watcher: false }));
+            assert_eq!(member(me, session + 1), None);
         }
     }
 }

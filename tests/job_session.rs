@@ -146,7 +146,14 @@ fn a_lost_lease_stops_the_whole_session() {
     let (pids, daemon) = job_pids(dir.path());
     let _daemon = Daemon(daemon);
     let _: () = redis.cmd(&["DEL", "lock:{job}"]);
-    run.wait().expect_opening(76, "lost the lock job");
+    // (What the kill signal has not ended yet when the main process exits may be named in a
+    // warning before the line that says the lock was lost.)
+    let out = run.wait().expect(76);
+    assert!(
+        out.stderr.contains("locked-run: lost the lock job"),
+        "{}",
+        out.stderr
+    );
     assert_gone(&pids, "after the lease was lost");
     assert!(alive(daemon), "the setsid daemon was let go");
 }
@@ -200,4 +207,68 @@ fn the_sweep_reaches_what_moved_to_another_group() {
         !redis.exists("lock:{job}"),
         "released once the session was empty"
     );
+}
+
+/// A `locked-run` the job runs itself puts its own job in a session of its own, which the outer
+/// kills do not reach: when the outer wrapper is SIGKILLed, its watcher SIGKILLs the inner
+/// wrapper but spares the inner watcher, which then kills the inner job; the next outer holder
+/// finds none of it alive.
+#[test]
+fn a_nested_runs_job_dies_with_a_sigkilled_outer_wrapper() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let inner = format!(
+        "{BIN} -u {url} --ttl 2s inner -- sh -c 'trap \"\" TERM; sleep 300 & echo $! > {d}/pid.tmp; mv {d}/pid.tmp {d}/pid; wait'",
+        url = redis.url()
+    );
+    let outer = lr()
+        .url(&redis.url())
+        .args(["--ttl", "2s", "outer"])
+        .sh(&inner)
+        .spawn();
+    let sleeper = pid_in(&dir.path().join("pid"));
+    signal(outer.pid(), libc::SIGKILL);
+    let out = dir.path().join("seen");
+    lr().url(&redis.url())
+        .args(["--ttl", "2s", "-w", "20s", "outer"])
+        .sh(&check_alive(&[sleeper], &out))
+        .run()
+        .expect(0);
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "",
+        "the inner job outlived both wrappers"
+    );
+    let _ = outer.wait();
+}
+
+/// The outer lease lost while the inner job ignores SIGTERM: the outer SIGKILL reaches the
+/// inner wrapper, whose watcher kills the inner job, and the outer run ends only after that.
+#[test]
+fn a_nested_runs_job_is_gone_before_the_outer_run_ends_on_a_lost_lease() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let inner = format!(
+        "trap '' TERM; {BIN} -u {url} --ttl 2s inner -- sh -c 'sleep 300 & echo $! > {d}/pid.tmp; mv {d}/pid.tmp {d}/pid; wait'",
+        url = redis.url()
+    );
+    let outer = lr()
+        .url(&redis.url())
+        .args(["--ttl", "2s", "outer"])
+        .sh(&inner)
+        .spawn();
+    let sleeper = pid_in(&dir.path().join("pid"));
+    let _: () = redis.cmd(&["DEL", "lock:{outer}"]);
+    outer.wait().expect(76);
+    assert!(!alive(sleeper), "the inner job outlived the outer run");
+}
+
+/// The pid a command wrote to `file`, once it is there.
+fn pid_in(file: &Path) -> i32 {
+    wait_for_file(file, Duration::from_secs(10), |t| t.ends_with('\n'))
+        .trim()
+        .parse()
+        .unwrap()
 }

@@ -170,12 +170,13 @@ impl Target {
     /// Sends `signal` to the job: the child's process group (atomically, so a process forked
     /// meanwhile is not missed), plus every other descendant of ours still in the job's
     /// session. The second part catches what changed group without leaving the session
-    /// (`timeout`, `set -m`); only a process that called `setsid` is let go. Processes already
-    /// gone are no error.
+    /// (`timeout`, `set -m`); only a process that called `setsid` is let go, and a nested run's
+    /// watcher is waited for instead (see [`tree::Process::killable`]). Processes already gone
+    /// are no error.
     pub fn signal(&self, signal: Signal) {
         self.signal_group(signal);
         for process in job_processes(self.session()) {
-            if !process.zombie && Some(process.pgid) != self.pgid() {
+            if process.killable() && Some(process.pgid) != self.pgid() {
                 let _ = kill(process.pid, signal);
             }
         }

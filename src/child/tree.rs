@@ -9,6 +9,18 @@ pub struct Process {
     pub pid: Pid,
     pub pgid: Pid,
     pub zombie: bool,
+    /// A nested `locked-run`'s watcher: waited for, never killed (see [`Process::killable`]).
+    pub watcher: bool,
+}
+
+impl Process {
+    /// Whether a kill of the job is sent to this process. A `locked-run` the job runs itself
+    /// puts its own job in a session of its own, out of reach of our kills; should that
+    /// `locked-run` die of our SIGKILL, its watcher is what kills its job, so the watcher is
+    /// left to do so (it blocks every other signal anyway) and waited for like the rest.
+    pub fn killable(&self) -> bool {
+        !self.zombie && !self.watcher
+    }
 }
 
 /// Our descendants in `session` (the job's): the job, and what it left behind. A process that
@@ -93,6 +105,8 @@ fn stat(pid: Pid) -> Option<(Process, Pid, Option<Pid>)> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: parse after the last ')'.
     let close = stat.iter().rposition(|&b| b == b')')?;
+    let open = stat.iter().position(|&b| b == b'(')?;
+    let watcher = stat.get(open + 1..close) == Some(crate::watcher::NAME.to_bytes());
     let rest = String::from_utf8_lossy(&stat[close + 1..]);
     let mut fields = rest.split_whitespace();
     let state = fields.next()?;
@@ -103,6 +117,7 @@ fn stat(pid: Pid) -> Option<(Process, Pid, Option<Pid>)> {
             pid,
             pgid,
             zombie: state == "Z",
+            watcher,
         },
         parent,
         Some(session),
