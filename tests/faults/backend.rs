@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::proxy::FaultProxy;
+use crate::proxy::{FaultProxy, Hostile};
 use crate::rng::Rng;
 use crate::servers::Server;
 use crate::support::{Etcd, signal};
@@ -36,6 +36,9 @@ pub enum Fault {
     KillRestart,
     /// The server SIGKILLed and restarted empty (beyond the single-server guarantee).
     RestartEmpty,
+    /// One open connection turns hostile: a huge, endless or malformed reply in place of the
+    /// server's (see [`Hostile`]).
+    Hostile,
 }
 
 impl Fault {
@@ -51,6 +54,7 @@ impl Fault {
             Fault::DebugSleep => "server DEBUG SLEEP",
             Fault::KillRestart => "server killed, restarted with data",
             Fault::RestartEmpty => "server restarted EMPTY",
+            Fault::Hostile => "a hostile reply on one connection",
         }
     }
 }
@@ -131,6 +135,61 @@ impl Servers {
     }
 }
 
+/// What a hostile Redis server answers: a bulk string and an array that announce more than any
+/// client may keep and never end, a line that never ends, a negative length, and HTTP.
+fn redis_hostile() -> Vec<Hostile> {
+    let h = |what, prefix: &[u8], filler: &[u8]| Hostile {
+        what,
+        prefix: prefix.to_vec(),
+        filler: filler.to_vec(),
+    };
+    vec![
+        h("a bulk string of 100 GB", b"$99999999999\r\n", b"x"),
+        h("an array of 2^31 elements", b"*2147483647\r\n", b":1\r\n"),
+        h("a line that never ends", b"+", b"o"),
+        h("a negative bulk length", b"$-5\r\n", b""),
+        h(
+            "an HTTP reply",
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+            b"",
+        ),
+    ]
+}
+
+/// What a hostile etcd gateway answers: a body of 40 GB, an endless chunked body, a header that
+/// never ends, and a Redis reply.
+fn etcd_hostile() -> Vec<Hostile> {
+    let mut chunk = b"1000\r\n".to_vec();
+    chunk.extend(std::iter::repeat_n(b'x', 0x1000));
+    chunk.extend_from_slice(b"\r\n");
+    let h = |what, prefix: &[u8], filler: &[u8]| Hostile {
+        what,
+        prefix: prefix.to_vec(),
+        filler: filler.to_vec(),
+    };
+    vec![
+        h(
+            "a body of 40 GB",
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40000000000\r\n\r\n{\"x\":\"",
+            b"x",
+        ),
+        h(
+            "an endless chunked body",
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &chunk,
+        ),
+        h("a header that never ends", b"HTTP/1.1 200 OK\r\nX-A: ", b"a"),
+        h("a Redis reply", b"-ERR unknown command\r\n", b""),
+    ]
+}
+
+/// One of `menu`, drawn from `rng`, sent on connection `pick` of `proxy`.
+fn hostile(proxy: &FaultProxy, menu: Vec<Hostile>, pick: u64, rng: &mut Rng) -> String {
+    let i = rng.range(0, menu.len() as u64 - 1) as usize;
+    let what = menu[i].what;
+    format!("{what}: {}", proxy.hostile_one(pick, menu[i].clone()))
+}
+
 fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(rng.range(lo, hi))
 }
@@ -207,6 +266,7 @@ impl Backend for Servers {
             (Fault::DebugSleep, 5),
             (Fault::KillRestart, 6),
             (Fault::RestartEmpty, 2),
+            (Fault::Hostile, 6),
         ]
     }
 
@@ -246,6 +306,7 @@ impl Backend for Servers {
                 proxy.reset_all();
                 String::new()
             }
+            Fault::Hostile => hostile(proxy, redis_hostile(), pick, rng),
             _ => proxy_fault(proxy, fault, pick, rng),
         }
     }
@@ -449,6 +510,7 @@ impl Backend for EtcdMember {
             (Fault::Pause, 8),
             (Fault::KillRestart, 8),
             (Fault::RestartEmpty, 2),
+            (Fault::Hostile, 6),
         ]
     }
 
@@ -481,6 +543,7 @@ impl Backend for EtcdMember {
                 String::new()
             }
             Fault::DebugSleep => unreachable!("not on etcd's menu"),
+            Fault::Hostile => hostile(&self.proxy, etcd_hostile(), pick, rng),
             // The connection faults are the proxy's, the same as on Redis.
             _ => proxy_fault(&self.proxy, fault, pick, rng),
         }

@@ -1,11 +1,12 @@
 //! The recording child: the command every run executes (the test binary re-executed with
 //! `--fault-child`). It appends `start`, `end` and on a signal `term` records (NAME, fence,
 //! CLOCK_MONOTONIC ns, pid, run id) to the history with one O_APPEND write() each, sleeps its
-//! drawn duration, makes a fenced write to SQLite, and may run a nested `locked-run` first. An
-//! observer it forks records `dead` when it is gone, even by SIGKILL.
+//! drawn duration, makes a fenced write to SQLite, and may run a nested `locked-run` first, and
+//! start a process of a shape of its own beside itself (`shapes.rs`). An observer it forks
+//! records `dead` when it is gone, even by SIGKILL.
 //!
-//! argv: `--fault-child HISTORY DB RUN NAME SLEEP_MS [--nest INNER_RUN INNER_NAME INNER_SLEEP_MS
-//! LOCKED_RUN_BIN INNER_ARGS...]`; the inner run is `LOCKED_RUN_BIN INNER_ARGS... -- <this child
+//! argv: `--fault-child HISTORY DB RUN NAME SLEEP_MS [--shape SHAPE MS] [--nest INNER_RUN
+//! INNER_NAME INNER_SLEEP_MS LOCKED_RUN_BIN INNER_ARGS...]`; the inner run is `LOCKED_RUN_BIN INNER_ARGS... -- <this child
 //! for INNER_RUN>`, in this child's environment: whatever the outer run put there is inherited,
 //! which is what the nested mix tests (an inner run takes its own lock on its own terms).
 
@@ -79,17 +80,19 @@ extern "C" fn on_signal(signo: libc::c_int) {
 }
 
 /// One record, in one write(2) (O_APPEND makes it land whole, after every other).
-fn record(fd: i32, line: &str) {
+pub fn record(fd: i32, line: &str) {
     let line = format!("{line}\n");
     // SAFETY: write(2) of a buffer we own.
     let n = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
     assert_eq!(n as usize, line.len(), "a history record written whole");
 }
 
-/// Forks the observer: in a session of its own (the job's group kill does not reach it), it
-/// blocks on a pipe whose only write end this child holds (close-on-exec, so sqlite3 and an
-/// inner run never hold it), and records `dead` on end of file: this child is gone, however.
-fn fork_observer(fd: i32, ident: &str) {
+/// Forks the observer: in a session of its own (the job's kills do not reach it), it blocks on
+/// a pipe whose only write end this process holds (close-on-exec, so sqlite3 and an inner run
+/// never hold it), and records `{prefix}dead` on end of file: this process is gone, however.
+/// False when the observer died before it was out of the job's session (a kill came first):
+/// then nothing will record this process's death.
+pub fn fork_observer(fd: i32, ident: &str, prefix: &str) -> bool {
     let (mut ends, mut ready) = ([0i32; 2], [0i32; 2]);
     // SAFETY: pipe2 fills two descriptors.
     let made = unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) };
@@ -97,7 +100,7 @@ fn fork_observer(fd: i32, ident: &str) {
     // SAFETY: as above.
     let made = unsafe { libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) };
     assert_eq!(made, 0);
-    let dead_head = format!("dead {ident} ");
+    let dead_head = format!("{prefix}dead {ident} ");
     let child = std::process::id();
     // Signals are blocked across the fork, so a group signal cannot reach the observer before
     // it has left the group.
@@ -135,18 +138,21 @@ fn fork_observer(fd: i32, ident: &str) {
         libc::close(ends[0]);
         libc::close(ready[1]);
         let mut byte = 0u8;
-        while libc::read(ready[0], (&mut byte as *mut u8).cast(), 1) < 0
-            && *libc::__errno_location() == libc::EINTR
-        {}
+        let mut n = libc::read(ready[0], (&mut byte as *mut u8).cast(), 1);
+        while n < 0 && *libc::__errno_location() == libc::EINTR {
+            n = libc::read(ready[0], (&mut byte as *mut u8).cast(), 1);
+        }
         libc::close(ready[0]);
         libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        n == 1
     }
 }
 
-fn install_handlers(fd: i32, ident: &str) {
+/// Records `{prefix}term` and exits on SIGTERM, SIGINT and SIGHUP.
+pub fn install_handlers(fd: i32, ident: &str, prefix: &str) {
     let _ = ON_SIGNAL.set(OnSignal {
         fd,
-        head: format!("term {ident} ").into_bytes(),
+        head: format!("{prefix}term {ident} ").into_bytes(),
         pid: format!(" {} ", std::process::id()).into_bytes(),
     });
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
@@ -180,6 +186,20 @@ fn fenced_write(db: &str, run: u64, name: &str, fence: u64) -> i32 {
     }
 }
 
+/// The history, opened for appending whole records.
+pub fn open_history(history: &str) -> i32 {
+    let path = CString::new(std::path::Path::new(history).as_os_str().as_bytes()).unwrap();
+    // SAFETY: open(2) with a valid path; the descriptor is ours until exit.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC,
+        )
+    };
+    assert!(fd >= 0, "open the history {history}");
+    fd
+}
+
 /// The status of a finished process as the history says it: its code, or minus the signal.
 pub fn status_number(status: std::process::ExitStatus) -> i64 {
     use std::os::unix::process::ExitStatusExt;
@@ -208,25 +228,22 @@ pub fn main(args: &[String]) -> ExitCode {
     if std::env::var("LOCKED_RUN_SHARED").as_deref() == Ok("1") {
         holders.push('s');
     }
-    let path = CString::new(std::path::Path::new(history).as_os_str().as_bytes()).unwrap();
-    // SAFETY: open(2) with a valid path; the descriptor is ours until exit.
-    let fd = unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC,
-        )
-    };
-    assert!(fd >= 0, "open the history {history}");
+    let fd = open_history(history);
     let ident = format!("{run} {name} {fence}");
     let pid = std::process::id();
-    fork_observer(fd, &ident);
-    install_handlers(fd, &ident);
+    fork_observer(fd, &ident, "");
+    install_handlers(fd, &ident, "");
     record(fd, &format!("start {ident} {} {pid} {holders}", mono_ns()));
-    if args.get(5).map(String::as_str) == Some("--nest") {
-        let (inner_run, inner_name, inner_sleep) = (&args[6], &args[7], &args[8]);
-        let mut inner = Command::new(&args[9]);
+    let mut rest = &args[5..];
+    if rest.first().map(String::as_str) == Some("--shape") {
+        crate::shapes::start(&rest[1], &rest[2], history, &ident);
+        rest = &rest[3..];
+    }
+    if rest.first().map(String::as_str) == Some("--nest") {
+        let (inner_run, inner_name, inner_sleep) = (&rest[1], &rest[2], &rest[3]);
+        let mut inner = Command::new(&rest[4]);
         inner
-            .args(&args[10..])
+            .args(&rest[5..])
             .arg("--")
             .arg(std::env::current_exe().unwrap())
             .args([

@@ -45,6 +45,8 @@ pub struct Wrapper {
     pub stopped_ms: u64,
     pub hung: bool,
     pub stderr: PathBuf,
+    /// The wrapper's peak resident memory (and of what it reaped), in KiB.
+    pub max_rss_kb: u64,
 }
 
 impl Wrapper {
@@ -129,7 +131,7 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         .stderr(std::fs::File::create(&stderr).unwrap());
     let spawned = mono_ns();
     let started = Instant::now();
-    let mut child = Spawned(cmd.spawn().expect("spawn locked-run"));
+    let child = Spawned(cmd.spawn().expect("spawn locked-run"));
     let pid = child.0.id() as i32;
     let hard = Duration::from_millis(plan.bound_ms()) + HUNG_MARGIN;
     let (mut sent, mut stopped_ms) = (None, plan.held_ms.unwrap_or(0));
@@ -155,7 +157,10 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         signal(pid, libc::SIGKILL);
     }
     let ended = mono_ns();
-    let status = status_number(child.0.wait().expect("wait"));
+    let (status, max_rss_kb) = reap(pid);
+    // Reaped: its pid may be another's from now on, which the guard's drop must not touch.
+    std::mem::forget(child);
+    let status = status_number(status);
     Wrapper {
         plan,
         pid,
@@ -166,5 +171,26 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         stopped_ms,
         hung,
         stderr,
+        max_rss_kb,
+    }
+}
+
+/// Reaps our child `pid` (it has exited), with its status and peak resident memory in KiB.
+fn reap(pid: i32) -> (std::process::ExitStatus, u64) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, filled by wait4.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child with valid pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            return (
+                std::process::ExitStatus::from_raw(status),
+                usage.ru_maxrss.max(0) as u64,
+            );
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EINTR), "wait4 {pid}: {e}");
     }
 }

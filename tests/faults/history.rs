@@ -33,6 +33,47 @@ pub struct Section {
     pub holders_env: String,
     pub inner_spawned: Option<(u64, i32)>,
     pub inner_exit: Option<(u64, i64)>,
+    /// The processes of a shape of their own the command started (`shapes.rs`), by pid.
+    pub grand: BTreeMap<i32, Grand>,
+}
+
+/// A process the command started that left its group (or, a daemon, its session).
+#[derive(Clone, Debug, Default)]
+pub struct Grand {
+    pub pid: i32,
+    /// `plain` (under `timeout` or `set -m`), `setpgid` or `daemon`.
+    pub mode: String,
+    pub start: u64,
+    /// `gend` or `gterm`: written by the process itself just before it exits.
+    pub end: Option<u64>,
+    /// `gterm`: it was stopped by a signal.
+    pub termed: bool,
+    /// `gdead`: written by its observer once it was gone.
+    pub dead: Option<u64>,
+    pub last: u64,
+}
+
+impl Grand {
+    pub fn daemon(&self) -> bool {
+        self.mode == "daemon"
+    }
+
+    /// When it was certainly gone (None: no record says).
+    pub fn gone(&self) -> Option<u64> {
+        match (self.end, self.dead) {
+            (Some(e), Some(d)) => Some(e.min(d)),
+            (e, d) => e.or(d),
+        }
+    }
+
+    /// As [`Section::end_for_overlap`].
+    pub fn end_for_overlap(&self) -> Option<u64> {
+        match (self.end, self.dead) {
+            (Some(e), _) => Some(e),
+            (None, Some(d)) => Some(d.saturating_sub(DEAD_LAG_NS).max(self.last)),
+            (None, None) => None,
+        }
+    }
 }
 
 impl Section {
@@ -57,6 +98,18 @@ impl Section {
             (None, Some(d)) => Some(d.saturating_sub(DEAD_LAG_NS).max(self.last)),
             (None, None) => None,
         }
+    }
+
+    /// The end of the whole job's interval: the command's, or that of the last process it
+    /// started that stayed in its session (a daemon is not the job's), if later. None when an
+    /// end of any of them is not on record.
+    pub fn job_end_for_overlap(&self) -> Option<u64> {
+        self.grand
+            .values()
+            .filter(|g| !g.daemon())
+            .map(Grand::end_for_overlap)
+            .chain([self.end_for_overlap()])
+            .try_fold(0, |latest, end| end.map(|e| e.max(latest)))
     }
 }
 
@@ -120,6 +173,29 @@ impl History {
                 continue;
             };
             let s = sections.entry(run).or_default();
+            if let Some(kind) = f[0].strip_prefix('g') {
+                let g = s.grand.entry(pid).or_insert_with(|| Grand {
+                    pid,
+                    ..Grand::default()
+                });
+                match kind {
+                    "start" => {
+                        g.start = t;
+                        g.mode = f[6].to_owned();
+                    }
+                    "end" => g.end = Some(g.end.map_or(t, |e| e.min(t))),
+                    "term" => {
+                        g.end = Some(g.end.map_or(t, |e| e.min(t)));
+                        g.termed = true;
+                    }
+                    "dead" => g.dead = Some(t),
+                    _ => {}
+                }
+                if kind != "dead" {
+                    g.last = g.last.max(t);
+                }
+                continue;
+            }
             match f[0] {
                 "start" => {
                     *s = Section {
@@ -146,6 +222,10 @@ impl History {
         // A command killed between forking its observer and its start record (a group kill
         // that came first) leaves a death and nothing else: it never ran under the lock.
         sections.retain(|_, s| s.start != 0);
+        // Likewise a process of the job's that died before it recorded its start.
+        for s in sections.values_mut() {
+            s.grand.retain(|_, g| g.start != 0);
+        }
         History {
             sections,
             writes: read_writes(db),

@@ -1,11 +1,16 @@
 //! The liveness checks over a history: no wrapper hung; every run ended with a status it may
 //! have (its command's, 75, 69, 76, 124, or 128 + the signal the client sent it; a nested run
-//! likewise), within its bound; and no waiter still waiting while a later arrival on the same
-//! NAME is served (fair waiting).
+//! likewise), within its bound and within [`MAX_RSS_KB`] of memory, whatever a hostile server
+//! answered; and no waiter still waiting while a later arrival on the same NAME is served (fair
+//! waiting).
 
 use crate::client::Wrapper;
 use crate::history::{History, Violation};
 use crate::plan::{KILL_AFTER_MS, Waiting};
+
+/// The most memory a wrapper may take: what a hostile server sends is refused past a limit of
+/// at most 64 MiB, and a wrapper that read it all would take gigabytes.
+const MAX_RSS_KB: u64 = 128 * 1024;
 
 /// Slack on a bound: starting a process, connecting (`--connect-timeout 1s`), retrying.
 const BOUND_SLACK_MS: u64 = 4000;
@@ -47,6 +52,7 @@ pub fn check(h: &History, out: &mut Vec<Violation>) {
         }
         status(h, w, out);
         bounds(h, w, out);
+        memory(h, w, out);
     }
     inner_statuses(h, out);
     if h.fair_order {
@@ -151,6 +157,32 @@ fn bounds(h: &History, w: &Wrapper, out: &mut Vec<Violation>) {
                 .map(|f| format!("during a fault: {}", f.describe())),
         });
     }
+}
+
+/// A wrapper's peak memory stays bounded, hostile replies or not.
+fn memory(h: &History, w: &Wrapper, out: &mut Vec<Violation>) {
+    if w.max_rss_kb <= MAX_RSS_KB {
+        return;
+    }
+    let faults = h.faults_during(w.spawned, w.ended);
+    out.push(Violation {
+        invariant: "a wrapper's memory grew past its bound",
+        name: w.plan.name.to_owned(),
+        detail: format!(
+            "run {} (pid {}, status {}) peaked at {} MiB; faults meanwhile: {}; stderr: {}",
+            w.plan.run,
+            w.pid,
+            w.status,
+            w.max_rss_kb / 1024,
+            faults
+                .iter()
+                .map(|f| f.describe())
+                .collect::<Vec<_>>()
+                .join("; "),
+            w.stderr_tail()
+        ),
+        excused: None,
+    });
 }
 
 /// When a waiter stopped waiting: its command's start, or its wrapper's end.

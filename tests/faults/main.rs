@@ -40,6 +40,7 @@ mod report;
 mod rng;
 mod safety;
 mod servers;
+mod shapes;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -56,6 +57,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--fault-child") {
         return child::main(&args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("--fault-grandchild") {
+        return shapes::main(&args[2..]);
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!(

@@ -67,7 +67,7 @@ pub fn nemesis(backend: &dyn Backend, seed: u64, deadline: Instant) -> Vec<Fault
         }
         let connection_level = matches!(
             fault,
-            Fault::DelayConn | Fault::Stall | Fault::BlackholeConn
+            Fault::DelayConn | Fault::Stall | Fault::BlackholeConn | Fault::Hostile
         );
         let ended = mono_ns()
             + if connection_level {

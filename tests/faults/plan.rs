@@ -1,8 +1,9 @@
 //! What one run does, drawn from the client's seeded stream: its NAME (with the NAME's fixed
 //! `--holders`, or `--shared` or not on the NAME whose runs mix both), how it waits (fair, `--no-fair`, `-n`, `-w DUR`), `--max-run`, how long its
 //! command sleeps, whether the command runs a nested `locked-run` on another NAME, which
-//! process fault (SIGKILL, SIGTERM, SIGSTOP) the client sends its wrapper, and when, and
-//! whether the wrapper is held up between its grant and its command's start.
+//! process fault (SIGKILL, SIGTERM, SIGSTOP) the client sends its wrapper, and when, whether
+//! the wrapper is held up between its grant and its command's start, and which process of a
+//! shape of its own the command starts beside itself (see [`Shape`]).
 
 use crate::rng::Rng;
 
@@ -51,6 +52,21 @@ pub enum ProcFault {
     },
 }
 
+/// A process the command starts that leaves its process group, as real jobs' processes do: the
+/// kills of a lost lease, of the sweep, of `--max-run` and of the watcher must reach it all the
+/// same, unless it left the job's session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Under coreutils `timeout`, which puts itself in a group of its own.
+    Timeout,
+    /// Started by a `set -m` shell, in a group of its own.
+    SetM,
+    /// Calls `setpgid(0, 0)` itself.
+    SetPgid,
+    /// Calls `setsid`: a daemon meant to outlive the job, which nothing may kill.
+    Daemon,
+}
+
 #[derive(Clone, Debug)]
 pub struct Nested {
     pub run: u64,
@@ -80,7 +96,15 @@ pub struct Plan {
     /// How long the client pauses after this run if it found the backend unreachable (69), so
     /// a server that is down is not hammered by runs that fail at once.
     pub backoff_ms: u64,
+    /// A process of a shape of its own that the command starts, and how long it sleeps: often
+    /// past the command's own end (what the sweep must then stop); a daemon's at most
+    /// [`DAEMON_MAX_MS`].
+    pub shape: Option<(Shape, u64)>,
 }
+
+/// The longest a daemon (see [`Shape::Daemon`]) sleeps: the pass waits this long for the last
+/// ones before it reads the history.
+pub const DAEMON_MAX_MS: u64 = 2000;
 
 impl Plan {
     pub fn draw(rng: &mut Rng, run: u64, names: &[(&'static str, u32)], nested_mix: bool) -> Plan {
@@ -126,11 +150,26 @@ impl Plan {
         };
         let held_ms = (fault == ProcFault::None && nested.is_none() && rng.chance(5))
             .then(|| rng.range(600, 3200));
+        let explicit_holders = holders == 1 && rng.chance(20);
+        let backoff_ms = rng.range(100, 400);
+        let shape = rng.chance(30).then(|| {
+            let shape = match rng.weighted(&[30, 25, 25, 20]) {
+                0 => Shape::Timeout,
+                1 => Shape::SetM,
+                2 => Shape::SetPgid,
+                _ => Shape::Daemon,
+            };
+            let ms = match shape {
+                Shape::Daemon => rng.range(50, DAEMON_MAX_MS),
+                _ => rng.range(sleep_ms / 2, sleep_ms + 1500),
+            };
+            (shape, ms)
+        });
         Plan {
             run,
             name,
             holders,
-            explicit_holders: holders == 1 && rng.chance(20),
+            explicit_holders,
             shared,
             wait,
             max_run,
@@ -138,7 +177,8 @@ impl Plan {
             nested,
             fault,
             held_ms,
-            backoff_ms: rng.range(100, 400),
+            backoff_ms,
+            shape,
         }
     }
 
@@ -189,6 +229,9 @@ impl Plan {
             self.name.into(),
             self.sleep_ms.to_string(),
         ];
+        if let Some((shape, ms)) = self.shape {
+            args.extend(["--shape".into(), format!("{shape:?}"), ms.to_string()]);
+        }
         if let Some(inner) = &self.nested {
             args.extend([
                 "--nest".into(),
@@ -218,7 +261,9 @@ impl Plan {
             .nested
             .as_ref()
             .map_or(0, |n| INNER_WAIT_MS + n.sleep_ms + TTL_MS);
-        let command = self.sleep_ms + inner + 1000;
+        // What the command leaves behind is swept: the kill signal, then SIGKILL K later.
+        let left = self.shape.map_or(0, |_| 100 + KILL_AFTER_MS);
+        let command = self.sleep_ms + inner + left + 1000;
         let command = match self.max_run {
             Some(m) => command.min(m + KILL_AFTER_MS + 1000),
             None => command,

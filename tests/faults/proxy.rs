@@ -1,8 +1,10 @@
 //! The nemesis's TCP proxy, one per backend server: it passes bytes, and on demand delays one
 //! connection's bytes on their way to the server, stalls a connection (holds its bytes both
 //! ways, then lets them through in order), blackholes it (drops its bytes), resets it (RST), or
-//! blackholes every connection for a while. Faults are per connection, so one client's acquire
-//! can arrive late while the others are served.
+//! blackholes every connection for a while, or turns hostile on one connection: what the server
+//! says is dropped, and in its place comes a reply no honest server sends (a huge or endless
+//! body, a malformed header), as fast as the client takes it. Faults are per connection, so one
+//! client's acquire can arrive late while the others are served.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -120,6 +122,19 @@ impl FaultProxy {
             return false;
         }
         reset(&live[pick as usize % live.len()]);
+        true
+    }
+
+    /// Connection `pick` turns hostile: the server's bytes are dropped both ways from now on,
+    /// and `hostile` is written to the client instead (see [`Hostile`]).
+    pub fn hostile_one(&self, pick: u64, hostile: Hostile) -> bool {
+        let live = self.live();
+        if live.is_empty() {
+            return false;
+        }
+        let conn = live[pick as usize % live.len()].clone();
+        *conn.fault.lock().unwrap() = Fault::Blackhole;
+        thread::spawn(move || hostile.send(&conn));
         true
     }
 
@@ -245,6 +260,42 @@ fn pump(s: Arc<Shared>, conn: Arc<Conn>, to_server: bool) {
         let _ = to.shutdown(Shutdown::Write);
         conn.closed.store(true, Ordering::SeqCst);
     });
+}
+
+/// A reply no honest server sends: `prefix`, then `filler` over and over (none: the prefix
+/// alone) until the client closes, [`HOSTILE_CAP`] bytes are out, or [`HOSTILE_FOR`] passed.
+#[derive(Clone, Debug)]
+pub struct Hostile {
+    pub what: &'static str,
+    pub prefix: Vec<u8>,
+    pub filler: Vec<u8>,
+}
+
+/// The most a hostile connection sends: far past every limit a client may keep.
+const HOSTILE_CAP: u64 = 1 << 30;
+/// The longest a hostile connection keeps sending.
+const HOSTILE_FOR: Duration = Duration::from_secs(20);
+
+impl Hostile {
+    fn send(&self, conn: &Conn) {
+        let mut to = &conn.client;
+        let _ = to.set_write_timeout(Some(Duration::from_secs(2)));
+        if to.write_all(&self.prefix).is_err() || self.filler.is_empty() {
+            return;
+        }
+        let mut chunk = Vec::with_capacity(64 * 1024 + self.filler.len());
+        while chunk.len() < 64 * 1024 {
+            chunk.extend_from_slice(&self.filler);
+        }
+        let (began, mut sent) = (Instant::now(), 0u64);
+        while sent < HOSTILE_CAP && began.elapsed() < HOSTILE_FOR {
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+            sent += chunk.len() as u64;
+        }
+        reset(conn);
+    }
 }
 
 /// Closes with RST rather than FIN: SO_LINGER on, timeout 0.

@@ -10,7 +10,7 @@ use crate::client::{Pass, Wrapper, client};
 use crate::history::{History, Violation, create_db};
 use crate::monitor::{self, monitor};
 use crate::nemesis::nemesis;
-use crate::plan::{TTL_MS, names};
+use crate::plan::{DAEMON_MAX_MS, TTL_MS, names};
 use crate::support::{alive, signal};
 use crate::{liveness, safety};
 
@@ -92,6 +92,8 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         )
     });
     let ran_for = started.elapsed();
+    // The last daemons a job left (see `shapes.rs`) end by themselves within this.
+    let daemons_done = Instant::now() + Duration::from_millis(DAEMON_MAX_MS + 1000);
     backend.heal();
 
     // Once everything stopped: leases lapse within 2*T, a dead waiter's place within about 2 s.
@@ -101,6 +103,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         std::thread::sleep(Duration::from_millis(250));
         left = backend.leftovers();
     }
+    std::thread::sleep(daemons_done.saturating_duration_since(Instant::now()));
     let mut h = History::read(&history, &db, wrappers, faults, names, backend.fair_order());
     h.clock_steps = monitor::clock_steps(&seen);
     let mut violations: Vec<Violation> = left
@@ -135,16 +138,21 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
 /// leases lapsed is a violation; it is killed (it is a descendant of ours, named by pid).
 fn leftover_processes(h: &History, out: &mut Vec<Violation>) {
     for s in h.sections.values() {
-        let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid)).unwrap_or_default();
-        let ours = String::from_utf8_lossy(&cmdline).contains("--fault-child");
-        if ours && alive(s.pid) {
-            signal(s.pid, libc::SIGKILL);
-            out.push(Violation {
-                invariant: "command left running after everything stopped",
-                name: s.name.clone(),
-                detail: format!("run {} pid {} (fence {})", s.run, s.pid, s.fence),
-                excused: None,
-            });
+        let job = [(s.pid, "the command")]
+            .into_iter()
+            .chain(s.grand.values().map(|g| (g.pid, g.mode.as_str())));
+        for (pid, what) in job {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let ours = String::from_utf8_lossy(&cmdline).contains("--fault-");
+            if ours && alive(pid) {
+                signal(pid, libc::SIGKILL);
+                out.push(Violation {
+                    invariant: "command left running after everything stopped",
+                    name: s.name.clone(),
+                    detail: format!("run {} {what} pid {pid} (fence {})", s.run, s.fence),
+                    excused: None,
+                });
+            }
         }
     }
 }
@@ -165,6 +173,26 @@ fn print(h: &History, violations: &[Violation], ran_for: Duration, wall: Duratio
     );
     for (what, n) in &outcomes {
         println!("  {n:5}  {what}");
+    }
+    if let Some(w) = h.wrappers.values().max_by_key(|w| w.max_rss_kb) {
+        println!(
+            "peak memory of a wrapper: {:.1} MiB (run {}, status {})",
+            w.max_rss_kb as f64 / 1024.0,
+            w.plan.run,
+            w.status
+        );
+    }
+    let mut shapes: BTreeMap<&str, usize> = BTreeMap::new();
+    for g in h.sections.values().flat_map(|s| s.grand.values()) {
+        *shapes.entry(g.mode.as_str()).or_default() += 1;
+    }
+    if !shapes.is_empty() {
+        let list: Vec<String> = shapes.iter().map(|(m, n)| format!("{n} {m}")).collect();
+        println!(
+            "processes the commands started out of their group: {} (plain: under timeout or \
+             set -m; setpgid; daemon: setsid)",
+            list.join(", ")
+        );
     }
     let mut process_faults: BTreeMap<&str, usize> = BTreeMap::new();
     for w in h.wrappers.values() {

@@ -3,14 +3,16 @@
 //! fences strictly increasing in start order (N = 1; and across every exclusive run of the
 //! mixed NAME) or unique (N > 1); every fenced SQLite write accepted (N = 1) or accepted in
 //! increasing fence order (N > 1, shared); every command gone once its
-//! wrapper ended; every command's end recorded. Runs that lived through an empty restart are
+//! wrapper ended; every command's end recorded. A process the command started that moved to
+//! another group of its session (`shapes.rs`) counts as part of the command in all of this;
+//! one that left the session (a daemon) must end by itself. Runs that lived through an empty restart are
 //! beyond the guarantee: what they break is counted as excused, and fences restart from a new
 //! epoch there. So are overlaps that follow a jump of the wall clock (the servers' lease
 //! clock) ahead of the monotonic one by more than D: the lease clock assumes drift below D.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::history::{History, Section, Violation};
+use crate::history::{Grand, History, Section, Violation};
 use crate::plan::{SHARED_MIX, TTL_MS};
 
 /// A SIGKILLed wrapper's command is the watcher's to kill: it has this long.
@@ -69,7 +71,7 @@ fn exclusion(h: &History, name: &str, limit: u32, sections: &[&Section], out: &m
     let mut events: Vec<(u64, bool, u64)> = Vec::new();
     for s in sections {
         let end = s
-            .end_for_overlap()
+            .job_end_for_overlap()
             .or_else(|| h.wrapper_of(s.run).map(|w| w.ended));
         let Some(end) = end else { continue };
         events.push((s.start, true, s.run));
@@ -95,7 +97,7 @@ fn exclusion(h: &History, name: &str, limit: u32, sections: &[&Section], out: &m
             let who: Vec<String> = runs.iter().map(|r| describe(&h.sections[r])).collect();
             let until = runs
                 .iter()
-                .filter_map(|r| h.sections[r].end_for_overlap().map(|e| e.max(t + 1)))
+                .filter_map(|r| h.sections[r].job_end_for_overlap().map(|e| e.max(t + 1)))
                 .min()
                 .unwrap_or(t);
             out.push(Violation {
@@ -246,13 +248,17 @@ fn writes(h: &History, name: &str, limit: u32, out: &mut Vec<Violation>) {
     }
 }
 
-/// Every command is gone once its wrapper ended (a SIGKILLed wrapper's within 1 s: the
-/// watcher's job), and every command's end is on record.
+/// Every command, and every process it started that stayed in its session, is gone once its
+/// wrapper ended (a SIGKILLed wrapper's within 1 s: the watcher's job), and every end is on
+/// record; a daemon (it left the session) ended by itself.
 fn processes(h: &History, out: &mut Vec<Violation>) {
     for s in h.sections.values() {
         let Some(w) = h.wrapper_of(s.run) else {
             continue;
         };
+        for g in s.grand.values() {
+            job_process(s, g, w, out);
+        }
         let Some(gone) = s.gone() else {
             out.push(Violation {
                 invariant: "command's end never recorded",
@@ -286,5 +292,59 @@ fn processes(h: &History, out: &mut Vec<Violation>) {
                 excused: None,
             });
         }
+    }
+}
+
+/// A process the command started: a daemon must have ended by itself; any other must be gone
+/// by the time its wrapper ended, as the command itself (see [`processes`]).
+fn job_process(s: &Section, g: &Grand, w: &crate::client::Wrapper, out: &mut Vec<Violation>) {
+    let what = format!("{} process {} of {}", g.mode, g.pid, describe(s));
+    if g.daemon() {
+        if g.end.is_none() || g.termed {
+            out.push(Violation {
+                invariant: "a setsid daemon of a job was stopped",
+                name: s.name.clone(),
+                detail: format!(
+                    "{what}: {} (wrapper pid {}, status {})",
+                    if g.termed { "signalled" } else { "killed" },
+                    w.pid,
+                    w.status
+                ),
+                excused: None,
+            });
+        }
+        return;
+    }
+    let Some(gone) = g.gone() else {
+        out.push(Violation {
+            invariant: "command's end never recorded",
+            name: s.name.clone(),
+            detail: format!("{what} of wrapper pid {}", w.pid),
+            excused: None,
+        });
+        return;
+    };
+    let killed = matches!(w.sent, Some((libc::SIGKILL, _))) || w.hung;
+    let allowed = if killed || History::is_inner(s.run) {
+        WATCHER_NS
+    } else if g.end.is_none() {
+        OBSERVER_LAG_NS
+    } else {
+        0
+    };
+    if gone > w.ended + allowed {
+        out.push(Violation {
+            invariant: "a process of a job alive after its wrapper ended",
+            name: s.name.clone(),
+            detail: format!(
+                "{what} gone at {}, {} ms after wrapper pid {} ended (status {}{})",
+                ms(gone),
+                (gone - w.ended) / 1_000_000,
+                w.pid,
+                w.status,
+                if killed { ", SIGKILLed" } else { "" }
+            ),
+            excused: None,
+        });
     }
 }
