@@ -30,6 +30,7 @@ mod inspect;
 mod lease;
 mod line;
 mod name;
+mod reply;
 mod url;
 mod watch;
 mod wire;
