@@ -99,7 +99,7 @@ fn an_etcd_reply_that_is_not_http_is_malformed() {
 /// goes on waiting (polling) until `-w` runs out.
 #[test]
 fn an_etcd_watch_that_never_ends_a_message_is_refused_at_16_mib() {
-    let server = Hostile::start(hostile::gateway(Standing::Waits, "/v3/watch", b'x'));
+    let server = Hostile::start(hostile::gateway(Standing::Waits, "/v3/watch"));
     let (out, peak) = measured(&server.etcd_url(), &["-v", "-w", "1s", "job", "--", "true"]);
     let out = out.expect(75);
     assert!(
@@ -117,11 +117,7 @@ fn an_etcd_watch_that_never_ends_a_message_is_refused_at_16_mib() {
 /// lease clock stops the command before the lease can lapse (76), and says why.
 #[test]
 fn an_endless_etcd_keepalive_while_holding_takes_the_lease_clocks_path() {
-    let server = Hostile::start(hostile::gateway(
-        Standing::Holds,
-        "/v3/lease/keepalive",
-        b'x',
-    ));
+    let server = Hostile::start(hostile::gateway(Standing::Holds, "/v3/lease/keepalive"));
     let args = ["--ttl", "2s", "job", "--", "sleep", "30"];
     let (out, peak) = measured(&server.etcd_url(), &args);
     let out = out.expect(76);

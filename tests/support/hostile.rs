@@ -152,16 +152,22 @@ pub fn huge_content_length(mut conn: TcpStream) {
 /// A 200 with a chunked body that never ends (it announces nothing).
 pub fn endless_chunked(mut conn: TcpStream) {
     if request(&mut conn).is_some() {
-        endless_chunks(&mut conn, b'x');
+        endless_json(&mut conn);
     }
 }
 
-fn endless_chunks(conn: &mut TcpStream, fill: u8) {
+/// A chunked 200 whose body opens a JSON message and never ends it: a string that goes on for
+/// ever (no newline either), so a reader waiting for the message's end reads on.
+fn endless_json(conn: &mut TcpStream) {
     let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
                  Transfer-Encoding: chunked\r\n\r\n";
-    if conn.write_all(head).is_ok() {
+    let opening = br#"{"result":{"created":true,"events":""#;
+    let mut first = format!("{:x}\r\n", opening.len()).into_bytes();
+    first.extend_from_slice(opening);
+    first.extend_from_slice(b"\r\n");
+    if conn.write_all(head).is_ok() && conn.write_all(&first).is_ok() {
         let mut chunk = b"10000\r\n".to_vec();
-        chunk.resize(chunk.len() + 0x10000, fill);
+        chunk.resize(chunk.len() + 0x10000, b'x');
         chunk.extend_from_slice(b"\r\n");
         forever(conn, &chunk);
     }
@@ -233,13 +239,12 @@ pub enum Standing {
 
 /// A fake etcd JSON gateway: a lease granted, a key created that holds or waits, keep-alives
 /// and revokes answered; the request to `hostile_path` (`/v3/watch`, `/v3/lease/keepalive`)
-/// is answered with a chunked body of `fill` bytes that never ends (no message's end: no
-/// newline).
-pub fn gateway(standing: Standing, hostile_path: &'static str, fill: u8) -> impl Fn(TcpStream) {
+/// is answered with a JSON message that never ends ([`endless_json`]).
+pub fn gateway(standing: Standing, hostile_path: &'static str) -> impl Fn(TcpStream) {
     move |mut conn| {
         while let Some(path) = request(&mut conn) {
             if path == hostile_path {
-                return endless_chunks(&mut conn, fill);
+                return endless_json(&mut conn);
             }
             let body = match path.as_str() {
                 "/v3/lease/grant" => r#"{"ID":"7","TTL":"60"}"#.to_owned(),
