@@ -1,9 +1,9 @@
 //! A client of etcd's JSON gateway (the gRPC gateway every etcd v3 member serves under `/v3/`)
 //! over HTTP/1.1 with hyper: one kept-alive connection for requests and one per watch. The
-//! cluster's endpoints are tried in turn when one cannot be reached, or did not answer in time,
-//! and the one that answered is asked first from then on. With a user, its token
-//! (`/v3/auth/authenticate`) goes in the `Authorization` header, and is asked for again when
-//! etcd says it expired.
+//! cluster's endpoints are tried in turn when one cannot be reached, did not answer in time, or
+//! sent a reply past the bounds `reply.rs` sets, and the one that answered is asked first from
+//! then on. With a user, its token (`/v3/auth/authenticate`) goes in the `Authorization`
+//! header, and is asked for again when etcd says it expired.
 
 use std::cell::{Cell, RefCell};
 use std::io;
