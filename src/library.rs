@@ -71,12 +71,7 @@ impl Lock {
 /// The lock `name` in the etcd cluster `url` names (`etcds://`: verified against the system's
 /// CAs); a password missing from the URL is taken from `REDISCLI_AUTH`.
 fn etcd_lock(url: &str, name: &LockName) -> Result<EtcdLock, String> {
-    if name.as_str().contains('/') {
-        return Err(format!(
-            "lock names on etcd:// hold no '/' ({name:?}): etcd's lock keeps a NAME's keys \
-             under NAME/, where another NAME's would mix with them"
-        ));
-    }
+    etcd::check_name(name)?;
     let mut parsed = etcd::parse_url(url)?;
     if parsed.user.is_some() && parsed.password.is_none() {
         parsed.password = env_password();

@@ -93,14 +93,7 @@ pub fn open_backend(
     let name = spec.name.clone();
     if let Some(client) = open_etcd(conn)? {
         refuse(Kind::Etcd, spec, how)?;
-        if name.as_str().contains('/') {
-            // etcd's recipe keeps NAME's contenders under `NAME/`: lock `p` would see lock
-            // `p/job`'s keys as its own contenders, and `release --force p` would free them.
-            return Err(Failure::usage(format!(
-                "lock names on etcd:// hold no '/' ({name:?}): etcd's lock keeps a NAME's keys \
-                 under NAME/, where another NAME's would mix with them; use '-' or '.'"
-            )));
-        }
+        crate::etcd::check_name(&name).map_err(Failure::usage)?;
         if !spec.fair {
             tracing::info!(
                 "--no-fair changes nothing on etcd://: its waiters are always served in arrival order"

@@ -192,11 +192,43 @@ pub enum BackendError {
     /// that retrying will not fix.
     #[error("{0}")]
     Refused(String),
+    /// Either of the above, for a request that never reached the lock: no connection could be
+    /// made, the server refused the connection's set-up (TLS, the password, the database)
+    /// before any command of the lock ran, or it turned out to be no server of the lock's kind
+    /// at all. Nothing it asked for can have been taken, so nothing needs giving back, and a
+    /// first contact that failed so says that nothing was taken.
+    #[error("{0}")]
+    Unsent(Box<BackendError>),
 }
 
 impl BackendError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, BackendError::Transient(_))
+        match self {
+            BackendError::Transient(_) => true,
+            BackendError::Refused(_) => false,
+            BackendError::Unsent(error) => error.is_transient(),
+        }
+    }
+
+    /// Whether the request never reached the lock (see [`BackendError::Unsent`]).
+    pub fn is_unsent(&self) -> bool {
+        matches!(self, BackendError::Unsent(_))
+    }
+
+    /// This error, for a request that never reached the lock.
+    pub fn unsent(self) -> BackendError {
+        match self {
+            BackendError::Unsent(_) => self,
+            error => BackendError::Unsent(Box::new(error)),
+        }
+    }
+
+    /// [`BackendError::unsent`] when `unsent`, else this error as it is.
+    pub fn unsent_if(self, unsent: bool) -> BackendError {
+        match unsent {
+            true => self.unsent(),
+            false => self,
+        }
     }
 }
 

@@ -77,12 +77,7 @@ macro_rules! out {
 pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let name = LockName::new(&args.name).map_err(Failure::usage)?;
     if let Some(client) = crate::open::open_etcd(&args.conn)? {
-        if name.as_str().contains('/') {
-            return Err(Failure::usage(format!(
-                "lock names on etcd:// hold no '/' ({name:?}): etcd's lock keeps a NAME's keys \
-                 under NAME/"
-            )));
-        }
+        crate::etcd::check_name(&name).map_err(Failure::usage)?;
         let runtime = crate::open::runtime()?;
         let checks = runtime.block_on(etcd::check_etcd(&client, &name));
         return Ok(report(&checks, args.json));

@@ -1,15 +1,15 @@
 //! A client of etcd's JSON gateway (the gRPC gateway every etcd v3 member serves under `/v3/`)
 //! over HTTP/1.1 with hyper: one kept-alive connection for requests and one per watch. The
-//! cluster's endpoints are tried in turn when one cannot be reached, or did not answer in time,
-//! and the one that answered is asked first from then on. With a user, its token
-//! (`/v3/auth/authenticate`) goes in the `Authorization` header, and is asked for again when
-//! etcd says it expired.
+//! cluster's endpoints are tried in turn when one cannot be reached, did not answer in time, or
+//! sent a reply past the bounds `reply.rs` sets, and the one that answered is asked first from
+//! then on. With a user, its token (`/v3/auth/authenticate`) goes in the `Authorization`
+//! header, and is asked for again when etcd says it expired.
 
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_rustls::TlsConnector;
 
+use super::reply::{self, Failed, exchange};
 use super::url::{Endpoint, EtcdUrl};
 use crate::backend::BackendError;
 use crate::lease::show;
@@ -119,7 +120,7 @@ impl Client {
     /// `GET path` (`/version`, `/health`: plain HTTP, outside the gateway) on a connection of
     /// its own: the JSON answered.
     pub async fn get(&self, path: &str, deadline: Instant) -> Result<Value, BackendError> {
-        let (at, mut sender) = self.connect(deadline).await?;
+        let (at, mut sender) = self.connect(deadline).await.map_err(BackendError::unsent)?;
         let request = Request::get(path)
             .header(HOST, self.endpoint(at).to_string())
             .body(Full::new(Bytes::new()))
@@ -130,7 +131,7 @@ impl Client {
                 Ok(json) => Ok(json),
                 Err(status) => Err(self.refused(&status)),
             },
-            Ok(Err(e)) => Err(self.lost(at, &e.to_string())),
+            Ok(Err(failed)) => Err(self.failed(at, &failed)),
             Err(_) => Err(self.lost(at, "no answer in time")),
         }
     }
@@ -210,7 +211,7 @@ impl Client {
         deadline: Instant,
     ) -> Result<Stream, BackendError> {
         self.authenticate(deadline).await?;
-        let (at, mut sender) = self.connect(deadline).await?;
+        let (at, mut sender) = self.connect(deadline).await.map_err(BackendError::unsent)?;
         let request = self.request(at, path, body)?;
         let sent = timeout_at(deadline, async {
             sender.ready().await?;
@@ -219,17 +220,16 @@ impl Client {
         .await;
         let response = match sent {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(self.lost(at, &e.to_string())),
+            Ok(Err(e)) => return Err(self.failed(at, &Failed::Http(e))),
             Err(_) => return Err(self.lost(at, "no answer in time")),
         };
         if response.status() != StatusCode::OK {
             let status = response.status();
-            let body = timeout_at(deadline, response.into_body().collect())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            let body = match timeout_at(deadline, reply::body(response)).await {
+                Ok(Ok(body)) => body,
+                Ok(Err(failed)) => return Err(self.failed(at, &failed)),
+                Err(_) => return Err(self.lost(at, "no answer in time")),
+            };
             return Err(match self.answer(at, path, status, &body)? {
                 Ok(_) => self.unexpected(at, path, &body),
                 Err(status) => self.refused(&status),
@@ -303,8 +303,9 @@ impl Client {
         let kept = self.idle.take().filter(|(_, sender)| !sender.is_closed());
         let (mut at, mut sender, mut reused) = match kept {
             Some((at, sender)) => (at, sender, true),
+            // Nothing was sent yet: a cluster that cannot be reached was asked nothing.
             None => {
-                let (at, sender) = self.connect(deadline).await?;
+                let (at, sender) = self.connect(deadline).await.map_err(BackendError::unsent)?;
                 (at, sender, false)
             }
         };
@@ -322,16 +323,15 @@ impl Client {
                 }
                 // A kept-alive connection the server closed meanwhile: once more on a new
                 // one. Every request of this backend may be sent twice (see `lock`).
-                Ok(Err(_)) if reused => {
+                Ok(Err(Failed::Http(_))) if reused => {
                     (at, sender) = self.connect(deadline).await?;
                     reused = false;
                 }
                 failed => {
-                    let why = match failed {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "no answer in time".to_owned(),
+                    let lost = match failed {
+                        Ok(Err(failed)) => self.failed(at, &failed),
+                        _ => self.lost(at, "no answer in time"),
                     };
-                    let lost = self.lost(at, &why);
                     tried += 1;
                     if tried >= members || Instant::now() >= deadline {
                         return Err(lost);
@@ -409,6 +409,13 @@ impl Client {
         BackendError::Transient(format!("etcd at {}: {why}", self.endpoint(at)))
     }
 
+    /// A reply that could not be read (too large, malformed, cut off), as a connection lost:
+    /// the next request goes to the next endpoint, on a new connection.
+    fn failed(&self, at: usize, failed: &Failed) -> BackendError {
+        self.move_on_from(at);
+        failed.line(self.endpoint(at))
+    }
+
     fn move_on_from(&self, at: usize) {
         if self.current.get() == at {
             self.current.set((at + 1) % self.url.endpoints.len());
@@ -479,16 +486,4 @@ where
         let _ = connection.await;
     });
     Ok(sender)
-}
-
-/// One request on `sender`, and the whole reply: its status and body.
-async fn exchange(
-    sender: &mut Sender,
-    request: Request<Full<Bytes>>,
-) -> Result<(StatusCode, Bytes), hyper::Error> {
-    sender.ready().await?;
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
-    Ok((status, body))
 }

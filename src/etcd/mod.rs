@@ -29,6 +29,8 @@ mod client;
 mod inspect;
 mod lease;
 mod line;
+mod name;
+mod reply;
 mod url;
 mod watch;
 mod wire;
@@ -40,6 +42,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 pub use client::Client;
+pub use name::check as check_name;
 pub use url::{EtcdUrl, has_password, is_etcd_url, parse as parse_url, printable};
 pub use wire::prefix_end;
 

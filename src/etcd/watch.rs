@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::EtcdLock;
 use super::client::{Status, Stream};
 use super::line::Awaited;
+use super::reply::{MAX_REPLY_BYTES, within_values};
 use super::wire::{b64, int, prefix_end};
 use crate::backend::{BackendError, Wakeup, Wakeups};
 
@@ -26,9 +27,11 @@ pub struct Watch {
     /// The key watched (`NAME/` for the whole line), for messages.
     key: String,
     stream: Stream,
-    /// Bytes received and not yet parsed: the gateway sends one JSON object per message, but
-    /// a message may come in pieces.
+    /// Bytes received and not yet parsed: the gateway writes each message as one line of
+    /// JSON, and a line may come in pieces.
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no line's end: each byte is searched once.
+    searched: usize,
     /// A delete came with the confirmation.
     seen: bool,
 }
@@ -58,6 +61,7 @@ impl Watch {
             key,
             stream,
             buf: Vec::new(),
+            searched: 0,
             seen: false,
         };
         loop {
@@ -84,34 +88,30 @@ impl Watch {
     }
 
     /// The next message of the stream; an error etcd sent, or a watch it cancelled
-    /// (compacted past its start), is an error.
+    /// (compacted past its start), is an error. A message is parsed once its line has ended
+    /// (the gateway's delimiter is a newline), not again after each piece of it, and one
+    /// longer than [`MAX_REPLY_BYTES`] is refused: a stream that never ends a line must not
+    /// fill the memory.
     async fn message(&mut self) -> Result<Value, BackendError> {
         loop {
-            let mut values = serde_json::Deserializer::from_slice(&self.buf).into_iter::<Value>();
-            match values.next() {
-                Some(Ok(message)) => {
-                    let used = values.byte_offset();
-                    self.buf.drain(..used);
-                    if let Some(status) = Status::of(&message) {
-                        return Err(self.broke(&status.message));
-                    }
-                    if message["result"]["canceled"] == true {
-                        let why = match int(&message["result"]["compact_revision"]) {
-                            0 => message["result"]["cancel_reason"]
-                                .as_str()
-                                .unwrap_or("no reason given")
-                                .to_owned(),
-                            r => format!("its history was compacted up to revision {r}"),
-                        };
-                        return Err(self.broke(&format!("etcd cancelled the watch: {why}")));
-                    }
-                    return Ok(message);
+            let unsearched = &self.buf[self.searched..];
+            if let Some(at) = unsearched.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=self.searched + at).collect();
+                self.searched = 0;
+                if line.trim_ascii().is_empty() {
+                    continue;
                 }
-                Some(Err(e)) if !e.is_eof() => {
-                    return Err(self.broke(&format!("an unreadable message: {e}")));
+                if let Err(what) = within_values(&line) {
+                    return Err(self.broke(&format!("a message too large: {what}")));
                 }
-                // Incomplete (or nothing yet): read on.
-                _ => {}
+                return self.read(&line);
+            }
+            self.searched = self.buf.len();
+            if self.buf.len() > MAX_REPLY_BYTES {
+                return Err(self.broke(&format!(
+                    "a message too large: more than the {} MiB this client reads",
+                    MAX_REPLY_BYTES >> 20
+                )));
             }
             match self.stream.body.frame().await {
                 Some(Ok(frame)) => {
@@ -123,6 +123,26 @@ impl Watch {
                 None => return Err(self.broke("the stream ended")),
             }
         }
+    }
+
+    /// One message, from its line.
+    fn read(&self, line: &[u8]) -> Result<Value, BackendError> {
+        let message: Value = serde_json::from_slice(line)
+            .map_err(|e| self.broke(&format!("a malformed message: {e}")))?;
+        if let Some(status) = Status::of(&message) {
+            return Err(self.broke(&status.message));
+        }
+        if message["result"]["canceled"] == true {
+            let why = match int(&message["result"]["compact_revision"]) {
+                0 => message["result"]["cancel_reason"]
+                    .as_str()
+                    .unwrap_or("no reason given")
+                    .to_owned(),
+                r => format!("its history was compacted up to revision {r}"),
+            };
+            return Err(self.broke(&format!("etcd cancelled the watch: {why}")));
+        }
+        Ok(message)
     }
 
     fn broke(&self, why: &str) -> BackendError {

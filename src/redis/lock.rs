@@ -173,7 +173,7 @@ impl ServerLock {
         let channel = self.listen_channel(&token);
         let listen = listen.then_some(channel.as_str());
         // Set before the request leaves: a run interrupted before the reply may hold a place.
-        self.queued.set(mode == "queue" || mode == "race");
+        let queued_before = self.queued.replace(mode == "queue" || mode == "race");
         // Both scripts take the same keys and arguments, but the semaphore's takes no holder
         // hash (its metadata lives in holders-meta) and its N after the TTL.
         let limit = self.holders.to_string();
@@ -205,6 +205,10 @@ impl ServerLock {
             ),
         };
         let sent = self.node.eval(script, &keys, &args, timeout, listen).await;
+        if matches!(&sent, Err(e) if e.is_unsent()) {
+            // The request never left (or met no Redis): it took no place.
+            self.queued.set(queued_before);
+        }
         let reply = self.sent_astray(sent)?;
         if reply.items().first().and_then(Reply::as_int) == Some(3) {
             // Our own token, buried: every give-back is followed by a fresh token, so only a

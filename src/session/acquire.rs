@@ -150,6 +150,11 @@ async fn give_back<B: Backend>(
     if waiter.must_give_back() {
         match backend.give_back(GIVE_BACK_TIMEOUT).await {
             Ok(true) => tracing::info!("released lock {} taken by an unanswered attempt", cfg.name),
+            // Nothing was held, and the token is buried: nothing can be taken any more. A
+            // first contact that failed says so, as one with nothing to give back does.
+            Ok(false) if failure.message.ends_with("; nothing was run") => {
+                failure.message.push_str(" and nothing was taken");
+            }
             Ok(false) => {}
             // The line that ends the run must not say "nothing is held" then: a place kept
             // (on etcd, a key that heads the queue once those before it go) or a lock taken
@@ -162,10 +167,11 @@ async fn give_back<B: Backend>(
                     true => "for the same reason".to_owned(),
                     false => format!("({why})"),
                 };
+                // In words true of every backend: a place in Redis's queue lapses after
+                // KEEP_ALIVE, one in etcd's line with its lease, a lock with its lease.
                 failure.message = format!(
-                    "{said}; what this run may hold of it could not be given back {why}: a place \
-                     in the queue lapses by itself within {} on Redis, within the lease on \
-                     etcd, and a lock taken meanwhile within the lease",
+                    "{said}; what this run may hold of it could not be given back {why}: it \
+                     lapses by itself, within the lease or {}, whichever is longer",
                     show(crate::backend::KEEP_ALIVE)
                 );
             }

@@ -211,6 +211,50 @@ async fn a_lost_reply_is_given_back_on_the_way_out() {
     );
 }
 
+// See: issue 35, item 5. A first contact that never reached the server (refused, a password
+// refused) gave back, failed again, and its line talked of giving back what was never held.
+#[tokio::test(start_paused = true)]
+async fn a_first_contact_that_reached_nothing_gives_nothing_back_and_says_nothing_was_taken() {
+    let unreached = BackendError::Transient("cannot reach Redis at redis://h".into()).unsent();
+    for answer in [
+        unreached,
+        BackendError::Refused("WRONGPASS".into()).unsent(),
+    ] {
+        let fake = Fake::new(vec![after(1, Err(answer))]);
+        let cfg = config(Patience::Forever);
+        let failure = acquire(&fake, &TestClock::new(), &cfg, &mut SignalAt::never())
+            .await
+            .expect_err("unreachable");
+        assert_eq!(failure.exit, Exit::Unavailable, "{}", failure.message);
+        assert!(fake.gave_back().is_empty(), "nothing to give back");
+        assert!(
+            failure
+                .message
+                .ends_with("; nothing was run and nothing was taken"),
+            "{}",
+            failure.message
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_reply_lost_is_given_back_and_then_nothing_was_taken() {
+    let fake = Fake::new(vec![after(1, lost())]);
+    let cfg = config(Patience::Forever);
+    let failure = acquire(&fake, &TestClock::new(), &cfg, &mut SignalAt::never())
+        .await
+        .expect_err("unreachable");
+    assert_eq!(
+        fake.gave_back().len(),
+        1,
+        "the lost reply may have taken it"
+    );
+    assert_eq!(
+        failure.message,
+        "no answer within 5s; nothing was run and nothing was taken"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_signal_during_an_unanswered_attempt_gives_it_back() {
     let fake = Fake::new(vec![after(1, busy(200)), Answer(granted(9), None)]);

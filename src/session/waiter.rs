@@ -330,12 +330,20 @@ impl<'a> Waiter<'a> {
 
     /// An attempt that got no usable answer.
     fn failed(&mut self, now: Duration, error: BackendError) -> Next {
-        if error.is_transient() {
+        if error.is_transient() && !error.is_unsent() {
             // Sent but unanswered: the server may have granted it all the same.
             self.maybe_held = true;
         }
         if !self.answered || !error.is_transient() || self.cfg.patience == Patience::NoWait {
-            return Next::Fail(Failure::unavailable(format!("{error}; nothing was run")));
+            // With nothing to give back, the line says so, and the give-back is skipped: it
+            // would only fail again, for the same reason, and talk of what was never held.
+            let taken = match self.must_give_back() {
+                true => "",
+                false => " and nothing was taken",
+            };
+            return Next::Fail(Failure::unavailable(format!(
+                "{error}; nothing was run{taken}"
+            )));
         }
         tracing::info!(
             "lost contact while waiting for lock {}: {error}; retrying",

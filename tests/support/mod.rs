@@ -21,6 +21,7 @@ pub mod certs;
 pub mod cmd;
 pub mod etcd;
 pub mod holder;
+pub mod hostile;
 pub mod process;
 pub mod proxy;
 pub mod sections;

@@ -4,6 +4,7 @@
 //! EVALSHA and an EVAL fallback; what the server's failures and refusals mean is in
 //! `refusals.rs`.
 
+use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
 use super::sentinel::{Sentinel, SentinelAuth};
 use super::url::Topology;
 use crate::backend::BackendError;
+use refusals::SetUpRefused;
 
 /// A Redis server reached through one URL.
 pub struct Node {
@@ -34,6 +36,9 @@ pub struct Node {
     /// Why the server last refused a subscription sent with a request (an ACL user without
     /// the channel): `subscribe` reports it, and the waiter falls back to polling.
     pub(super) listen_refused: std::sync::Mutex<Option<String>>,
+    /// The server has answered in Redis's protocol at least once: a hang-up is then a
+    /// server's failure, never a sign of another protocol (see `why_closed`).
+    pub(super) spoke: AtomicBool,
 }
 
 /// Shows the address only, never the password.
@@ -83,6 +88,7 @@ impl Node {
             resp3: AtomicBool::new(true),
             conn: tokio::sync::Mutex::new(None),
             listen_refused: std::sync::Mutex::new(None),
+            spoke: AtomicBool::new(false),
         })
     }
 
@@ -331,19 +337,28 @@ impl Node {
     ) -> Result<Vec<Reply>, BackendError> {
         let mut slot = self.conn.lock().await;
         let taken = slot.take();
-        match within(timeout, self.exchange_on(taken, commands, timeout, listen)).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Set once the commands are written: before that, a failure took nothing.
+        let sent = Cell::new(false);
+        let exchanged = self.exchange_on(taken, commands, timeout, listen, &sent);
+        match within(timeout, exchanged).await {
             Ok(Ok((conn, replies))) => {
+                self.spoke.store(true, Ordering::Relaxed);
                 *slot = Some(conn);
                 Ok(replies)
             }
-            Ok(Err((refusal, peer))) => Err(self.refused_by(&refusal, Some(&peer))),
+            Ok(Err(refused)) => {
+                self.spoke.store(true, Ordering::Relaxed);
+                Err(self.refused_set_up(refused))
+            }
             Err(e) => {
                 // The cluster node may be gone for good (its replica promoted): ask the seeds
                 // again at the next connection.
                 if let Some(cluster) = self.cluster() {
                     cluster.forget_route();
                 }
-                Err(self.unreachable(&e, timeout))
+                let error = self.unreachable(&self.why_closed(e, deadline).await, timeout);
+                Err(error.unsent_if(!sent.get()))
             }
         }
     }
@@ -354,7 +369,8 @@ impl Node {
         commands: &[&[&[u8]]],
         timeout: Duration,
         listen: Option<&str>,
-    ) -> io::Result<Result<(Connection, Vec<Reply>), (String, String)>> {
+        sent: &Cell<bool>,
+    ) -> io::Result<Result<(Connection, Vec<Reply>), SetUpRefused>> {
         let (mut conn, fresh) = match conn {
             Some(conn) => (conn, false),
             None => (self.connect(timeout).await?, true),
@@ -371,11 +387,15 @@ impl Node {
             if let Some(e) = refusal(&conn.pipeline(&batch).await?) {
                 if resp3 && (e.contains("unknown command") || e.starts_with("NOPROTO")) {
                     self.resp3.store(false, Ordering::Relaxed);
-                    return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
+                    return Box::pin(self.exchange_on(None, commands, timeout, listen, sent)).await;
                 }
-                return Ok(Err((e, conn.peer().to_owned())));
+                return Ok(Err(SetUpRefused {
+                    error: e,
+                    peer: conn.peer().to_owned(),
+                    before_commands: true,
+                }));
             }
-            return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen)).await;
+            return Box::pin(self.exchange_on(Some(conn), commands, timeout, listen, sent)).await;
         }
         // Replies to set-up commands come first; a RESP3 SUBSCRIBE is answered by a push,
         // which the connection takes, not by a reply.
@@ -391,6 +411,7 @@ impl Node {
             batch.push(&subscribe);
         }
         batch.extend_from_slice(commands);
+        sent.set(true);
         let mut replies = conn.pipeline(&batch).await?;
         if subscribing && replies.len() > set_up + commands.len() {
             // The SUBSCRIBE was refused: its answer is an error reply where a push was due.
@@ -419,9 +440,14 @@ impl Node {
                 if !subscribing && refusal(&tail).is_none() {
                     return Ok(Ok((conn, tail)));
                 }
-                return Box::pin(self.exchange_on(None, commands, timeout, listen)).await;
+                return Box::pin(self.exchange_on(None, commands, timeout, listen, sent)).await;
             }
-            return Ok(Err((e, conn.peer().to_owned())));
+            let before_commands = e.starts_with("NOAUTH");
+            return Ok(Err(SetUpRefused {
+                error: e,
+                peer: conn.peer().to_owned(),
+                before_commands,
+            }));
         }
         Ok(Ok((conn, tail)))
     }

@@ -1,18 +1,41 @@
 //! What a server's failures mean, in one line each: a server that could not be reached (or a
-//! hop before it, or a port that speaks HTTP), and a refusal, which names the server (behind
-//! sentinels or a Cluster, the data node) and says whether retrying can help; never a password.
+//! hop before it, or a port that speaks HTTP, asked once when it hung up), a reply too large
+//! or malformed, and a refusal, which names the server (behind sentinels or a Cluster, the
+//! data node) and says whether retrying can help; never a password. Whether a failure took
+//! nothing (it came before any command of the lock ran) is said with the error.
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::Node;
 use crate::backend::BackendError;
 use crate::lease::show;
 use crate::redis::auth::{Hop, Refused, refusal_line};
-use crate::redis::resp::ANSWERED_LIKE_HTTP;
+use crate::redis::resp::{ANSWERED_LIKE_HTTP, Addr, bad_reply, within};
 use crate::redis::url::Topology;
 
+/// The connection's set-up (HELLO, AUTH, SELECT) refused by the server at `peer`.
+pub(super) struct SetUpRefused {
+    pub error: String,
+    pub peer: String,
+    /// No command of the request ran: the set-up was confirmed in a round trip of its own,
+    /// or refused as NOAUTH, which the server answers every command after it with too.
+    pub before_commands: bool,
+}
+
 impl Node {
+    /// A refused set-up, as a refusal by the server it names; one that ran no command of the
+    /// request took nothing.
+    pub(super) fn refused_set_up(&self, refused: SetUpRefused) -> BackendError {
+        let error = self.refused_by(&refused.error, Some(&refused.peer));
+        error.unsent_if(refused.before_commands)
+    }
+
     pub(in crate::redis) fn unreachable(
         &self,
         error: &io::Error,
@@ -29,11 +52,20 @@ impl Node {
         }
         let text = error.to_string();
         if text == ANSWERED_LIKE_HTTP {
-            // The wrong port: retrying will not fix it.
+            // The wrong port: retrying will not fix it, and no lock can have been taken there.
             return BackendError::Refused(format!(
                 "{address} is not a Redis server; it answered like HTTP (an etcd's or a web \
                  server's port?): check the URL's port"
-            ));
+            ))
+            .unsent();
+        }
+        if let Some(bad) = bad_reply(error) {
+            // As a server gone would (retried while waiting or holding), but saying what came.
+            let what = &bad.what;
+            return BackendError::Transient(match bad.too_large {
+                true => crate::message!("Redis at {address} sent a reply too large: {what}"),
+                false => crate::message!("Redis at {address} sent a malformed reply: {what}"),
+            });
         }
         // A TLS handshake that failed (certificates, protocol), rather than no connection, a
         // refusal (an ACL's NOPERM) or a connection closed mid-way (a failover).
@@ -71,6 +103,44 @@ impl Node {
             ),
             _ => crate::message!("cannot reach Redis at {address}: {error}{tls_hint}"),
         })
+    }
+
+    /// Why a server that never spoke Redis's protocol to this run hung up on it: a port that
+    /// answers HTTP (an etcd's: it closes a connection that opens with no HTTP method) is
+    /// asked once, `GET /` on a connection of its own, by `deadline`; `error` is then
+    /// [`ANSWERED_LIKE_HTTP`]. Only five bytes of the answer are read. A server that once
+    /// answered is never asked, so this is never on the lease clock's path.
+    pub(super) async fn why_closed(&self, error: io::Error, deadline: Instant) -> io::Error {
+        let hung_up = matches!(
+            error.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+        );
+        let Topology::Direct {
+            addr: Addr::Tcp { host, port },
+            tls: None,
+        } = &self.topology
+        else {
+            return error;
+        };
+        if !hung_up || self.spoke.load(Ordering::Relaxed) {
+            return error;
+        }
+        let probe = async {
+            let mut stream = TcpStream::connect((host.as_str(), *port)).await?;
+            let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await?;
+            let mut head = [0u8; 5];
+            stream.read_exact(&mut head).await?;
+            Ok(&head == b"HTTP/")
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match within(left, probe).await {
+            Ok(true) => io::Error::new(io::ErrorKind::InvalidData, ANSWERED_LIKE_HTTP),
+            _ => error,
+        }
     }
 
     /// Turns an error reply into a message that names the server (never its password) and

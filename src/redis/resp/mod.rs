@@ -341,10 +341,49 @@ fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
 /// `redis://`): its reply starts `HTTP/` or `<` (an HTML page), bytes that start no RESP reply.
 pub const ANSWERED_LIKE_HTTP: &str = "not a Redis server; it answered like HTTP";
 
+/// A reply this client will not read: malformed, or past one of the limits that bound what a
+/// reply can make it hold (`parse`). Either ends the request as a server gone would, and
+/// the line that says so names which it was, never that the server was late.
+#[derive(Debug)]
+pub struct BadReply {
+    /// Past a limit (its size, its values, its depth), rather than malformed.
+    pub too_large: bool,
+    pub what: String,
+}
+
+impl fmt::Display for BadReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad reply from the server: {}", self.what)
+    }
+}
+
+impl std::error::Error for BadReply {}
+
+/// The reply `error` refused, if it is one.
+pub fn bad_reply(error: &io::Error) -> Option<&BadReply> {
+    error.get_ref()?.downcast_ref()
+}
+
 fn protocol_error(what: &str) -> io::Error {
+    let what = what.to_owned();
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("bad reply from the server: {what}"),
+        BadReply {
+            too_large: false,
+            what,
+        },
+    )
+}
+
+/// A reply past one of the limits.
+fn limit_error(what: &str) -> io::Error {
+    let what = what.to_owned();
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        BadReply {
+            too_large: true,
+            what,
+        },
     )
 }
 

@@ -9,7 +9,7 @@
 
 use std::io;
 
-use super::{Reply, protocol_error};
+use super::{Reply, limit_error, protocol_error};
 
 // Limits on what one reply may announce. The parser trusts nothing it reads: without them a
 // server (or whoever sits between it and us) announcing a 2 GB bulk string made the connection
@@ -142,9 +142,7 @@ impl Parser {
                 self.searched = 0;
                 match header {
                     Header::Line(..) | Header::Int(_) => self.element_ended(),
-                    Header::String(_, len) | Header::Aggregate(_, len) if len < 0 => {
-                        self.element_ended()
-                    }
+                    Header::String(_, -1) | Header::Aggregate(_, -1) => self.element_ended(),
                     Header::String(_, len) => {
                         let end = usize::try_from(len)
                             .ok()
@@ -191,14 +189,14 @@ impl Parser {
     /// depth: whether the reply is then complete.
     fn opened(&mut self, kind: u8, count: i64) -> io::Result<bool> {
         if self.open.len() >= MAX_DEPTH {
-            return Err(protocol_error(&format!(
+            return Err(limit_error(&format!(
                 "aggregates nested more than {MAX_DEPTH} deep"
             )));
         }
         let elements = elements(kind, count)
             .filter(|&elements| elements <= self.values)
             .ok_or_else(|| {
-                protocol_error(&format!(
+                limit_error(&format!(
                     "an aggregate of {count} entries, over the {MAX_VALUES} values a reply \
                      may hold"
                 ))
@@ -256,11 +254,20 @@ fn header(line: &[u8]) -> io::Result<Header<'_>> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| protocol_error("not a number"))
     };
+    // A length or count of -1 is a nil; any other below 0 is no reply at all (a server that
+    // lost its framing, or no Redis), never a nil nor a wait for more (hiredis refuses it
+    // too).
+    let length = || -> io::Result<i64> {
+        match number()? {
+            n if n < -1 => Err(protocol_error(&format!("a length of {n}"))),
+            n => Ok(n),
+        }
+    };
     Ok(match kind {
         b'+' | b'-' | b'_' | b'#' | b',' | b'(' => Header::Line(kind, text),
         b':' => Header::Int(number()?),
-        b'$' | b'!' | b'=' => Header::String(kind, number()?),
-        b'*' | b'~' | b'>' | b'%' | b'|' => Header::Aggregate(kind, number()?),
+        b'$' | b'!' | b'=' => Header::String(kind, length()?),
+        b'*' | b'~' | b'>' | b'%' | b'|' => Header::Aggregate(kind, length()?),
         other => return Err(not_a_type_byte(other)),
     })
 }
@@ -361,7 +368,7 @@ fn build(buf: &[u8], mut at: usize) -> io::Result<(Reply, usize)> {
 }
 
 pub(super) fn reply_too_long() -> io::Error {
-    protocol_error(&format!(
+    limit_error(&format!(
         "a reply longer than the {} MiB this client reads",
         MAX_REPLY_BYTES >> 20
     ))

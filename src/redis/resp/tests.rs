@@ -282,6 +282,30 @@ fn refuses_what_no_reply_of_ours_comes_near() {
     assert_eq!(parse(b"%500000\r\n").unwrap(), None);
 }
 
+// See: issue 35, item 5. `$-5` was read as a nil, and the run then waited for the replies
+// after it until its deadline: "did not answer within 1.5s" of a server that had answered.
+#[test]
+fn a_negative_length_but_nils_is_malformed_not_too_large() {
+    for input in [
+        &b"$-5\r\n"[..],
+        b"*-2\r\n",
+        b"%-9\r\n",
+        b"*2\r\n:1\r\n!-3\r\n",
+    ] {
+        let err = parse(input).expect_err("malformed");
+        let bad = super::bad_reply(&err).expect("a BadReply");
+        assert!(!bad.too_large, "{err}");
+        assert!(bad.what.contains("a length of -"), "{err}");
+    }
+    assert_eq!(parse(b"$-1\r\n").unwrap(), Some((Reply::Bulk(None), 5)));
+    assert_eq!(parse(b"*-1\r\n").unwrap(), Some((Reply::Array(None), 5)));
+    let err = parse(b"$9223372036854775807\r\n").unwrap_err();
+    assert!(
+        super::bad_reply(&err).is_some_and(|bad| bad.too_large),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_limits_leave_room_for_every_reply() {
     let (reply, used) = parse(&nested(MAX_DEPTH)).unwrap().unwrap();
