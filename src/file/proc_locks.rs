@@ -119,6 +119,24 @@ pub fn holder_of(file: &File, named: Holder) -> Holder {
     process(pid)
 }
 
+/// Whether the exclusive flock on `file` is held by a stopped process (SIGSTOP, Ctrl-Z: state
+/// `T` in `/proc/PID/stat`), as far as `locks` tells: matched on device and inode, the holder's
+/// pid is of this PID namespace. `false` when that cannot be told.
+pub fn held_by_stopped(locks: &ProcLocks, file: &File) -> bool {
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    let (on_file, exact) = locks.on(&meta);
+    let holder = on_file.iter().find(|l| !l.blocked && l.write && l.pid > 0);
+    exact
+        && holder.is_some_and(|l| {
+            fs::read_to_string(format!("/proc/{}/stat", l.pid)).is_ok_and(|stat| {
+                let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+                state.is_some_and(|rest| rest.starts_with('T'))
+            })
+        })
+}
+
 /// What this host tells of process `pid`: its name, from `/proc`.
 pub fn process(pid: u32) -> Holder {
     Holder {

@@ -12,6 +12,9 @@
 //!   take a place removes it). A waiter leaves its place when it takes the lock, or gives up.
 //! - A waiter sleeps in `flock(LOCK_SH)` on the place it waits for (woken when that waiter takes
 //!   the lock, gives up or dies), or on the lock file once no place it must let pass is left.
+//!   A waiter that is stopped (SIGSTOP, Ctrl-Z) keeps its place but is passed over while it is:
+//!   nothing wakes the one behind it then, so a waiter on a place looks again every
+//!   [`PLACE_RECHECK`].
 //! - A shared newcomer that can lock the lock file (free, or held shared) must still not pass an
 //!   exclusive waiter: each exclusive waiter holds `STEM.queue` shared while it waits, and a
 //!   shared run tries `STEM.queue` exclusively for an instant, under the flock on DIR (so two
@@ -34,8 +37,11 @@ use super::FileLock;
 use super::fence::lock_briefly_as;
 use super::files::{Paths, flock, open_existing, plain_file, refused};
 use super::meta::Meta;
-use super::proc_locks::{ProcLocks, locked_in};
+use super::proc_locks::{ProcLocks, held_by_stopped, locked_in};
 use crate::backend::BackendError;
+
+/// How often a waiter sleeping on another's place looks again, should that one be stopped.
+pub const PLACE_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// This run's place in the queue, held while it waits.
 pub(super) struct Place {
@@ -205,10 +211,16 @@ impl Paths {
     }
 }
 
-/// Whether a waiter holds `seen` (a place whose waiter is gone is unlocked). One that cannot be
-/// opened as ours (a link, another user's in a sticky directory) counts for nothing.
+/// Whether a waiter holds `seen` (a place whose waiter is gone is unlocked) and can take its
+/// turn. One that cannot be opened as ours (a link, another user's in a sticky directory)
+/// counts for nothing; so does one whose waiter is stopped (SIGSTOP, Ctrl-Z), while it is: it
+/// could not go, and those behind it go on, as they would past a Redis waiter whose place
+/// lapsed (resumed, it goes when it finds nothing before it).
 fn live(locks: Option<&ProcLocks>, seen: &Seen) -> bool {
-    open_existing(&seen.path, false).is_ok_and(|file| locked_in(locks, &file).unwrap_or(false))
+    let Ok(file) = open_existing(&seen.path, false) else {
+        return false;
+    };
+    locked_in(locks, &file).unwrap_or(false) && !locks.is_some_and(|l| held_by_stopped(l, &file))
 }
 
 /// Opens (creating it) `STEM.queue`, never through a link, refusing another user's where it

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::files::{flock, open_existing};
+use super::queue::PLACE_RECHECK;
 use super::{FileLock, shared, slots};
 use crate::backend::{BackendError, Mode, Wakeup, Wakeups};
 
@@ -18,7 +19,8 @@ pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
 /// Threads blocked in `flock`, each on a descriptor of its own: on the place of the waiter this
 /// run lets go first (`LOCK_SH`, granted once that waiter has taken the lock, given up or
 /// died; see `queue`), or, with none left, on the lock file (or each slot of a semaphore;
-/// `LOCK_EX`, `LOCK_SH` for a shared run). When one returns, the waiter tries again. A thread
+/// `LOCK_EX`, `LOCK_SH` for a shared run). When one returns, or a waiter on a place has slept
+/// [`PLACE_RECHECK`] (the one before it may be stopped), the waiter tries again. A thread
 /// whose file was let go is started again at the next wait; the others keep waiting, holding
 /// nothing, until the process exits (one woken meanwhile lets go at once).
 pub struct FileWakeups<'a> {
@@ -42,10 +44,12 @@ impl Wakeups for FileWakeups<'_> {
             Some(_) => libc::LOCK_SH,
             None => lock.operation(),
         };
-        // A file kept only by --min-hold has no holder to wait for: its deadline is slept
-        // out instead, re-read every MIN_HOLD_RECHECK (a `release --force` clears it). For an
-        // exclusive run, the shared holders' deadlines keep the lock file too.
-        let mut nap: Option<Duration> = None;
+        // A waiter on a place looks again every PLACE_RECHECK: should the one before it be
+        // stopped, nothing would wake it (see `queue`). A file kept only by --min-hold has no
+        // holder to wait for: its deadline is slept out instead, re-read every
+        // MIN_HOLD_RECHECK (a `release --force` clears it). For an exclusive run, the shared
+        // holders' deadlines keep the lock file too.
+        let mut nap: Option<Duration> = before.as_ref().map(|_| PLACE_RECHECK);
         for path in files {
             let kept = match before {
                 Some(_) => None,
