@@ -242,9 +242,9 @@ pub struct RunArgs {
     /// Hold the lock in shared mode, as `flock -s`: any number of --shared runs at once, never
     /// beside a run without it (the command gets LOCKED_RUN_SHARED=1)
     ///
-    /// On Redis, waiters of both modes are served in arrival order: the --shared ones at the
-    /// head of the queue together, and a --shared newcomer never passes a waiter without
-    /// --shared. On file:// the kernel's flock decides, which gives a writer no priority.
+    /// Waiters of both modes are served in arrival order, on every backend: the --shared ones at
+    /// the head of the queue together, and a --shared newcomer never passes a waiter without
+    /// --shared (on file://, only `flock -s`, which knows no queue, may).
     #[arg(long)]
     pub shared: bool,
 

@@ -82,9 +82,8 @@ pub(crate) fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
         ),
     }
     // Who else may write there.
-    let shared = existing
-        .metadata()
-        .is_ok_and(|m| m.permissions().mode() & 0o002 != 0);
+    let mode = existing.metadata().map_or(0, |m| m.permissions().mode());
+    let (shared, sticky) = (mode & 0o002 != 0, mode & 0o1000 != 0);
     let temporary = ["/tmp", "/var/tmp"].iter().any(|t| dir.starts_with(t));
     if temporary {
         add(
@@ -97,13 +96,24 @@ pub(crate) fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
                 dir.display()
             ),
         );
+    } else if shared && sticky {
+        add(
+            "location",
+            Level::Warn,
+            format!(
+                "{} is sticky and writable by every user (as /var/lock is): its locks serve one \
+                 user and root, as lock files of another user are refused there (their owner \
+                 could swap them); for a team, give it to one group (mode 2770, no sticky bit)",
+                existing.display()
+            ),
+        );
     } else if shared {
         add(
             "location",
             Level::Warn,
             format!(
                 "{} is writable by every user: anyone can delete or replace its lock files; \
-                 give it to the users of the locks (a group, mode 2775)",
+                 give it to the users of the locks (a group, mode 2770)",
                 existing.display()
             ),
         );

@@ -87,10 +87,15 @@ impl Paths {
 /// most 5 s in all. A blocking flock would hang, deaf to signals, on a directory someone else
 /// keeps locked.
 pub(super) async fn lock_briefly(file: &File) -> io::Result<()> {
+    lock_briefly_as(file, libc::LOCK_EX).await
+}
+
+/// [`lock_briefly`], shared (`LOCK_SH`) or exclusive as `operation` says.
+pub(super) async fn lock_briefly_as(file: &File, operation: libc::c_int) -> io::Result<()> {
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
-        match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
+        match flock(file, operation | libc::LOCK_NB) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if started.elapsed() > Duration::from_secs(5) {
                     return Err(io::Error::other(

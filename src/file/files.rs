@@ -1,13 +1,16 @@
-//! The files of a NAME in a `file://` directory, opened safely: never through a link, never
-//! blocking on a FIFO, never a file with another name; the errors they give, with what to do.
+//! The directory of a `file://` URL and the files of a NAME in it, opened safely: never through
+//! a link, never blocking on a FIFO, never a file with another name, never one that another
+//! user could swap (see `trust`); the errors they give, with what to do.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::trust;
 use crate::backend::BackendError;
+use crate::exit::Failure;
 use crate::name::LockName;
 
 /// Whether `url` names the host-local backend.
@@ -83,6 +86,35 @@ impl Paths {
     }
 }
 
+/// The directory exists, or is created (0755) when its parent does.
+pub fn prepare_dir(dir: &Path) -> Result<(), Failure> {
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Failure::usage(format!(
+            "{} is not a directory: file:// names the directory that holds the locks",
+            dir.display()
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = dir.parent().unwrap_or(Path::new("/"));
+            if !parent.is_dir() {
+                return Err(Failure::usage(format!(
+                    "{} does not exist, nor does its parent {}: create it, or fix the file:// URL",
+                    dir.display(),
+                    parent.display()
+                )));
+            }
+            match DirBuilder::new().mode(0o755).create(dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(Failure::unavailable(
+                    refused(dir, "create the directory", &e).to_string(),
+                )),
+            }
+        }
+        Err(e) => Err(Failure::unavailable(refused(dir, "reach", &e).to_string())),
+    }
+}
+
 /// Opens (creating it) the lock file, refusing links and anything but a regular file.
 pub fn open_lock_file(path: &Path) -> io::Result<File> {
     let file = OpenOptions::new()
@@ -93,7 +125,7 @@ pub fn open_lock_file(path: &Path) -> io::Result<File> {
         .mode(0o666)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
-    plain_file(file)
+    plain_file(path, file)
 }
 
 /// Opens a file of ours that exists, refusing links and anything but a regular file, without
@@ -104,13 +136,14 @@ pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
         .write(write)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
-    plain_file(file)
+    plain_file(path, file)
 }
 
-/// `file`, if it is a regular file with no other name: a hard link planted under a lock
+/// `file` (opened at `path`), if it is a regular file with no other name, and one its owner
+/// cannot swap out from under a run ([`trust::check`]): a hard link planted under a lock
 /// file's name would have the holder's metadata written into (and truncated from) the file
 /// it links to.
-pub fn plain_file(file: File) -> io::Result<File> {
+pub fn plain_file(path: &Path, file: File) -> io::Result<File> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -120,18 +153,34 @@ pub fn plain_file(file: File) -> io::Result<File> {
             "it has other names (hard links), planted by someone else? remove it",
         ));
     }
+    trust::check(path, &meta)?;
     Ok(file)
 }
 
 pub fn refused(path: &Path, what: &str, e: &io::Error) -> BackendError {
+    if let Some(foreign) = e.get_ref().and_then(|e| e.downcast_ref::<trust::Foreign>()) {
+        return trust::refusal(path, foreign.uid);
+    }
+    let denied = matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+    // In a sticky directory the kernel may refuse the open itself (another user's link, or
+    // file with fs.protected_regular): the same line as when it lets the open through.
+    let link = denied && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if denied && !link {
+        if let Some(uid) = trust::foreign_at(path) {
+            return trust::refusal(path, uid);
+        }
+    }
     let hint = match e.raw_os_error() {
+        _ if link => {
+            "; it is a symbolic link, which locked-run never follows there (planted by someone else?): remove it"
+        }
         Some(libc::ELOOP) => {
             "; it is a symbolic link, which locked-run never follows there (planted by someone else?): remove it"
         }
         Some(libc::EACCES | libc::EPERM) if in_sticky_dir(path) => {
             "; the directory is sticky (as /tmp is): only the user who created a file there may \
              replace it (or, with fs.protected_regular, open it), so its locks serve one user: \
-             give the lock's users a directory of their group instead (mode 2775)"
+             give the lock's users a directory of their group instead (mode 2770)"
         }
         Some(libc::EACCES | libc::EPERM) => {
             "; every user of this lock needs write access to the directory and its files"

@@ -104,7 +104,7 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
         .filter(|k| !k.member)
         .map(|k| k.path.as_path())
         .collect();
-    let waiters = waiters(&watched);
+    let waiters = waiters(&watched, &paths.queued_pids());
     let others = others_sharing(paths, &files);
     let one = files
         .first()
@@ -224,8 +224,9 @@ pub fn only_its_process_frees(name: &LockName, busy: &Busy) -> String {
     )
 }
 
-/// `doctor`: NAME's files in DIR can be used by this user: the lock file opens for writing
-/// (not a link), the fence counter reads as one.
+/// `doctor`: NAME's files in DIR can be used by this user: the lock file opens for writing, the
+/// fence counter reads as one, and the queue's counter opens; none is a link, nor another
+/// user's where that user could swap it (see `trust`).
 pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
     let paths = Paths::new(dir, name);
     let lock = match fs::symlink_metadata(&paths.lock) {
@@ -235,6 +236,10 @@ pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
         }
     };
     drop(lock);
+    let queue = paths.queue();
+    if fs::symlink_metadata(&queue).is_ok() {
+        open_existing(&queue, false).map_err(|e| refused(&queue, "open", &e).to_string())?;
+    }
     let fence = paths.read_fence().map_err(|e| e.to_string())?;
     Ok(format!(
         "{} opens for writing; lock {name}: {}",

@@ -16,48 +16,51 @@
 //! - `--min-hold`: a not-before deadline left in the lock file on release; the next holder
 //!   honours it by waiting (or by 75 with `-n`). A shared holder's deadline is left in its own
 //!   file, and keeps the lock from exclusive runs only.
-//! - Waiting: a thread blocks in `flock(LOCK_EX)` (`LOCK_SH` for a shared run) on a descriptor
-//!   of its own, so the kernel wakes it the moment the holder lets go; it lets go at once and
+//! - Order: a run that must wait takes a place in a queue of files (see `queue`), so waiters
+//!   of both modes go in arrival order and a shared newcomer never passes an exclusive waiter.
+//! - Waiting: a thread blocks in `flock` on a descriptor of its own, on the place of the waiter
+//!   before it (`LOCK_SH`), or on the lock file once none is left (`LOCK_EX`, or `LOCK_SH` for a
+//!   shared run), so the kernel wakes it the moment that one lets go; it lets go at once and
 //!   tells the waiter, which then tries as usual. No polling, except while a `--min-hold`
 //!   deadline (which no process holds) is slept out: then the lock file is re-read every
 //!   [`MIN_HOLD_RECHECK`], so that a `release --force` is seen.
 //! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
-//!   several users share, a planted link must not make a run write someone else's file. A lock
-//!   file replaced under a waiter (deleted and created again) is noticed after `flock`, by
-//!   comparing the descriptor's inode with the path's, and the new file is locked instead.
+//!   several users share, a planted link must not make a run write someone else's file. In a
+//!   sticky directory that other users can write, a file of the lock that another user owns is
+//!   refused (see `trust`): its owner could swap it. A lock file replaced under a waiter
+//!   (deleted and created again) is noticed after `flock`, by comparing the descriptor's inode
+//!   with the path's, and the new file is locked instead.
 //!
 //! There is no lease: nothing to renew, and the lease clock never fires.
 
 mod fence;
 mod files;
 mod inspect;
+mod lockfile;
 mod meta;
 mod proc_locks;
+mod queue;
 mod shared;
 mod slots;
 mod stem;
+mod trust;
 mod wakeups;
 
-use std::cell::{Ref, RefCell};
-use std::fs::{self, DirBuilder, File};
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::Path;
+use std::cell::RefCell;
+use std::fs::File;
 use std::time::Duration;
 
-use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Holder, hostname, wall_clock_ms,
-};
-use crate::backend::{Freed, Mode, Report, Tenure};
+use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, hostname};
+use crate::backend::{Freed, Mode, Report, Tenure, wall_clock_ms};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
 
-use files::{Paths, flock, open_lock_file, refused};
+use files::{Paths, prepare_dir, refused};
 pub use files::{dir_of, is_file_url};
 pub use inspect::{check_files, only_its_process_frees};
 use meta::{Meta, NotBefore};
-use proc_locks::holder_of;
+use queue::Place;
 pub use wakeups::{FileWakeups, MIN_HOLD_RECHECK};
 
 /// A lock on one NAME in one directory of this host.
@@ -79,6 +82,9 @@ pub struct FileLock {
     shared: bool,
     /// A shared holder's own file (`STEM.shared.TOKEN`), locked while the lock is held.
     member: RefCell<Option<File>>,
+    /// This run's place in the queue while it waits (see `queue`); left when it takes the
+    /// lock, gives up, or is dropped.
+    place: RefCell<Option<Place>>,
 }
 
 impl FileLock {
@@ -122,6 +128,7 @@ impl FileLock {
             holders: 1,
             shared: false,
             member: RefCell::new(None),
+            place: RefCell::new(None),
         })
     }
 
@@ -153,102 +160,6 @@ impl FileLock {
         }
     }
 
-    /// The lock file, opened (created) if it is not yet.
-    fn file(&self) -> Result<Ref<'_, File>, BackendError> {
-        if self.file.borrow().is_none() {
-            let file = open_lock_file(&self.paths.lock)
-                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
-            *self.file.borrow_mut() = Some(file);
-        }
-        Ref::filter_map(self.file.borrow(), Option::as_ref).map_err(|_| {
-            BackendError::Refused(format!("{} is not open", self.paths.lock.display()))
-        })
-    }
-
-    fn unlock(&self) {
-        // Closing the descriptor at exit would unlock too; an error here changes nothing.
-        if let Some(file) = &*self.file.borrow() {
-            let _ = flock(file, libc::LOCK_UN);
-        }
-    }
-
-    /// Locks the lock file without blocking, shared or exclusive as this run holds it; when
-    /// it is busy, who keeps it. A file deleted and created again under the same name is
-    /// another lock: the one at the path is locked instead (a few times at most, against
-    /// someone who keeps replacing it).
-    fn lock_at_path(&self) -> Result<Option<Busy>, BackendError> {
-        let operation = self.operation();
-        let mut replaced = 0;
-        loop {
-            let file = self.file()?;
-            let locked = match flock(&file, operation | libc::LOCK_NB) {
-                Ok(()) => true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-                Err(e) => return Err(refused(&self.paths.lock, "lock", &e)),
-            };
-            let here = self
-                .still_at_path(&file)
-                .map_err(|e| self.refused(refused(&self.paths.lock, "check", &e)))?;
-            if !locked && here {
-                return Ok(Some(Busy {
-                    holder: self.keeping(&file),
-                    expiry: Expiry::WithHolder,
-                }));
-            }
-            drop(file);
-            if here {
-                return Ok(None);
-            }
-            // Replaced: busy or not, the file we have is no longer the lock.
-            if locked {
-                self.unlock();
-            }
-            replaced += 1;
-            if replaced > 3 {
-                return Err(BackendError::Transient(format!(
-                    "{} keeps being replaced (deleted and created again) by someone else",
-                    self.paths.lock.display()
-                )));
-            }
-            let file = open_lock_file(&self.paths.lock)
-                .map_err(|e| refused(&self.paths.lock, "open", &e))?;
-            *self.file.borrow_mut() = Some(file);
-        }
-    }
-
-    /// Who keeps the lock file from this run: its exclusive holder (the one the file names,
-    /// unless `/proc/locks` says another process holds it); for an exclusive run, the first
-    /// shared holder when shared ones hold it (the file then names a past exclusive holder).
-    fn keeping(&self, file: &File) -> Holder {
-        let named = || holder_of(file, Meta::read(file).holder);
-        match self.shared {
-            true => named(),
-            false => shared::first_live(&self.paths).unwrap_or_else(named),
-        }
-    }
-
-    /// Whether `file` is still the file at the lock's path (not deleted, not replaced).
-    fn still_at_path(&self, file: &File) -> io::Result<bool> {
-        let open = file.metadata()?;
-        match fs::symlink_metadata(&self.paths.lock) {
-            Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Makes the lock file's content durable, and its directory entry (this run may have
-    /// created it): a `--min-hold` deadline must survive a crash, as the fence counter does.
-    fn sync(&self, file: &File) -> io::Result<()> {
-        file.sync_data()?;
-        File::open(&self.paths.dir)?.sync_all()
-    }
-
-    fn refused(&self, e: BackendError) -> BackendError {
-        self.unlock();
-        e
-    }
-
     /// What a lock file says once this run holds it with `fence` (`limit`: a semaphore slot's N).
     fn granted(&self, fence: u64, limit: Option<u32>) -> Meta {
         Meta {
@@ -262,34 +173,60 @@ impl FileLock {
             limit,
         }
     }
-}
 
-/// The directory exists, or is created (0755) when its parent does.
-fn prepare_dir(dir: &Path) -> Result<(), Failure> {
-    match fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(Failure::usage(format!(
-            "{} is not a directory: file:// names the directory that holds the locks",
-            dir.display()
-        ))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let parent = dir.parent().unwrap_or(Path::new("/"));
-            if !parent.is_dir() {
-                return Err(Failure::usage(format!(
-                    "{} does not exist, nor does its parent {}: create it, or fix the file:// URL",
-                    dir.display(),
-                    parent.display()
-                )));
-            }
-            match DirBuilder::new().mode(0o755).create(dir) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(Failure::unavailable(
-                    refused(dir, "create the directory", &e).to_string(),
-                )),
-            }
+    /// One attempt at the lock file (`--holders 1`, exclusive or shared).
+    async fn acquire_one(&self) -> Result<Attempt, BackendError> {
+        // A queued run lets the runs before it go first, whatever the lock file says.
+        if self.waits_for()?.is_some() {
+            return Ok(Attempt::Busy(self.in_line()?));
         }
-        Err(e) => Err(Failure::unavailable(refused(dir, "reach", &e).to_string())),
+        if let Some(busy) = self.lock_at_path()? {
+            return Ok(Attempt::Busy(busy));
+        }
+        // Ours now (with the other shared holders, if shared); a --min-hold deadline left by
+        // the last exclusive holder still keeps it.
+        let last = Meta::read(&*self.file()?);
+        if let Some(left) = last.not_before.as_ref().and_then(NotBefore::left) {
+            self.unlock();
+            return Ok(Attempt::Busy(Busy {
+                holder: last.holder,
+                expiry: Expiry::In(left),
+            }));
+        }
+        // Decided under a brief flock on DIR, as a semaphore's runs decide (see `slots`): the
+        // fence is raised and the metadata written before DIR is let go.
+        let dir = self.paths.lock_dir().await.map_err(|e| self.refused(e))?;
+        if let Some(theirs) = slots::other_holders(&self.paths, self.mode()) {
+            self.unlock();
+            return Ok(Attempt::Mismatch { theirs });
+        }
+        if self.shared {
+            // Free or held shared, but an exclusive run waits: a newcomer goes after it.
+            if self.must_let_pass().map_err(|e| self.refused(e))? {
+                drop(dir);
+                self.unlock();
+                return Ok(Attempt::Busy(self.in_line()?));
+            }
+            return self.join_shared(&dir).await.map_err(|e| self.refused(e));
+        }
+        // The shared holders are gone; a --min-hold deadline of theirs still keeps it.
+        if let Some((holder, left)) = shared::sweep(&self.paths).map_err(|e| self.refused(e))? {
+            self.unlock();
+            return Ok(Attempt::Busy(Busy {
+                holder,
+                expiry: Expiry::In(left),
+            }));
+        }
+        let fence = self
+            .paths
+            .raise_fence_locked(&dir)
+            .map_err(|e| self.refused(e))?;
+        let meta = self.granted(fence, None);
+        let written = meta.write(&*self.file()?);
+        written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
+        drop(dir);
+        *self.held.borrow_mut() = Some(meta);
+        Ok(Attempt::Acquired { fence })
     }
 }
 
@@ -317,11 +254,9 @@ impl Backend for FileLock {
         self.release(None, timeout).await
     }
 
-    async fn try_acquire(
-        &self,
-        _timings: &Timings,
-        _listen: bool,
-    ) -> Result<Attempt, BackendError> {
+    /// One attempt; with `listen` (a run that will wait), a busy answer first takes this run's
+    /// place in the queue, and a grant leaves it.
+    async fn try_acquire(&self, _timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
         if let Some(meta) = &*self.held.borrow() {
             return Ok(Attempt::Acquired {
                 fence: meta.holder.fence.unwrap_or(0),
@@ -330,47 +265,13 @@ impl Backend for FileLock {
         if self.holders > 1 {
             return self.acquire_slot().await;
         }
-        if let Some(busy) = self.lock_at_path()? {
-            return Ok(Attempt::Busy(busy));
+        let attempt = self.acquire_one().await?;
+        match &attempt {
+            Attempt::Acquired { .. } => self.leave_queue(),
+            Attempt::Busy(_) if listen => self.queue_up().await?,
+            _ => {}
         }
-        // Ours now (with the other shared holders, if shared); a --min-hold deadline left by
-        // the last exclusive holder still keeps it.
-        let last = Meta::read(&*self.file()?);
-        if let Some(left) = last.not_before.as_ref().and_then(NotBefore::left) {
-            self.unlock();
-            return Ok(Attempt::Busy(Busy {
-                holder: last.holder,
-                expiry: Expiry::In(left),
-            }));
-        }
-        // Decided under a brief flock on DIR, as a semaphore's runs decide (see `slots`): the
-        // fence is raised and the metadata written before DIR is let go.
-        let dir = self.paths.lock_dir().await.map_err(|e| self.refused(e))?;
-        if let Some(theirs) = slots::other_holders(&self.paths, self.mode()) {
-            self.unlock();
-            return Ok(Attempt::Mismatch { theirs });
-        }
-        if self.shared {
-            return self.join_shared(&dir).await.map_err(|e| self.refused(e));
-        }
-        // The shared holders are gone; a --min-hold deadline of theirs still keeps it.
-        if let Some((holder, left)) = shared::sweep(&self.paths).map_err(|e| self.refused(e))? {
-            self.unlock();
-            return Ok(Attempt::Busy(Busy {
-                holder,
-                expiry: Expiry::In(left),
-            }));
-        }
-        let fence = self
-            .paths
-            .raise_fence_locked(&dir)
-            .map_err(|e| self.refused(e))?;
-        let meta = self.granted(fence, None);
-        let written = meta.write(&*self.file()?);
-        written.map_err(|e| self.refused(refused(&self.paths.lock, "write", &e)))?;
-        drop(dir);
-        *self.held.borrow_mut() = Some(meta);
-        Ok(Attempt::Acquired { fence })
+        Ok(attempt)
     }
 
     async fn renew(&self, _timings: &Timings, _timeout: Duration) -> Result<bool, BackendError> {
@@ -382,6 +283,8 @@ impl Backend for FileLock {
         keep_for: Option<Duration>,
         _timeout: Duration,
     ) -> Result<bool, BackendError> {
+        // A run that gives up its wait leaves the queue.
+        self.leave_queue();
         let Some(mut meta) = self.held.borrow_mut().take() else {
             return Ok(false);
         };
@@ -479,7 +382,7 @@ mod tests {
             Ok(Attempt::Acquired { fence: 3 })
         );
         assert_eq!(
-            fs::read_to_string(dir.path().join("db.migrate-v2.fence")).unwrap(),
+            std::fs::read_to_string(dir.path().join("db.migrate-v2.fence")).unwrap(),
             "3\n"
         );
     }

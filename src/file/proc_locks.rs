@@ -10,13 +10,17 @@ use std::path::Path;
 use super::files::flock;
 use crate::backend::{Holder, hostname};
 
-/// How many processes are blocked waiting for the lock on any of `files` (its lock file, or
-/// a semaphore's slots), from `/proc/locks` (waiters in this PID namespace only); `None` when
-/// that cannot be told. A process counts once, and not at all while it holds one of them (a
-/// semaphore's waiter waits on every slot, and its threads stay blocked once it holds one).
-pub fn waiters(files: &[&Path]) -> Option<u64> {
-    let locks = ProcLocks::read()?;
-    let (mut blocked, mut holding) = (HashSet::new(), HashSet::new());
+/// How many processes wait for the lock: those with a place in the queue (`queued`, their
+/// pids) and those blocked on any of `files` (its lock file, or a semaphore's slots: `flock(1)`
+/// waits there too), from `/proc/locks` (waiters in this PID namespace only); the queued alone
+/// when that cannot be read. A process counts once, and not at all while it holds one of them
+/// (a semaphore's waiter waits on every slot, and its threads stay blocked once it holds one).
+pub fn waiters(files: &[&Path], queued: &[u32]) -> Option<u64> {
+    let Some(locks) = ProcLocks::read() else {
+        return Some(queued.len() as u64);
+    };
+    let mut blocked: HashSet<i64> = queued.iter().map(|&pid| i64::from(pid)).collect();
+    let mut holding = HashSet::new();
     for path in files {
         let Ok(meta) = fs::symlink_metadata(path) else {
             continue;
@@ -113,6 +117,24 @@ pub fn holder_of(file: &File, named: Holder) -> Holder {
         return named;
     }
     process(pid)
+}
+
+/// Whether the exclusive flock on `file` is held by a stopped process (SIGSTOP, Ctrl-Z: state
+/// `T` in `/proc/PID/stat`), as far as `locks` tells: matched on device and inode, the holder's
+/// pid is of this PID namespace. `false` when that cannot be told.
+pub fn held_by_stopped(locks: &ProcLocks, file: &File) -> bool {
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    let (on_file, exact) = locks.on(&meta);
+    let holder = on_file.iter().find(|l| !l.blocked && l.write && l.pid > 0);
+    exact
+        && holder.is_some_and(|l| {
+            fs::read_to_string(format!("/proc/{}/stat", l.pid)).is_ok_and(|stat| {
+                let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+                state.is_some_and(|rest| rest.starts_with('T'))
+            })
+        })
 }
 
 /// What this host tells of process `pid`: its name, from `/proc`.

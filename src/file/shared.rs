@@ -205,7 +205,7 @@ fn create_member(path: &std::path::Path) -> io::Result<File> {
         }
         made => made?,
     };
-    plain_file(file)
+    plain_file(path, file)
 }
 
 #[cfg(test)]

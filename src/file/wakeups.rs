@@ -1,5 +1,5 @@
 //! Waiting for a `file://` lock: threads blocked in `flock`, each on a descriptor of its own,
-//! that tell the waiter when a holder has let go.
+//! that tell the waiter when a holder, or the waiter before it in the queue, has let go.
 
 use std::io;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::files::{flock, open_existing};
+use super::queue::PLACE_RECHECK;
 use super::{FileLock, shared, slots};
 use crate::backend::{BackendError, Mode, Wakeup, Wakeups};
 
@@ -15,16 +16,13 @@ use crate::backend::{BackendError, Mode, Wakeup, Wakeups};
 /// holds the lock then, so nothing wakes it when `release --force` clears the deadline).
 pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
 
-/// Threads blocked in `flock(LOCK_EX)`, each on a descriptor of its own, on the lock file
-/// (or each slot of a semaphore): when one returns, a holder has let go, and the waiter tries
-/// again. A thread whose file was let go is started again at the next wait; the others keep
-/// waiting, holding nothing, until the process exits (one woken meanwhile lets go at once).
-///
-/// A shared run's thread blocks in `flock(LOCK_SH)`: it returns once no exclusive holder is
-/// left, whatever shared holders there are. The kernel gives an exclusive waiter no priority:
-/// a shared lock is granted whenever no exclusive one is held, also while an exclusive waiter
-/// is blocked, so shared runs whose holds overlap without a gap keep an exclusive run waiting
-/// as long as they go on. `file://` keeps flock's order, as `flock -s` and `flock` have it.
+/// Threads blocked in `flock`, each on a descriptor of its own: on the place of the waiter this
+/// run lets go first (`LOCK_SH`, granted once that waiter has taken the lock, given up or
+/// died; see `queue`), or, with none left, on the lock file (or each slot of a semaphore;
+/// `LOCK_EX`, `LOCK_SH` for a shared run). When one returns, or a waiter on a place has slept
+/// [`PLACE_RECHECK`] (the one before it may be stopped), the waiter tries again. A thread
+/// whose file was let go is started again at the next wait; the others keep waiting, holding
+/// nothing, until the process exits (one woken meanwhile lets go at once).
 pub struct FileWakeups<'a> {
     pub(super) lock: &'a FileLock,
     pub(super) pending: Vec<(PathBuf, oneshot::Receiver<io::Result<()>>)>,
@@ -33,23 +31,36 @@ pub struct FileWakeups<'a> {
 impl Wakeups for FileWakeups<'_> {
     async fn next(&mut self) -> Result<Wakeup, BackendError> {
         let lock = self.lock;
-        let files: Vec<PathBuf> = match lock.holders {
-            1 => vec![lock.paths.lock.clone()],
+        // Should the queue not be readable, the next attempt says why; meanwhile the lock file
+        // is waited on.
+        let before = lock.waits_for().ok().flatten();
+        let files: Vec<PathBuf> = match (lock.holders, &before) {
+            (1, None) => vec![lock.paths.lock.clone()],
+            (1, Some(place)) => vec![place.clone()],
             _ => slots::existing_slots(&lock.paths).collect(),
         };
-        let operation = lock.operation();
-        // A file kept only by --min-hold has no holder to wait for: its deadline is slept
-        // out instead, re-read every MIN_HOLD_RECHECK (a `release --force` clears it). For an
-        // exclusive run, the shared holders' deadlines keep the lock file too.
-        let mut nap: Option<Duration> = None;
+        // A waiter's place is held exclusively: a shared flock is granted once it lets go.
+        let operation = match before {
+            Some(_) => libc::LOCK_SH,
+            None => lock.operation(),
+        };
+        // A waiter on a place looks again every PLACE_RECHECK: should the one before it be
+        // stopped, nothing would wake it (see `queue`). A file kept only by --min-hold has no
+        // holder to wait for: its deadline is slept out instead, re-read every
+        // MIN_HOLD_RECHECK (a `release --force` clears it). For an exclusive run, the shared
+        // holders' deadlines keep the lock file too.
+        let mut nap: Option<Duration> = before.as_ref().map(|_| PLACE_RECHECK);
         for path in files {
-            let kept = open_existing(&path, false)
-                .ok()
-                .and_then(|file| slots::min_hold_of(&file))
-                .or_else(|| match lock.mode() {
-                    Mode::Exclusive => shared::kept_for(&lock.paths),
-                    _ => None,
-                });
+            let kept = match before {
+                Some(_) => None,
+                None => open_existing(&path, false)
+                    .ok()
+                    .and_then(|file| slots::min_hold_of(&file))
+                    .or_else(|| match lock.mode() {
+                        Mode::Exclusive => shared::kept_for(&lock.paths),
+                        _ => None,
+                    }),
+            };
             match kept {
                 Some(left) => nap = Some(nap.map_or(left, |n| n.min(left))),
                 None if self.pending.iter().all(|(p, _)| *p != path) => {
@@ -88,12 +99,12 @@ impl Wakeups for FileWakeups<'_> {
     }
 }
 
-/// Starts a thread that opens the lock file, blocks until it can lock it (`operation`:
-/// `LOCK_EX`, or `LOCK_SH` for a shared run), and unlocks it at once: it never keeps the lock,
-/// so a wait that ends another way (a deadline, a signal) leaves nothing held even while the
-/// thread is still blocked. Unlocked, not only closed: the watcher started after the grant
-/// holds a copy of this descriptor, which would keep the lock (a slot this run never took)
-/// until the run ends.
+/// Starts a thread that opens the file (the lock file, a slot, or a waiter's place), blocks
+/// until it can lock it (`operation`: `LOCK_EX`, or `LOCK_SH`), and unlocks it at once: it
+/// never keeps the lock, so a wait that ends another way (a deadline, a signal) leaves nothing
+/// held even while the thread is still blocked. Unlocked, not only closed: the watcher started
+/// after the grant holds a copy of this descriptor, which would keep the lock (a slot this run
+/// never took) until the run ends. A file gone (a place its waiter left) is a wake-up at once.
 fn block_until_free(path: PathBuf, operation: libc::c_int) -> oneshot::Receiver<io::Result<()>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
@@ -102,11 +113,12 @@ fn block_until_free(path: PathBuf, operation: libc::c_int) -> oneshot::Receiver<
         .spawn(move || {
             // Signals are the main thread's business.
             let _ = nix::sys::signal::SigSet::all().thread_block();
-            // Open for writing: NFS locks only such files exclusively.
-            let waited = open_existing(&path, true).and_then(|file| {
-                flock(&file, operation)?;
-                flock(&file, libc::LOCK_UN)
-            });
+            // Open for writing to lock it exclusively: NFS locks only such files so.
+            let waited = match open_existing(&path, operation == libc::LOCK_EX) {
+                Ok(file) => flock(&file, operation).and_then(|()| flock(&file, libc::LOCK_UN)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
             let _ = tx.send(waited);
         });
     if let Err(e) = spawned {

@@ -1,0 +1,254 @@
+//! Who may own a `file://` lock's files (issue 35, item 3: in a sticky directory that others
+//! can write, a lock file's owner renamed it away under a holder and let a second run in). There,
+//! a lock, slot, fence or queue file of another user is refused (69, one line naming it and its
+//! owner), and so is a link planted under any of their names; `doctor` says the same; a
+//! directory of one group (mode 2770) is shared by its members. Needs root, to act as two
+//! users (root and nobody, uid 65534).
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+
+const NOBODY: u32 = 65534;
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: needs root, to act as two users");
+    }
+    root
+}
+
+/// A directory of `mode` (and group `gid`) inside a scratch directory that every user can reach.
+fn directory(parent: &tempfile::TempDir, mode: u32, gid: u32) -> PathBuf {
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = parent.path().join("locks");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(0), Some(gid)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    dir
+}
+
+/// `sh -c SCRIPT` as nobody, with umask 0 (files it makes are 0666, as locked-run's own), in
+/// `dir`; its exit status.
+fn as_nobody(dir: &Path, script: &str) -> Output {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", &format!("umask 0; {script}")])
+        .current_dir(dir)
+        .uid(NOBODY)
+        .gid(NOBODY);
+    run(sh)
+}
+
+/// The one line refusing `file` as nobody's.
+fn refused_as_nobodys(out: Output, file: &Path) {
+    let line = format!("{} belongs to user nobody (uid 65534)", file.display());
+    let out = out.expect_one_line(69, &line);
+    assert!(out.stderr.contains("2770"), "{}", out.stderr);
+}
+
+#[test]
+fn files_another_user_owns_are_refused_in_a_sticky_directory_and_used_in_a_group_one() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let sticky = directory(&parent, 0o1777, 0);
+    let url = file_url(&sticky);
+    let ran = parent.path().join("ran");
+    let touch = ["touch", ran.to_str().unwrap()];
+
+    // Each file a run stands on, made by nobody first.
+    as_nobody(&sticky, ": > job.lock").expect(0);
+    refused_as_nobodys(lr().url(&url).job(touch).run(), &sticky.join("job.lock"));
+    as_nobody(&sticky, "echo 5 > other.fence").expect(0);
+    let out = lr().url(&url).name("other").command(touch).run();
+    refused_as_nobodys(out, &sticky.join("other.fence"));
+    as_nobody(&sticky, ": > slots.lock.0").expect(0);
+    let out = lr()
+        .url(&url)
+        .args(["--holders", "2", "slots"])
+        .command(touch)
+        .run();
+    refused_as_nobodys(out, &sticky.join("slots.lock.0"));
+    as_nobody(&sticky, ": > queued.queue").expect(0);
+    let out = lr()
+        .url(&url)
+        .args(["-n", "--shared", "queued"])
+        .command(touch)
+        .run();
+    refused_as_nobodys(out, &sticky.join("queued.queue"));
+    assert!(!ran.exists(), "a command ran on a file nobody could swap");
+
+    // doctor says the same of the NAME asked about.
+    let out = lr()
+        .args(["doctor", "--name", "job", "-u", &url])
+        .run()
+        .expect(1);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("belongs to user nobody (uid 65534)")),
+        "{}",
+        out.stdout
+    );
+    // Nobody's runs use nobody's files; root's own files are used by root.
+    lr().url(&url)
+        .job(["true"])
+        .with(|c| c.uid(NOBODY).gid(NOBODY))
+        .run()
+        .expect(0);
+    lr().url(&url)
+        .name("mine")
+        .command(["true"])
+        .run()
+        .expect(0);
+
+    // A directory of one group, 2770 (no sticky bit, no world write): its members are
+    // trusted alike, and use each other's files.
+    let group = scratch();
+    let shared = directory(&group, 0o2770, NOBODY);
+    let url = file_url(&shared);
+    as_nobody(&shared, ": > job.lock").expect(0);
+    lr().url(&url)
+        .job(["true"])
+        .with(|c| c.uid(NOBODY).gid(NOBODY))
+        .run()
+        .expect_with(0, "nobody, a member");
+    lr().url(&url)
+        .job(["true"])
+        .run()
+        .expect_with(0, "root, on nobody's files");
+    lr().url(&url)
+        .job(["true"])
+        .with(|c| c.uid(NOBODY).gid(NOBODY))
+        .run()
+        .expect_with(0, "nobody, after root");
+    assert_eq!(fence_file(&shared, "job"), "3\n");
+    let out = lr()
+        .args(["doctor", "--name", "job", "-u", &url])
+        .run()
+        .expect(0);
+    assert!(
+        !out.stdout.lines().any(|l| l.starts_with("FAIL")),
+        "{}",
+        out.stdout
+    );
+}
+
+// See: issue 35, item 3 (file:// in a sticky world-writable directory lets two holders in).
+#[test]
+fn a_lock_file_renamed_away_by_its_owner_never_lets_a_second_run_in() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let sticky = directory(&parent, 0o1777, 0);
+    let url = file_url(&sticky);
+    let evidence = scratch();
+    let (a_up, b_ran) = (file(&evidence, "a.up"), file(&evidence, "b.ran"));
+    let go = file(&evidence, "go");
+
+    // nobody makes the lock file, as any user may in /tmp; root's job A takes the lock.
+    as_nobody(&sticky, ": > job.lock").expect(0);
+    let a = lr()
+        .url(&url)
+        .name("job")
+        .sh(&format!(
+            "touch {}; n=0; until [ -e {} ] || [ $n -ge 6000 ]; do sleep 0.01; n=$((n+1)); done",
+            path_str(&a_up),
+            path_str(&go)
+        ))
+        .spawn();
+    wait_until("A holds, or was refused", Duration::from_secs(10), || {
+        a_up.exists() || !alive(a.pid())
+    });
+    // nobody swaps the file (an owner may, in a sticky directory); root's `-n` job B comes.
+    as_nobody(&sticky, "mv job.lock job.lock.away && : > job.lock").expect(0);
+    let b = lr()
+        .url(&url)
+        .arg("-n")
+        .job(["touch", b_ran.to_str().unwrap()])
+        .run();
+    std::fs::write(&go, "").unwrap();
+    let a = a.wait();
+    assert!(
+        !(a_up.exists() && b_ran.exists()),
+        "A and B held the lock at once: {a:?} {b:?}"
+    );
+    refused_as_nobodys(a, &sticky.join("job.lock"));
+    refused_as_nobodys(b, &sticky.join("job.lock"));
+    assert!(!a_up.exists() && !b_ran.exists());
+
+    // With root's own lock file, the swap itself is what the sticky bit refuses to nobody.
+    std::fs::remove_file(sticky.join("job.lock")).unwrap();
+    std::fs::remove_file(sticky.join("job.lock.away")).unwrap();
+    std::fs::remove_file(&go).unwrap();
+    let a = lr()
+        .url(&url)
+        .name("job")
+        .sh(&format!(
+            "touch {}; until [ -e {} ]; do sleep 0.01; done",
+            path_str(&a_up),
+            path_str(&go)
+        ))
+        .spawn();
+    wait_for_file(&a_up, Duration::from_secs(10), |_| true);
+    let swap = as_nobody(&sticky, "mv job.lock job.lock.away");
+    assert_ne!(
+        swap.code(),
+        Some(0),
+        "nobody renamed root's lock file: {swap:?}"
+    );
+    lr().url(&url).arg("-n").job(["true"]).run().expect(75);
+    std::fs::write(&go, "").unwrap();
+    a.wait().expect(0);
+}
+
+#[test]
+fn links_planted_under_any_of_a_locks_names_in_a_sticky_directory_are_refused() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let sticky = directory(&parent, 0o1777, 0);
+    let url = file_url(&sticky);
+    let victim = parent.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let plant = |name: &str| {
+        as_nobody(&sticky, &format!("ln -s {} {name}", path_str(&victim))).expect(0);
+        sticky.join(name)
+    };
+    let link_refused = |out: Output, link: &Path| {
+        let out = out.expect_one_line(69, "symbolic link");
+        assert!(out.stderr.contains(path_str(link)), "{}", out.stderr);
+    };
+
+    let link = plant("job.lock");
+    link_refused(lr().url(&url).job(["true"]).run(), &link);
+    let link = plant("fenced.fence");
+    link_refused(lr().url(&url).name("fenced").command(["true"]).run(), &link);
+    let link = plant("slots.lock.1");
+    // Slot 0 is taken, so slot 1 is tried.
+    let holder = Holder::start_on(&url, "slots", &["--holders", "2"]);
+    let out = lr()
+        .url(&url)
+        .args(["--holders", "2", "-n", "slots"])
+        .command(["true"])
+        .run();
+    link_refused(out, &link);
+    holder.finish().expect(0);
+    let link = plant("queued.queue");
+    let out = lr()
+        .url(&url)
+        .args(["-n", "--shared", "queued"])
+        .command(["true"])
+        .run();
+    link_refused(out, &link);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
