@@ -7,6 +7,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::files::Files;
 use crate::proxy::{FaultProxy, Hostile};
 use crate::rng::Rng;
 use crate::servers::Server;
@@ -39,6 +40,9 @@ pub enum Fault {
     /// One open connection turns hostile: a huge, endless or malformed reply in place of the
     /// server's (see [`Hostile`]).
     Hostile,
+    /// `file://`: another user of the sticky directory swaps the lock files it owns for fresh
+    /// ones (see `files.rs`).
+    ForeignSwap,
 }
 
 impl Fault {
@@ -55,6 +59,7 @@ impl Fault {
             Fault::KillRestart => "server killed, restarted with data",
             Fault::RestartEmpty => "server restarted EMPTY",
             Fault::Hostile => "a hostile reply on one connection",
+            Fault::ForeignSwap => "another user swapped its lock files",
         }
     }
 }
@@ -91,9 +96,7 @@ pub fn open(label: &str) -> Option<Box<dyn Backend>> {
         "etcd" => Some(Box::new(EtcdMember::start())),
         "redis" => Some(Box::new(Servers::start("redis", 1))),
         "redlock" => Some(Box::new(Servers::start("redlock", 3))),
-        "file" => Some(Box::new(Files {
-            dir: tempfile::tempdir().unwrap(),
-        })),
+        "file" => Some(Box::new(Files::start())),
         _ => None,
     }
 }
@@ -327,73 +330,6 @@ impl Backend for Servers {
                         .map(|(k, pttl)| format!("server {i}: key {k} left (PTTL {pttl} ms)")),
                 ),
                 Err(e) => left.push(format!("server {i}: not readable: {e}")),
-            }
-        }
-        left
-    }
-}
-
-/// `file://`: no server, so the nemesis has nothing to do here; the process faults still apply.
-pub struct Files {
-    dir: tempfile::TempDir,
-}
-
-impl Backend for Files {
-    fn label(&self) -> &'static str {
-        "file"
-    }
-
-    fn url_args(&self) -> Vec<String> {
-        vec!["-u".into(), format!("file://{}", self.dir.path().display())]
-    }
-
-    fn holders_ok(&self) -> bool {
-        true
-    }
-
-    fn fair_order(&self) -> bool {
-        // flock(2) wakes waiters in no promised order (docs/guide.md: file:// keeps flock's order).
-        false
-    }
-
-    fn faults(&self) -> Vec<(Fault, u64)> {
-        Vec::new()
-    }
-
-    fn servers(&self) -> usize {
-        0
-    }
-
-    fn inject(&self, _: Fault, _: usize, _: &mut Rng) -> String {
-        String::new()
-    }
-
-    fn heal(&self) {}
-
-    /// Every lock file (`NAME.lock`, slots `NAME.lock.I`) must be free: `flock -n` takes it.
-    fn leftovers(&self) -> Vec<String> {
-        let mut left = Vec::new();
-        for entry in std::fs::read_dir(self.dir.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_lock = name.ends_with(".lock")
-                || name
-                    .rsplit_once(".lock.")
-                    .is_some_and(|(_, i)| i.chars().all(|c| c.is_ascii_digit()));
-            if !is_lock {
-                continue;
-            }
-            let free = std::process::Command::new("flock")
-                .args(["-n", "-x"])
-                .arg(entry.path())
-                .arg("true")
-                .status()
-                .is_ok_and(|s| s.success());
-            if !free {
-                left.push(format!("{name} still locked (flock -n failed)"));
             }
         }
         left

@@ -30,6 +30,7 @@ mod support;
 mod backend;
 mod child;
 mod client;
+mod files;
 mod history;
 mod liveness;
 mod monitor;
