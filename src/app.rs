@@ -5,12 +5,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::backend::{AnyBackend, LockSpec};
+use crate::backend::View;
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::exit::{Codes, Exit, Failure};
 use crate::lease::show;
 use crate::name::LockName;
-use crate::open::{Opening, open_backend, runtime};
+use crate::open::{Opening, look, open, runtime};
 use crate::{child, cli, doctor, log, release, session, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
@@ -31,7 +31,7 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.conn,
                 &args.name,
                 "release",
-                async |b, name| release::release(&b, name, force, token.as_deref()).await,
+                async |b, name| release::release(b, name, force, token.as_deref()).await,
             )
         }
         Command::Status(args) => {
@@ -41,7 +41,7 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.conn,
                 &args.name,
                 "status",
-                async |b, name| status::status(&b, name, json).await,
+                async |b, name| status::status(b, name, json).await,
             )
         }
         Command::Doctor(args) => {
@@ -61,15 +61,15 @@ fn inspecting(
     conn: &ConnArgs,
     name: &str,
     what: &str,
-    act: impl AsyncFnOnce(AnyBackend, &LockName) -> Result<Exit, Failure>,
+    act: impl AsyncFnOnce(&dyn View, &LockName) -> Result<Exit, Failure>,
 ) -> Outcome {
     log::init(log);
+    let endpoints = conn.endpoints();
     let result = LockName::new(name)
         .map_err(Failure::usage)
         .and_then(|name| {
-            let spec = LockSpec::exclusive(name.clone());
-            let backend = open_backend(conn, &spec, &Opening::to_look(conn, what))?;
-            runtime()?.block_on(act(backend, &name))
+            let view = look(&endpoints, &name, &Opening::to_look(&endpoints, what))?;
+            runtime()?.block_on(act(view.as_ref(), &name))
         });
     Outcome {
         result,
@@ -103,12 +103,13 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
                 .wait_replicas
                 .filter(|&n| n > 0)
                 .map(|n| (n, args.wait_replicas_timeout)),
+            lenient: false,
         };
-        let backend = open_backend(&args.conn, &cfg.spec(), &how)?;
+        let backend = open(&args.conn.endpoints(), &cfg.spec(), &how)?;
         // 126/127 before anything is taken or created.
         log::set_lock(cfg.name.as_str());
         let path = child::resolve(&cfg.command[0])?;
-        runtime()?.block_on(session::run(&backend, &cfg, &path))
+        runtime()?.block_on(session::run(backend.as_ref(), &cfg, &path))
     });
     Outcome {
         result,

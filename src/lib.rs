@@ -35,6 +35,7 @@ pub mod child;
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod endpoints;
 pub mod etcd;
 pub mod exit;
 pub mod file;
@@ -53,5 +54,6 @@ pub mod status;
 pub mod watcher;
 
 pub use crate::app::{Outcome, execute};
-pub use crate::library::Lock;
+pub use crate::endpoints::Endpoints;
+pub use crate::library::{Error, Guard, Lock, Options, Stop};
 pub use crate::redis::redlock::Redlock;

@@ -1,39 +1,73 @@
-//! Opening what the URLs name for a lock specification (nothing is connected yet): one Redis
-//! server, Redlock over several, an etcd cluster, or a directory of this host, as one
-//! [`AnyBackend`]; the one place where a backend's kind refuses what it cannot give; and the
-//! runtime everything runs on. Adding a backend is a directory of its own and a line here.
+//! The one door: what the [`Endpoints`] name, opened for a lock specification (nothing is
+//! connected yet) as a run's lock ([`Backend`]) or an operator's view ([`View`]): one Redis
+//! server, Redlock over several, an etcd cluster, or a directory of this host. Every refusal of
+//! a combination (a mode a backend cannot hold, an option it has no use for, a Redlock that
+//! could not keep its promise, a NAME a store cannot take) is made here, before anything is
+//! built. The command line, the library and `doctor` all come through here; adding a backend is
+//! a directory of its own and a line in [`open_store`]. Also the runtime everything runs on.
 
 use std::time::Duration;
 
-use crate::backend::{AnyBackend, LockSpec, Mode};
-use crate::cli::ConnArgs;
+use crate::backend::{Backend, LockSpec, Mode, View};
+use crate::endpoints::{Endpoints, Store};
 use crate::etcd::{self, EtcdLock};
 use crate::exit::Failure;
-use crate::file::{self, FileLock};
+use crate::file::FileLock;
 use crate::name::LockName;
 use crate::redis::lock::ServerLock;
-use crate::redis::node::Node;
+use crate::redis::open::{nodes, refuse_redlock};
 use crate::redis::redlock::Redlock;
-use crate::redis::tls;
 
-/// What opening needs besides the lock: the program's name (shown to `status`), Redlock's
-/// per-server timeout, and `--wait-replicas`.
+/// What opening needs besides the endpoints and the lock: the program's name (shown to
+/// `status`), Redlock's per-server timeout, and `--wait-replicas`.
 pub struct Opening<'a> {
     pub command: &'a str,
     pub node_timeout: Duration,
     /// `--wait-replicas N` (N > 0) and its timeout.
     pub wait_replicas: Option<(u32, Duration)>,
+    /// `doctor`: a set of Redis servers a run would refuse as Redlock's (fewer than 3, one
+    /// given twice) is opened all the same, for the checks to say what is wrong with it.
+    pub lenient: bool,
 }
 
 impl Opening<'_> {
-    /// For `status` and `release`.
-    pub fn to_look<'a>(conn: &ConnArgs, command: &'a str) -> Opening<'a> {
+    /// For `status`, `release` and `doctor`.
+    pub fn to_look<'a>(endpoints: &Endpoints, command: &'a str) -> Opening<'a> {
         Opening {
             command,
-            node_timeout: conn.connect_timeout,
+            node_timeout: endpoints.connect_timeout,
             wait_replicas: None,
+            lenient: command == "doctor",
         }
     }
+}
+
+/// A backend as the door opens it: both halves, the run's lock and the operator's view.
+trait Opened: Backend + View {}
+
+impl<T: Backend + View> Opened for T {}
+
+/// The lock the endpoints name, for a run of `spec`.
+pub fn open(
+    endpoints: &Endpoints,
+    spec: &LockSpec,
+    how: &Opening,
+) -> Result<Box<dyn Backend>, Failure> {
+    Ok(open_store(endpoints, spec, how)?)
+}
+
+/// The lock `name` as an operator sees it (`status`, `release --force`, `doctor`), in every
+/// mode its holders may use.
+pub fn look(
+    endpoints: &Endpoints,
+    name: &LockName,
+    how: &Opening,
+) -> Result<Box<dyn View>, Failure> {
+    Ok(open_store(
+        endpoints,
+        &LockSpec::exclusive(name.clone()),
+        how,
+    )?)
 }
 
 /// The kinds of backend, and what each refuses of a lock specification: the one place where a
@@ -51,23 +85,32 @@ enum Kind {
 }
 
 impl Kind {
-    fn refuses(self, spec: &LockSpec, how: &Opening) -> Option<&'static str> {
+    fn of(store: &Store) -> Kind {
+        match store {
+            Store::Redis(urls) if urls.len() == 1 => Kind::Server,
+            Store::Redis(_) => Kind::Redlock,
+            Store::Dir(_) => Kind::Dir,
+            Store::Etcd(_) => Kind::Etcd,
+        }
+    }
+
+    fn refuses(self, spec: &LockSpec, how: &Opening) -> Option<String> {
         match (self, spec.mode) {
             (Kind::Redlock, Mode::Holders(_)) => {
                 return Some(
                     "--holders is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
-                     Redlock over several servers holds one lock at a time",
+                     Redlock over several servers holds one lock at a time".into(),
                 );
             }
             (Kind::Redlock, Mode::Shared) => {
                 return Some(
                     "--shared is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
-                     Redlock over several servers holds one lock at a time",
+                     Redlock over several servers holds one lock at a time".into(),
                 );
             }
             (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd, _) => {}
         }
-        match (self, how.wait_replicas.is_some()) {
+        let refused = match (self, how.wait_replicas.is_some()) {
             (Kind::Redlock, true) => Some(
                 "--wait-replicas is for one primary with replicas; Redlock's servers are \
                  independent primaries",
@@ -80,203 +123,67 @@ impl Kind {
                  through Raft on a quorum of its members",
             ),
             _ => None,
+        };
+        if let Some(why) = refused {
+            return Some(why.into());
+        }
+        match self {
+            Kind::Etcd => etcd::check_name(&spec.name).err(),
+            _ => None,
         }
     }
 }
 
-/// Opens the backend the URLs name for the lock `spec` describes (nothing is connected yet).
-pub fn open_backend(
-    conn: &ConnArgs,
+/// Opens what the endpoints name for `spec`, once every refusal is made.
+fn open_store(
+    endpoints: &Endpoints,
     spec: &LockSpec,
     how: &Opening,
-) -> Result<AnyBackend, Failure> {
-    let name = spec.name.clone();
-    if let Some(client) = open_etcd(conn)? {
-        refuse(Kind::Etcd, spec, how)?;
-        crate::etcd::check_name(&name).map_err(Failure::usage)?;
-        if !spec.fair {
-            tracing::info!(
-                "--no-fair changes nothing on etcd://: its waiters are always served in arrival order"
-            );
-        }
-        let lock = EtcdLock::on(client, name, how.command).with_mode(spec.mode);
-        return Ok(AnyBackend::new(lock));
+) -> Result<Box<dyn Opened>, Failure> {
+    let store = endpoints.store().map_err(Failure::usage)?;
+    if let Some(why) = Kind::of(&store).refuses(spec, how) {
+        return Err(Failure::usage(why));
     }
-    let nodes = match open_servers(conn)? {
-        Servers::Dir(url) => {
-            refuse(Kind::Dir, spec, how)?;
-            let lock = FileLock::at(&url, name, how.command)?
+    let (name, command) = (spec.name.clone(), how.command);
+    Ok(match store {
+        Store::Etcd(url) => {
+            if !spec.fair {
+                tracing::info!(
+                    "--no-fair changes nothing on etcd://: its waiters are always served in arrival order"
+                );
+            }
+            let client = etcd::client(endpoints, &url).map_err(Failure::usage)?;
+            Box::new(EtcdLock::on(client, name, command).with_mode(spec.mode))
+        }
+        Store::Dir(url) => Box::new(
+            FileLock::at(&url, name, command)?
                 .with_holders(spec.mode.holders())
-                .with_shared(spec.mode == Mode::Shared);
-            return Ok(AnyBackend::new(lock));
-        }
-        Servers::Redis(nodes) => nodes,
-    };
-    if nodes.len() == 1 {
-        refuse(Kind::Server, spec, how)?;
-        let node = nodes.into_iter().next().expect("one node");
-        let lock = ServerLock::on(node, name, how.command)
-            .with_holders(spec.mode.holders())
-            .with_shared(spec.mode == Mode::Shared)
-            .with_fair(spec.fair);
-        let lock = match how.wait_replicas {
-            Some((n, wait)) => lock.with_wait_replicas(n, wait),
-            None => lock,
-        };
-        return Ok(AnyBackend::new(lock));
-    }
-    let redlock = open_redlock(nodes, &name, how)?;
-    refuse(Kind::Redlock, spec, how)?;
-    Ok(AnyBackend::new(redlock))
-}
-
-fn refuse(kind: Kind, spec: &LockSpec, how: &Opening) -> Result<(), Failure> {
-    match kind.refuses(spec, how) {
-        Some(why) => Err(Failure::usage(why)),
-        None => Ok(()),
-    }
-}
-
-/// Redlock over `nodes`: distinct servers, at least 3.
-fn open_redlock(nodes: Vec<Node>, name: &LockName, how: &Opening) -> Result<Redlock, Failure> {
-    for (i, node) in nodes.iter().enumerate() {
-        if let Some(same) = nodes[..i].iter().find(|other| other.same_server(node)) {
-            return Err(Failure::usage(format!(
-                "{} is given twice (as {}): the same server counted twice would fake a Redlock quorum",
-                node.address(),
-                same.address()
-            )));
-        }
-    }
-    if nodes.len() < 3 {
-        return Err(Failure::usage(format!(
-            "{} Redis URLs given: Redlock needs at least 3 independent servers (a quorum of 2 out of 2 \
-             survives no failure); give one URL for a single server, or 3 or more",
-            nodes.len()
-        )));
-    }
-    if nodes.len() % 2 == 0 {
-        tracing::info!(
-            "{} servers: a quorum is {}, so only {} may fail, no more than with {}",
-            nodes.len(),
-            nodes.len() / 2 + 1,
-            nodes.len() / 2 - 1,
-            nodes.len() - 1
-        );
-    }
-    let locks = nodes
-        .into_iter()
-        .map(|node| ServerLock::on(node, name.clone(), how.command))
-        .collect();
-    Ok(Redlock::new(locks, how.node_timeout))
-}
-
-/// The etcd cluster the URLs name, if they name one (nothing is connected yet): one `etcd://`
-/// or `etcds://` URL listing its endpoints, with the TLS options for `etcds://`, and the
-/// user's password from the URL, `--password-file` or `REDISCLI_AUTH`.
-pub fn open_etcd(conn: &ConnArgs) -> Result<Option<etcd::Client>, Failure> {
-    let urls = conn.urls().map_err(Failure::usage)?;
-    let Some(url) = urls.iter().find(|url| etcd::is_etcd_url(url)) else {
-        return Ok(None);
-    };
-    if urls.len() > 1 {
-        return Err(Failure::usage(
-            "an etcd:// URL names a whole cluster: give one, listing its endpoints \
-             (etcd://HOST:PORT,HOST:PORT), and no other URL",
-        ));
-    }
-    let mut parsed = etcd::parse_url(url).map_err(Failure::usage)?;
-    if conn.sentinel_password_file.is_some() {
-        return Err(Failure::usage(
-            "--sentinel-password-file is for redis+sentinel:// and rediss+sentinel:// URLs, and \
-             an etcd:// URL is given",
-        ));
-    }
-    let options = conn.tls();
-    let tls = match (parsed.tls, &options) {
-        (true, _) => Some(tls::connector(&options).map_err(Failure::usage)?),
-        (false, o) if o.ca_cert.is_some() || o.cert.is_some() || o.key.is_some() => {
-            // Ignoring them would leave a connection believed encrypted in plain text.
-            return Err(Failure::usage(
-                "--tls-ca-cert, --tls-cert and --tls-key are for etcds:// URLs (etcd over TLS), \
-                 and an etcd:// URL is given",
-            ));
-        }
-        (false, _) => None,
-    };
-    if parsed.user.is_some() && parsed.password.is_none() {
-        (parsed.password, parsed.password_from) = conn.default_password_from()?.unzip();
-    }
-    conn.warn_about_visible_passwords();
-    Ok(Some(etcd::Client::new(parsed, tls, conn.connect_timeout)))
-}
-
-/// What the URLs name: a directory of this host (its `file://` URL), or Redis servers.
-pub enum Servers {
-    Dir(String),
-    Redis(Vec<Node>),
-}
-
-/// Checks the URLs and the connection options together, and opens what they name (nothing is
-/// connected yet): for a run, `status`, `release` and `doctor` alike.
-pub fn open_servers(conn: &ConnArgs) -> Result<Servers, Failure> {
-    let urls = conn.urls().map_err(Failure::usage)?;
-    if urls.iter().any(|url| etcd::is_etcd_url(url)) {
-        // Checked by `open_etcd` before this is called, for a run and every subcommand.
-        return Err(Failure::usage(
-            "an etcd:// URL is opened as a cluster, not as Redis servers",
-        ));
-    }
-    let options = conn.tls();
-    let rediss = urls.iter().any(|url| crate::redis::url::is_tls(url));
-    if !rediss && (options.ca_cert.is_some() || options.cert.is_some() || options.key.is_some()) {
-        // Ignoring them would leave a connection believed encrypted in plain text.
-        return Err(Failure::usage(
-            "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs (and \
-             rediss+sentinel://, rediss+cluster://), and none is given (redis+sentinel:// and \
-             redis+cluster:// connect without TLS)",
-        ));
-    }
-    let sentinels = urls.iter().any(|url| url.contains("+sentinel://"));
-    if !sentinels && conn.sentinel_password_file.is_some() {
-        return Err(Failure::usage(
-            "--sentinel-password-file is for redis+sentinel:// and rediss+sentinel:// URLs, and \
-             none is given",
-        ));
-    }
-    if urls.iter().any(|url| file::is_file_url(url)) {
-        if urls.len() > 1 {
-            return Err(Failure::usage(
-                "file:// keeps locks on this host only: it cannot be combined with other URLs \
-                 (give one file:// URL, or only Redis URLs)",
-            ));
-        }
-        file::dir_of(&urls[0]).map_err(Failure::usage)?;
-        return Ok(Servers::Dir(urls[0].clone()));
-    }
-    let (password, from) = conn.default_password_from()?.unzip();
-    conn.warn_about_visible_passwords();
-    // Certificates are read (and the system's CAs loaded) once, not once per server.
-    let tls = match rediss {
-        true => Some(tls::connector(&options).map_err(Failure::usage)?),
-        false => None,
-    };
-    let sentinel_auth = match sentinels {
-        true => conn.sentinel_auth()?,
-        false => None,
-    };
-    let nodes = urls
-        .iter()
-        .map(|url| {
-            Node::open_with(url, conn.connect_timeout, password.as_deref(), tls.as_ref())
-                .map(|node| {
-                    node.with_sentinel_auth(sentinel_auth.clone())
-                        .with_default_password_from(from.clone())
+                .with_shared(spec.mode == Mode::Shared),
+        ),
+        Store::Redis(urls) => {
+            let mut nodes = nodes(endpoints, &urls).map_err(Failure::usage)?;
+            if nodes.len() == 1 {
+                let node = nodes.pop().expect("one node");
+                let lock = ServerLock::on(node, name, command)
+                    .with_holders(spec.mode.holders())
+                    .with_shared(spec.mode == Mode::Shared)
+                    .with_fair(spec.fair);
+                Box::new(match how.wait_replicas {
+                    Some((n, wait)) => lock.with_wait_replicas(n, wait),
+                    None => lock,
                 })
-                .map_err(Failure::usage)
-        })
-        .collect::<Result<Vec<Node>, Failure>>()?;
-    Ok(Servers::Redis(nodes))
+            } else {
+                if !how.lenient {
+                    refuse_redlock(&nodes).map_err(Failure::usage)?;
+                }
+                let locks = nodes
+                    .into_iter()
+                    .map(|node| ServerLock::on(node, name.clone(), command))
+                    .collect();
+                Box::new(Redlock::new(locks, how.node_timeout))
+            }
+        }
+    })
 }
 
 /// A single-threaded runtime: the child is forked from the main thread, which PDEATHSIG needs.

@@ -2,15 +2,15 @@
 //! fence counter is never deleted, so fencing tokens keep growing. Without `--force` it only
 //! shows the holder. Exit 0 when something was released, 1 when the lock was free.
 
-use crate::backend::{Backend, Expiry, Freed, Holder, Tenure};
+use crate::backend::{Expiry, Freed, Holder, Tenure, View};
 use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
 
 /// Shows the holder and refuses (2) without `force`; with it, frees the lock. `token`: of
 /// several holders (`--holders`), free only the one whose `LOCKED_RUN_TOKEN` it is.
-pub async fn release<B: Backend>(
-    backend: &B,
+pub async fn release(
+    backend: &dyn View,
     name: &LockName,
     force: bool,
     token: Option<&str>,

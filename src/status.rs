@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::backend::{Backend, Expiry, Holder, Report};
+use crate::backend::{Expiry, Holder, Report, View};
 use crate::exit::{Exit, Failure};
 use crate::lease::show;
 use crate::name::LockName;
@@ -18,11 +18,7 @@ macro_rules! out {
 }
 
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
-pub async fn status<B: Backend>(
-    backend: &B,
-    name: &LockName,
-    as_json: bool,
-) -> Result<Exit, Failure> {
+pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
     let report = backend
         .inspect()
         .await

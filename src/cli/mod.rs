@@ -21,14 +21,11 @@ mod values;
 
 pub use conn::ConnArgs;
 pub use placement::shared_options_after_subcommand;
-pub use values::{parse_duration, parse_signal, split_urls};
+pub use values::{parse_duration, parse_signal};
 
 /// The most holders `--holders` allows (each is a lease of its own, and a `file://` waiter
 /// watches every slot).
 pub const MAX_HOLDERS: u32 = 1000;
-
-/// The default server when neither `--url` nor `LOCKED_RUN_URL` gives one.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// The exit statuses, as `-h` shows them.
 macro_rules! exit_status {
@@ -426,7 +423,7 @@ impl RunArgs {
             return Err(Failure::usage("--max-run must be longer than 0s"));
         }
         let name = LockName::new(raw).map_err(Failure::usage)?;
-        let status_command = self.conn.pasteable("status", &name);
+        let status_command = self.conn.endpoints().pasteable("status", name.as_str());
         if self.command.is_empty() {
             return Err(Failure::usage("no COMMAND given after NAME"));
         }

@@ -140,15 +140,18 @@ fn signals_by_name_or_number() {
 #[test]
 fn url_list_splits_on_whitespace_and_scheme_commas() {
     assert_eq!(
-        split_urls("redis://a:1 redis://b:2"),
+        crate::endpoints::split("redis://a:1 redis://b:2"),
         ["redis://a:1", "redis://b:2"]
     );
     assert_eq!(
-        split_urls("redis://a:1,redis://b:2"),
+        crate::endpoints::split("redis://a:1,redis://b:2"),
         ["redis://a:1", "redis://b:2"]
     );
-    assert_eq!(split_urls("redis://:pa,ss@a:1"), ["redis://:pa,ss@a:1"]);
-    assert_eq!(split_urls("  redis://a  "), ["redis://a"]);
+    assert_eq!(
+        crate::endpoints::split("redis://:pa,ss@a:1"),
+        ["redis://:pa,ss@a:1"]
+    );
+    assert_eq!(crate::endpoints::split("  redis://a  "), ["redis://a"]);
 }
 
 #[test]

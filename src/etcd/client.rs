@@ -24,8 +24,8 @@ use tokio_rustls::TlsConnector;
 use super::reply::{self, Failed, exchange};
 use super::url::{Endpoint, EtcdUrl};
 use crate::backend::BackendError;
+use crate::endpoints::PasswordFrom;
 use crate::lease::show;
-use crate::redis::auth::PasswordFrom;
 
 use super::wire::{FAILED_PRECONDITION, UNAUTHENTICATED};
 pub use super::wire::{INVALID_ARGUMENT, NOT_FOUND, Status};

@@ -26,10 +26,12 @@
 //! back as ours; keep-alive, revoke and reads change nothing twice.
 
 mod client;
+mod doctor;
 mod inspect;
 mod lease;
 mod line;
 mod name;
+mod open;
 mod reply;
 mod url;
 mod watch;
@@ -43,12 +45,13 @@ use tokio::time::Instant;
 
 pub use client::Client;
 pub use name::check as check_name;
+pub use open::client;
 pub use url::{EtcdUrl, has_password, is_etcd_url, parse as parse_url, printable};
 pub use wire::prefix_end;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Mode, Report, Tenure, hostname,
-    wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Mode, Report, Tenure, View,
+    Wakeups, hostname, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -74,7 +77,7 @@ pub struct EtcdLock {
     /// The key before ours at the last attempt, for the waiter's watch.
     wait_on: RefCell<Option<Predecessor>>,
     /// The key held, for `LOCKED_RUN_KEY` (see [`Backend::key`]).
-    held_key: Cell<Option<&'static str>>,
+    held_key: RefCell<Option<String>>,
     /// What was said once with `-v` about the lease's length.
     said: Cell<bool>,
 }
@@ -106,7 +109,7 @@ impl EtcdLock {
             command: command.to_owned(),
             place: Cell::new(None),
             wait_on: RefCell::new(None),
-            held_key: Cell::new(None),
+            held_key: RefCell::new(None),
             said: Cell::new(false),
         }
     }
@@ -151,11 +154,7 @@ impl EtcdLock {
     }
 
     fn acquired(&self, key: String, created: i64) -> Attempt {
-        if self.held_key.get() != Some(key.as_str()) {
-            // Leaked, once per grant: `key()` lends a &str for the run, and the key changes
-            // only when a lease does (a give-back, a lapse), a handful of times at most.
-            self.held_key.set(Some(Box::leak(key.into_boxed_str())));
-        }
+        *self.held_key.borrow_mut() = Some(key);
         Attempt::Acquired {
             fence: created as u64,
         }
@@ -358,9 +357,8 @@ fn busy(holder: &wire::Kv) -> Attempt {
     })
 }
 
+#[async_trait::async_trait(?Send)]
 impl Backend for EtcdLock {
-    type Wakeups<'a> = EtcdWakeups<'a>;
-
     fn tenure(&self) -> Tenure {
         Tenure::Lease
     }
@@ -372,8 +370,11 @@ impl Backend for EtcdLock {
     }
 
     /// `NAME/<lease hex>` once held; `NAME/` before.
-    fn key(&self) -> &str {
-        self.held_key.get().unwrap_or(&self.prefix)
+    fn key(&self) -> String {
+        self.held_key
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| self.prefix.clone())
     }
 
     /// The key is the token: an operator frees a holder by it.
@@ -456,6 +457,31 @@ impl Backend for EtcdLock {
         self.leave(deadline).await
     }
 
+    /// A watch on the key before ours, from the revision after the read that found it: it
+    /// covers the time since that attempt.
+    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
+        let Some(on) = self.waits_on() else {
+            let none = EtcdWakeups {
+                lock: self,
+                watch: None,
+            };
+            return Ok((Box::new(none), false));
+        };
+        let watch = Watch::open(self, &on).await?;
+        let wakeups = EtcdWakeups {
+            lock: self,
+            watch: Some(watch),
+        };
+        Ok((Box::new(wakeups), true))
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl View for EtcdLock {
+    fn tenure(&self) -> Tenure {
+        Tenure::Lease
+    }
+
     async fn inspect(&self) -> Result<Report, BackendError> {
         self.report().await
     }
@@ -464,21 +490,7 @@ impl Backend for EtcdLock {
         self.force(token).await
     }
 
-    /// A watch on the key before ours, from the revision after the read that found it: it
-    /// covers the time since that attempt.
-    async fn subscribe(&self) -> Result<(EtcdWakeups<'_>, bool), BackendError> {
-        let Some(on) = self.waits_on() else {
-            let none = EtcdWakeups {
-                lock: self,
-                watch: None,
-            };
-            return Ok((none, false));
-        };
-        let watch = Watch::open(self, &on).await?;
-        let wakeups = EtcdWakeups {
-            lock: self,
-            watch: Some(watch),
-        };
-        Ok((wakeups, true))
+    async fn checks(&self) -> Vec<Check> {
+        doctor::check_etcd(&self.client, &self.name).await
     }
 }

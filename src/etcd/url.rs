@@ -5,7 +5,7 @@ use std::fmt;
 
 use percent_encoding::percent_decode_str;
 
-use crate::redis::auth::PasswordFrom;
+use crate::endpoints::PasswordFrom;
 
 /// etcd's client port.
 pub const DEFAULT_PORT: u16 = 2379;

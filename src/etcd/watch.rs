@@ -166,6 +166,7 @@ pub struct EtcdWakeups<'a> {
     pub(super) watch: Option<Watch>,
 }
 
+#[async_trait::async_trait(?Send)]
 impl Wakeups for EtcdWakeups<'_> {
     async fn next(&mut self) -> Result<Wakeup, BackendError> {
         let Some(on) = self.lock.waits_on() else {

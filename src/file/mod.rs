@@ -33,6 +33,7 @@
 //!
 //! There is no lease: nothing to renew, and the lease clock never fires.
 
+mod doctor;
 mod fence;
 mod files;
 mod inspect;
@@ -50,8 +51,8 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::time::Duration;
 
-use crate::backend::{Attempt, Backend, BackendError, Busy, Expiry, Holder, hostname};
-use crate::backend::{Freed, Mode, Report, Tenure, wall_clock_ms};
+use crate::backend::{Attempt, Backend, BackendError, Busy, Check, Expiry, Holder, hostname};
+use crate::backend::{Freed, Mode, Report, Tenure, View, Wakeups, wall_clock_ms};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -65,6 +66,8 @@ pub use wakeups::{FileWakeups, MIN_HOLD_RECHECK};
 
 /// A lock on one NAME in one directory of this host.
 pub struct FileLock {
+    /// The `file://` URL it was opened from, as `doctor` names it.
+    url: String,
     name: LockName,
     paths: Paths,
     key: String,
@@ -112,6 +115,7 @@ impl FileLock {
         let dir = dir_of(url).map_err(Failure::usage)?;
         let paths = Paths::new(&dir, &name);
         Ok(FileLock {
+            url: url.to_owned(),
             key: paths.lock.display().to_string(),
             name,
             paths,
@@ -230,9 +234,8 @@ impl FileLock {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Backend for FileLock {
-    type Wakeups<'a> = FileWakeups<'a>;
-
     fn tenure(&self) -> Tenure {
         Tenure::Kernel
     }
@@ -241,8 +244,8 @@ impl Backend for FileLock {
         FileLock::prepare(self)
     }
 
-    fn key(&self) -> &str {
-        &self.key
+    fn key(&self) -> String {
+        self.key.clone()
     }
 
     fn token(&self) -> String {
@@ -305,6 +308,22 @@ impl Backend for FileLock {
         Ok(true)
     }
 
+    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
+        // A blocked flock cannot miss a release: it waits for a state, not a message.
+        let wakeups = FileWakeups {
+            lock: self,
+            pending: Vec::new(),
+        };
+        Ok((Box::new(wakeups), true))
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl View for FileLock {
+    fn tenure(&self) -> Tenure {
+        Tenure::Kernel
+    }
+
     async fn inspect(&self) -> Result<Report, BackendError> {
         inspect::report(&self.paths)
     }
@@ -313,22 +332,14 @@ impl Backend for FileLock {
         inspect::force_release(&self.paths, &self.name, token)
     }
 
-    async fn subscribe(&self) -> Result<(FileWakeups<'_>, bool), BackendError> {
-        // A blocked flock cannot miss a release: it waits for a state, not a message.
-        Ok((
-            FileWakeups {
-                lock: self,
-                pending: Vec::new(),
-            },
-            true,
-        ))
+    async fn checks(&self) -> Vec<Check> {
+        doctor::check_dir(&self.url, &self.paths.dir, &self.name)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Wakeups;
 
     #[tokio::test]
     async fn a_second_lock_waits_for_the_first_and_fences_grow() {

@@ -211,7 +211,7 @@ fn create_member(path: &std::path::Path) -> io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Backend, Freed, Mode, Wakeups};
+    use crate::backend::{Backend, Freed, Mode, View};
     use crate::lease::Timings;
     use crate::name::LockName;
 

@@ -28,6 +28,7 @@ pub struct FileWakeups<'a> {
     pub(super) pending: Vec<(PathBuf, oneshot::Receiver<io::Result<()>>)>,
 }
 
+#[async_trait::async_trait(?Send)]
 impl Wakeups for FileWakeups<'_> {
     async fn next(&mut self) -> Result<Wakeup, BackendError> {
         let lock = self.lock;

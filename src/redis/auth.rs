@@ -1,32 +1,12 @@
-//! Passwords as the messages speak of them: where one came from (the URL, a file, the
-//! environment), and the line said when a server refuses it, or wants one that was not given.
+//! A Redis server's refusal of a password, as the messages speak of it: the line said when a
+//! server refuses one, or wants one that was not given, naming where the password came from.
 //! An operator who gave a password must learn which one was refused and by whom, not be told
 //! to give one; the password itself is never printed.
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
 
-/// Where a password came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PasswordFrom {
-    /// The URL's user part (from `--url` or `LOCKED_RUN_URL`).
-    Url,
-    /// The first line of a file an option names (`--password-file`, `--sentinel-password-file`).
-    File { option: &'static str, path: PathBuf },
-    /// An environment variable (`REDISCLI_AUTH`, `LOCKED_RUN_SENTINEL_AUTH`).
-    Env(&'static str),
-}
-
-impl fmt::Display for PasswordFrom {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PasswordFrom::Url => f.write_str("the URL"),
-            PasswordFrom::File { option, path } => write!(f, "{option} {}", path.display()),
-            PasswordFrom::Env(variable) => f.write_str(variable),
-        }
-    }
-}
+use crate::endpoints::PasswordFrom;
 
 /// The credentials a connection authenticates with, and where the password came from.
 #[derive(Clone, Copy, Debug, Default)]

@@ -6,7 +6,8 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Freed, KEEP_ALIVE, Report, Tenure, wall_clock_ms,
+    Attempt, Backend, BackendError, Check, Freed, KEEP_ALIVE, Report, Tenure, View, Wakeups,
+    wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -397,6 +398,13 @@ impl ServerLock {
         &self.keys.channel
     }
 
+    /// Release notifications of this server, as a waiter of this lock listens for them.
+    pub async fn subscribe_here(&self) -> Result<(Subscription<'_>, bool), BackendError> {
+        self.node
+            .subscribe(&self.listen_channel(&self.token()))
+            .await
+    }
+
     pub(super) fn unexpected(&self, reply: &Reply) -> BackendError {
         // The start of it: a reply may be megabytes long.
         let shown: String = format!("{reply:?}").chars().take(200).collect();
@@ -407,15 +415,14 @@ impl ServerLock {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Backend for ServerLock {
-    type Wakeups<'a> = Subscription<'a>;
-
     fn tenure(&self) -> Tenure {
         Tenure::Lease
     }
 
-    fn key(&self) -> &str {
-        &self.keys.lock
+    fn key(&self) -> String {
+        self.keys.lock.clone()
     }
 
     fn token(&self) -> String {
@@ -443,10 +450,9 @@ impl Backend for ServerLock {
         self.release_within(keep_for, timeout).await
     }
 
-    async fn subscribe(&self) -> Result<(Subscription<'_>, bool), BackendError> {
-        self.node
-            .subscribe(&self.listen_channel(&self.token()))
-            .await
+    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
+        let (subscription, covered) = self.subscribe_here().await?;
+        Ok((Box::new(subscription), covered))
     }
 
     fn queues(&self) -> bool {
@@ -462,6 +468,13 @@ impl Backend for ServerLock {
         self.set_token(&new_token());
         given
     }
+}
+
+#[async_trait::async_trait(?Send)]
+impl View for ServerLock {
+    fn tenure(&self) -> Tenure {
+        Tenure::Lease
+    }
 
     async fn inspect(&self) -> Result<Report, BackendError> {
         let mut report = self.inspect_here().await?;
@@ -476,5 +489,9 @@ impl Backend for ServerLock {
 
     async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         self.force_release_here(token).await
+    }
+
+    async fn checks(&self) -> Vec<Check> {
+        crate::redis::doctor::check_servers(&[self.node()], &self.name).await
     }
 }

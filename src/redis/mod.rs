@@ -21,12 +21,14 @@
 
 pub mod auth;
 pub mod cluster;
+pub mod doctor;
 pub mod give_back;
 pub mod inspect;
 pub mod keys;
 pub mod lock;
 mod lua;
 pub mod node;
+pub mod open;
 pub mod pubsub;
 pub mod redlock;
 pub mod replies;
@@ -35,7 +37,7 @@ pub mod scripts;
 pub mod semaphore;
 pub mod sentinel;
 pub mod shared;
-pub mod tls;
+
 pub mod url;
 
 use scripts::Script;

@@ -139,6 +139,7 @@ pub enum Subscription<'a> {
     Own(Box<Connection>, String),
 }
 
+#[async_trait::async_trait(?Send)]
 impl Wakeups for Subscription<'_> {
     async fn next(&mut self) -> Result<Wakeup, BackendError> {
         let payload = match self {

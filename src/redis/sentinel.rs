@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use tokio_rustls::TlsConnector;
 
-use super::auth::{Credentials, Hop, PasswordFrom, Refused, refusal_line};
+use super::auth::{Credentials, Hop, Refused, refusal_line};
 use super::resp::{Addr, Connection, Reply, share, within};
+use crate::endpoints::SentinelAuth;
 
 /// The sentinels of a sentinel URL, the name of the primary they watch, and how they are
 /// spoken to: TLS (`rediss+sentinel://`, the same set-up as for the servers they name) and
@@ -36,51 +37,6 @@ impl std::fmt::Debug for Sentinel {
             .field("master", &self.master)
             .field("tls", &self.tls.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-/// The sentinels' own credentials (`LOCKED_RUN_SENTINEL_AUTH`, `--sentinel-password-file`):
-/// `password` or `user:password`. Never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SentinelAuth {
-    pub user: Option<String>,
-    pub password: String,
-    /// Where it came from, for the line that says it was refused.
-    pub from: PasswordFrom,
-}
-
-impl std::fmt::Debug for SentinelAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SentinelAuth")
-            .field("user", &self.user)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SentinelAuth {
-    /// `password`, or `user:password` (split at the first `:`, so a password holding a `:`
-    /// is given as `default:pass:word`). `None` when empty.
-    pub fn parse(text: &str) -> Option<SentinelAuth> {
-        let text = text.trim_end_matches(['\r', '\n']);
-        match text.split_once(':') {
-            Some((user, password)) if !password.is_empty() => Some(SentinelAuth {
-                user: Some(user.to_owned()).filter(|u| !u.is_empty()),
-                password: password.to_owned(),
-                from: PasswordFrom::Env("LOCKED_RUN_SENTINEL_AUTH"),
-            }),
-            Some(_) => None,
-            None if text.is_empty() => None,
-            None => Some(SentinelAuth {
-                user: None,
-                password: text.to_owned(),
-                from: PasswordFrom::Env("LOCKED_RUN_SENTINEL_AUTH"),
-            }),
-        }
-    }
-
-    /// The same credentials, said to come from `from` (a file rather than the environment).
-    pub fn from(self, from: PasswordFrom) -> SentinelAuth {
-        SentinelAuth { from, ..self }
     }
 }
 

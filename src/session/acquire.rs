@@ -32,8 +32,8 @@ impl Interrupts for Signals {
 
 /// Takes the lock, waiting as `cfg.patience` allows. A grant that leaves less of the lease than
 /// R + K + D (a server that took that long to answer) is given back and counts as a failure.
-pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
-    backend: &B,
+pub async fn acquire<C: Clock, I: Interrupts>(
+    backend: &dyn Backend,
     clock: &C,
     cfg: &RunConfig,
     interrupts: &mut I,
@@ -44,8 +44,8 @@ pub async fn acquire<B: Backend, C: Clock, I: Interrupts>(
 /// [`acquire`], calling `while_waiting` once, as the run first sleeps on a busy lock: what the
 /// start of the command needs and the grant does not can be readied then, off the path from a
 /// release to the next command's start.
-pub async fn acquire_with<B: Backend, C: Clock, I: Interrupts>(
-    backend: &B,
+pub async fn acquire_with<C: Clock, I: Interrupts>(
+    backend: &dyn Backend,
     clock: &C,
     cfg: &RunConfig,
     interrupts: &mut I,
@@ -53,7 +53,7 @@ pub async fn acquire_with<B: Backend, C: Clock, I: Interrupts>(
 ) -> Result<Acquired, Failure> {
     let mut while_waiting = Some(while_waiting);
     let mut waiter = Waiter::new(cfg, clock.now());
-    let mut wakeups: Option<B::Wakeups<'_>> = None;
+    let mut wakeups: Option<Box<dyn Wakeups + '_>> = None;
     let mut next = Next::Try;
     loop {
         next = match next {
@@ -125,7 +125,7 @@ async fn until<C: Clock>(clock: &C, deadline: Option<Duration>) {
 
 /// The next release message meant for this run (another waiter's turn is slept through); never,
 /// when not listening.
-async fn next_for_me<B: Backend>(backend: &B, wakeups: &mut Option<B::Wakeups<'_>>) -> Woke {
+async fn next_for_me(backend: &dyn Backend, wakeups: &mut Option<Box<dyn Wakeups + '_>>) -> Woke {
     let Some(w) = wakeups else {
         return std::future::pending().await;
     };
@@ -141,8 +141,8 @@ async fn next_for_me<B: Backend>(backend: &B, wakeups: &mut Option<B::Wakeups<'_
 /// On every way out without the lock: what an unanswered attempt may have taken, and the
 /// place in the queue, are given back (harmless when nothing was taken), and the token is
 /// buried, so an attempt still on its way takes nothing.
-async fn give_back<B: Backend>(
-    backend: &B,
+async fn give_back(
+    backend: &dyn Backend,
     cfg: &RunConfig,
     waiter: &Waiter<'_>,
     mut failure: Failure,

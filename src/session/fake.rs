@@ -9,7 +9,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, BackendError, Freed, Report, Tenure, Wakeup, Wakeups};
+use crate::backend::{Attempt, Backend, BackendError, Tenure, Wakeup, Wakeups};
 use crate::config::{Patience, RunConfig};
 use crate::lease::{Clock, Timings};
 use crate::name::LockName;
@@ -22,6 +22,13 @@ pub struct TestClock(Instant);
 impl TestClock {
     pub fn new() -> TestClock {
         TestClock(Instant::now())
+    }
+}
+
+impl TestClock {
+    /// The reading, in whole ms.
+    pub fn now_ms(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64
     }
 }
 
@@ -55,6 +62,9 @@ pub enum Seen {
 pub struct Fake {
     start: Instant,
     answers: RefCell<VecDeque<Answer>>,
+    /// Scripted answers to renewals (an `Acquired` answer: still ours; `Busy`: not ours); once
+    /// they run out, every renewal succeeds at once.
+    renewals: RefCell<VecDeque<Answer>>,
     /// Whether a subscription covers the attempt before it (one answer per subscription;
     /// true once they run out).
     covers: RefCell<VecDeque<bool>>,
@@ -72,6 +82,7 @@ impl Fake {
         Fake {
             start: Instant::now(),
             answers: RefCell::new(answers.into()),
+            renewals: RefCell::new(VecDeque::new()),
             covers: RefCell::new(VecDeque::new()),
             messages: RefCell::new(VecDeque::new()),
             arrived: tokio::sync::Notify::new(),
@@ -81,6 +92,36 @@ impl Fake {
             lease: true,
             queued: Cell::new(false),
         }
+    }
+
+    /// Renewals answered as `renewals` script them (see [`Fake::renewals`]).
+    pub fn renewing(self, renewals: Vec<Answer>) -> Fake {
+        *self.renewals.borrow_mut() = renewals.into();
+        self
+    }
+
+    /// When each release was asked for, ms since the start.
+    pub fn released(&self) -> Vec<u64> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Released { at, .. } => Some(*at),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// When each renewal was sent, ms since the start.
+    pub fn renewals(&self) -> Vec<u64> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Renewed { at } => Some(*at),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn covering(self, covers: &[bool]) -> Fake {
@@ -134,6 +175,7 @@ impl Fake {
 
 pub struct FakeWakeups<'a>(&'a Fake);
 
+#[async_trait::async_trait(?Send)]
 impl Wakeups for FakeWakeups<'_> {
     async fn next(&mut self) -> Result<Wakeup, BackendError> {
         loop {
@@ -146,9 +188,8 @@ impl Wakeups for FakeWakeups<'_> {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Backend for Fake {
-    type Wakeups<'a> = FakeWakeups<'a>;
-
     fn tenure(&self) -> Tenure {
         match self.lease {
             true => Tenure::Lease,
@@ -170,8 +211,8 @@ impl Backend for Fake {
         Ok(false)
     }
 
-    fn key(&self) -> &str {
-        "lock:{job}"
+    fn key(&self) -> String {
+        "lock:{job}".into()
     }
 
     fn token(&self) -> String {
@@ -199,7 +240,17 @@ impl Backend for Fake {
 
     async fn renew(&self, _timings: &Timings, _timeout: Duration) -> Result<bool, BackendError> {
         self.see(Seen::Renewed { at: self.ms() });
-        Ok(true)
+        let scripted = self.renewals.borrow_mut().pop_front();
+        match scripted {
+            Some(Answer(answer, delay)) => {
+                match delay {
+                    Some(delay) => tokio::time::sleep(delay).await,
+                    None => std::future::pending().await,
+                }
+                answer.map(|a| matches!(a, Attempt::Acquired { .. }))
+            }
+            None => Ok(true),
+        }
     }
 
     async fn release(
@@ -214,18 +265,10 @@ impl Backend for Fake {
         Ok(true)
     }
 
-    async fn inspect(&self) -> Result<Report, BackendError> {
-        Ok(Report::default())
-    }
-
-    async fn force_release(&self, _token: Option<&str>) -> Result<Freed, BackendError> {
-        Ok(Freed::Kept("a fake".into()))
-    }
-
-    async fn subscribe(&self) -> Result<(FakeWakeups<'_>, bool), BackendError> {
+    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
         self.see(Seen::Subscribed { at: self.ms() });
         let covered = self.covers.borrow_mut().pop_front().unwrap_or(true);
-        Ok((FakeWakeups(self), covered))
+        Ok((Box::new(FakeWakeups(self)), covered))
     }
 }
 

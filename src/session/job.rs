@@ -29,8 +29,8 @@ impl Job {
     /// holds) has passed by the instant it would exec (see [`child::spawn`]). `early`: a
     /// watcher started while the run waited, told `start_by` now. A spawn that starts nothing
     /// releases the lock before its failure is returned.
-    pub async fn start<B: Backend>(
-        backend: &B,
+    pub async fn start(
+        backend: &dyn Backend,
         cfg: &RunConfig,
         program: &Path,
         acquired: &Acquired,
@@ -114,9 +114,9 @@ impl Job {
 
     /// Releases (or leaves to expire after `keep_for`) and lets the watcher go; returns
     /// whether the lock was still ours, when known.
-    pub async fn finish<B: Backend>(
+    pub async fn finish(
         self,
-        backend: &B,
+        backend: &dyn Backend,
         cfg: &RunConfig,
         keep_for: Option<Duration>,
         lost: bool,
@@ -205,8 +205,8 @@ fn late_start(cfg: &RunConfig, acquired: &Acquired) -> Failure {
 
 /// Disarm, release, dismiss, in that order: the watcher must not kill a session that is gone
 /// (its pids may be reused), and the next holder need not wait for this process to exit.
-async fn finish<B: Backend>(
-    backend: &B,
+async fn finish(
+    backend: &dyn Backend,
     cfg: &RunConfig,
     watcher: Option<Watcher>,
     keep_for: Option<Duration>,
@@ -224,8 +224,8 @@ async fn finish<B: Backend>(
 
 /// Releases (or, with `keep_for`, leaves to expire later); a failure is only a warning, since
 /// the lease expires by itself, and not even that after a loss, which has its own line.
-async fn release<B: Backend>(
-    backend: &B,
+async fn release(
+    backend: &dyn Backend,
     cfg: &RunConfig,
     keep_for: Option<Duration>,
     lost: bool,

@@ -21,7 +21,22 @@ pub use acquire::{Interrupts, acquire};
 pub use run::run;
 pub use waiter::Acquired;
 
+use crate::backend::Backend;
+use crate::lease::{Renew, Timings};
+
+/// Renews through the backend with the run's timings, the ones the lease clock counts with.
+pub struct Renewer<'a>(pub &'a dyn Backend, pub Timings);
+
+impl Renew for Renewer<'_> {
+    async fn renew(&self, timeout: std::time::Duration) -> Result<bool, String> {
+        self.0
+            .renew(&self.1, timeout)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;

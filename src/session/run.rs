@@ -10,7 +10,7 @@ use std::process::ExitStatus;
 use crate::backend::{Backend, Tenure};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
-use crate::lease::{self, BootClock, Clock, LeaseClock, Renew, Stopper, Why, show};
+use crate::lease::{self, BootClock, Clock, LeaseClock, Stopper, Why, show};
 use crate::notify;
 use crate::signals::{Event, Signals};
 use crate::watcher::Watcher;
@@ -24,11 +24,7 @@ use super::waiter::Acquired;
 
 /// Runs `cfg.command`, found at `program` ([`crate::child::resolve`]), under the lock held by
 /// `backend`.
-pub async fn run<B: Backend>(
-    backend: &B,
-    cfg: &RunConfig,
-    program: &Path,
-) -> Result<Exit, Failure> {
+pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Result<Exit, Failure> {
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     backend.prepare()?;
@@ -116,8 +112,8 @@ fn keep_for(
 /// Keeps the lease and the `--max-run` limit while the command runs, passes signals on, and
 /// once the command has exited sweeps what it left; returns the command's status once nothing
 /// of the job is left (the watcher disarmed).
-async fn supervise<B: Backend>(
-    backend: &B,
+async fn supervise(
+    backend: &dyn Backend,
     cfg: &RunConfig,
     lease: &RefCell<LeaseClock>,
     stopper: &ChildStopper,
@@ -126,7 +122,7 @@ async fn supervise<B: Backend>(
 ) -> std::io::Result<ExitStatus> {
     let clock = BootClock;
     let started = clock.now();
-    let renewer = Renewer(backend, cfg.timings);
+    let renewer = super::Renewer(backend, cfg.timings);
     let (target, interactive) = (job.target, job.interactive);
     let (child, rewatch) = job.split();
     let status = {
@@ -194,16 +190,4 @@ async fn supervise<B: Backend>(
     };
     job.disarm();
     status
-}
-
-/// Renews through the backend with the run's timings, the ones the lease clock counts with.
-struct Renewer<'a, B>(&'a B, lease::Timings);
-
-impl<B: Backend> Renew for Renewer<'_, B> {
-    async fn renew(&self, timeout: std::time::Duration) -> Result<bool, String> {
-        self.0
-            .renew(&self.1, timeout)
-            .await
-            .map_err(|e| e.to_string())
-    }
 }

@@ -9,12 +9,14 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::auth::{Credentials, PasswordFrom};
+use super::auth::Credentials;
 use super::cluster::{Cluster, redirection};
 use super::resp::{Addr, Connection, Reply, as_batch, refusal, within};
-use super::sentinel::{Sentinel, SentinelAuth};
+use super::sentinel::Sentinel;
 use super::url::Topology;
 use crate::backend::BackendError;
+use crate::endpoints::PasswordFrom;
+use crate::endpoints::SentinelAuth;
 use refusals::SetUpRefused;
 
 /// A Redis server reached through one URL.

@@ -22,11 +22,12 @@ use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Expiry, Freed, Report, Servers, Tenure, Wakeup, Wakeups,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Report, Servers, Tenure, View,
+    Wakeup, Wakeups,
 };
 use crate::lease::Timings;
 use crate::redis::lock::{ServerLock, new_token};
-use crate::redis::pubsub::Subscription;
+use crate::redis::node::Node;
 
 mod quorum;
 mod report;
@@ -88,14 +89,13 @@ impl Redlock {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Backend for Redlock {
-    type Wakeups<'a> = AnyOf<Subscription<'a>>;
-
     fn tenure(&self) -> Tenure {
         Tenure::Lease
     }
 
-    fn key(&self) -> &str {
+    fn key(&self) -> String {
         self.locks[0].key()
     }
 
@@ -301,6 +301,37 @@ impl Backend for Redlock {
         Ok(self.retire_token(&every, true).await > 0)
     }
 
+    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
+        let answers = join_all(self.locks.iter().map(|l| l.node().subscribe(l.channel()))).await;
+        let mut subscriptions = Vec::new();
+        let mut covered = true;
+        let mut first_error = None;
+        for answer in answers {
+            match answer {
+                Ok((subscription, before_attempt)) => {
+                    covered &= before_attempt;
+                    subscriptions.push(subscription);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        // Every release publishes on every server it reaches: one subscription would do, more
+        // survive servers going down.
+        match first_error {
+            Some(e) if subscriptions.is_empty() => Err(e),
+            _ => Ok((Box::new(AnyOf(subscriptions)), covered)),
+        }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl View for Redlock {
+    fn tenure(&self) -> Tenure {
+        Tenure::Lease
+    }
+
     /// Held when a quorum holds one owner's token; each server's own state in `servers`.
     /// An error when fewer than a quorum answered.
     async fn inspect(&self) -> Result<Report, BackendError> {
@@ -365,34 +396,16 @@ impl Backend for Redlock {
         })
     }
 
-    async fn subscribe(&self) -> Result<(AnyOf<Subscription<'_>>, bool), BackendError> {
-        let answers = join_all(self.locks.iter().map(|l| l.node().subscribe(l.channel()))).await;
-        let mut subscriptions = Vec::new();
-        let mut covered = true;
-        let mut first_error = None;
-        for answer in answers {
-            match answer {
-                Ok((subscription, before_attempt)) => {
-                    covered &= before_attempt;
-                    subscriptions.push(subscription);
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        // Every release publishes on every server it reaches: one subscription would do, more
-        // survive servers going down.
-        match first_error {
-            Some(e) if subscriptions.is_empty() => Err(e),
-            _ => Ok((AnyOf(subscriptions), covered)),
-        }
+    async fn checks(&self) -> Vec<Check> {
+        let nodes: Vec<&Node> = self.locks.iter().map(|l| l.node()).collect();
+        crate::redis::doctor::check_servers(&nodes, self.locks[0].name()).await
     }
 }
 
 /// Release messages from any of several servers.
 pub struct AnyOf<W>(Vec<W>);
 
+#[async_trait::async_trait(?Send)]
 impl<W: Wakeups> Wakeups for AnyOf<W> {
     async fn next(&mut self) -> Result<Wakeup, BackendError> {
         loop {

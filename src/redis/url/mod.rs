@@ -19,7 +19,7 @@ use percent_encoding::percent_decode_str;
 use super::cluster::Cluster;
 use super::resp::Addr;
 use super::sentinel::Sentinel;
-use super::tls::TlsOptions;
+use crate::endpoints::TlsOptions;
 use refusals::{bad_port, bad_url, port_out_of_range, shown};
 
 /// What a URL names: where the server is found, as whom, in which database.
@@ -164,7 +164,7 @@ fn tls_for(
     match (secure, tls) {
         (false, _) => Ok(None),
         (true, Some(tls)) => Ok(Some(tls.clone())),
-        (true, None) => Ok(Some(super::tls::connector(&TlsOptions::default())?)),
+        (true, None) => Ok(Some(crate::endpoints::connector(&TlsOptions::default())?)),
     }
 }
 

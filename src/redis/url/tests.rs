@@ -214,21 +214,3 @@ fn secured_sentinel_and_cluster_urls() {
         assert_eq!(is_tls(url), tls, "{url}");
     }
 }
-
-/// The sentinels' own credentials: `password` or `user:password`.
-#[test]
-fn sentinel_credentials() {
-    use crate::redis::sentinel::SentinelAuth;
-    let auth = SentinelAuth::parse("watcher:s3cret\n").unwrap();
-    assert_eq!(
-        (auth.user.as_deref(), auth.password.as_str()),
-        (Some("watcher"), "s3cret")
-    );
-    let auth = SentinelAuth::parse("s3cret").unwrap();
-    assert_eq!((auth.user, auth.password.as_str()), (None, "s3cret"));
-    let auth = SentinelAuth::parse("default:pa:ss").unwrap();
-    assert_eq!(auth.password, "pa:ss", "split at the first colon");
-    assert!(SentinelAuth::parse("").is_none());
-    assert!(SentinelAuth::parse("watcher:").is_none());
-    assert!(!format!("{auth:?}").contains("pa:ss"), "never printed");
-}

@@ -3,12 +3,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use super::{Check, Level};
+use crate::backend::{Check, Level};
 use crate::file;
 use crate::name::LockName;
 
 /// The host-local backend: the directory can be used, and its filesystem suits locks.
-pub(crate) fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
+pub fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
     let mut checks = Vec::new();
     let mut add = |check: &'static str, level: Level, detail: String| {
         checks.push(Check {

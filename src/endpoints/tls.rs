@@ -1,6 +1,7 @@
-//! TLS for `rediss://`, `rediss+sentinel://` and `rediss+cluster://` URLs (one set-up for every
-//! hop), with rustls: the system's roots by default (`--tls-ca-cert` for a private CA), and
-//! client certificates (`--tls-cert`, `--tls-key`) where the server asks.
+//! TLS settings, and the one connector every backend's TLS is made with (`rediss://` and its
+//! Sentinel and Cluster forms at every hop, `etcds://`): rustls, the system's roots by default
+//! (`--tls-ca-cert` for a private CA), and client certificates (`--tls-cert`, `--tls-key`)
+//! where the server asks.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,9 +38,7 @@ pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
                 let _ = roots.add(cert);
             }
             if roots.is_empty() {
-                return Err(
-                    "no system CA certificates found for rediss://; give --tls-ca-cert".into(),
-                );
+                return Err("no system CA certificates found for TLS; give --tls-ca-cert".into());
             }
         }
     }

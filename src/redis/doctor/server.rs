@@ -12,7 +12,7 @@ use crate::name::LockName;
 use crate::redis::node::Node;
 use crate::redis::resp::Reply;
 
-pub(crate) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {
+pub(super) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {
     let server = node.address().to_owned();
     let mut checks = Vec::new();
     let mut facts = Facts::default();

@@ -6,7 +6,7 @@ use super::{Check, Facts, Level};
 use crate::lease::Timings;
 
 /// Redlock: the servers must be distinct and independent, with clocks that agree.
-pub(crate) fn across_servers(facts: &[(String, String, Facts)]) -> Vec<Check> {
+pub(super) fn across_servers(facts: &[(String, String, Facts)]) -> Vec<Check> {
     let mut checks = Vec::new();
     let mut add = |server: &str, check: &'static str, level: Level, detail: String| {
         checks.push(Check {

@@ -13,8 +13,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Check, Level};
-use crate::etcd::Client;
+use super::Client;
+use crate::backend::{Check, Level};
 use crate::name::LockName;
 
 /// The default `--ttl`: a shortest lease above a third of it leaves little room.
@@ -33,7 +33,7 @@ struct Seen {
 }
 
 /// The checks, in the order they are printed.
-pub(crate) async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
+pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     let mut checks = Vec::new();
     let mut push = |server: &str, check: &'static str, level: Level, detail: String| {
         checks.push(Check {

@@ -1,0 +1,205 @@
+//! What a URL names, told by its scheme alone, and the URL as it may be printed: without its
+//! password, wherever it is written (the user part, a `pass`/`password` parameter). Each
+//! backend parses its own URLs in full; this is what the door needs before any of them does.
+
+/// The kind of store a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// A Redis server, or a topology of them: `redis://`, `rediss://`, `redis+unix://`,
+    /// `redis+sentinel://`, `redis+cluster://` and their TLS forms. A scheme no store has is
+    /// taken as Redis's too, whose parser names the schemes it knows.
+    Redis { tls: bool, sentinel: bool },
+    /// An etcd cluster: `etcd://`, `etcds://`.
+    Etcd { tls: bool },
+    /// A directory of this host: `file://`.
+    File,
+    /// A PostgreSQL database: `postgres://`, `postgresql://`.
+    Postgres,
+}
+
+impl Scheme {
+    pub fn of(url: &str) -> Scheme {
+        let scheme = url
+            .split_once("://")
+            .map_or("", |(scheme, _)| scheme)
+            .to_ascii_lowercase();
+        match scheme.as_str() {
+            "etcd" => Scheme::Etcd { tls: false },
+            "etcds" => Scheme::Etcd { tls: true },
+            "file" => Scheme::File,
+            "postgres" | "postgresql" => Scheme::Postgres,
+            _ if url
+                .get(..5)
+                .is_some_and(|s| s.eq_ignore_ascii_case("file:")) =>
+            {
+                Scheme::File
+            }
+            other => Scheme::Redis {
+                tls: matches!(other, "rediss" | "rediss+sentinel" | "rediss+cluster"),
+                sentinel: other.ends_with("+sentinel"),
+            },
+        }
+    }
+
+    /// Whether the URL asks for TLS by its scheme (a PostgreSQL URL says so with `sslmode`).
+    pub fn tls(self) -> bool {
+        match self {
+            Scheme::Redis { tls, .. } | Scheme::Etcd { tls } => tls,
+            Scheme::File | Scheme::Postgres => false,
+        }
+    }
+
+    /// The store's name, for messages.
+    pub fn store(self) -> &'static str {
+        match self {
+            Scheme::Redis { .. } => "Redis",
+            Scheme::Etcd { .. } => "etcd",
+            Scheme::File => "file://",
+            Scheme::Postgres => "PostgreSQL",
+        }
+    }
+}
+
+/// `url` as it may be printed: its password taken out of the user part and of the query
+/// (`pass`, `password`). A URL of one host is read as a URL; one that lists several hosts
+/// (sentinels, a Cluster's seeds, etcd's members, PostgreSQL's hosts) is cut by hand, its user
+/// part ending at the last `@` (a password may hold a `/`, and must never be taken for the path).
+pub fn printable(url: &str) -> String {
+    let several = url
+        .split_once("://")
+        .is_some_and(|(_, rest)| authority(rest).1.contains(','));
+    if !several {
+        if let Ok(parsed) = ::url::Url::parse(url) {
+            return redact(&parsed);
+        }
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return format!("{url:?}");
+    };
+    let (auth, hosts, tail) = authority(rest);
+    let user = auth.map(|auth| auth.split_once(':').map_or(auth, |(user, _)| user));
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => match without_passwords(query) {
+            query if query.is_empty() => path.to_owned(),
+            query => format!("{path}?{query}"),
+        },
+        None => tail.to_owned(),
+    };
+    match user.filter(|u| !u.is_empty()) {
+        Some(user) => format!("{scheme}://{user}@{hosts}{tail}"),
+        None => format!("{scheme}://{hosts}{tail}"),
+    }
+}
+
+/// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
+pub fn has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let (auth, _, tail) = authority(rest);
+    let in_user = auth.is_some_and(|a| a.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
+    let in_query = tail.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair.split('=').next(), Some("pass" | "password")))
+    });
+    in_user || in_query
+}
+
+/// What follows `scheme://`, cut into the user part (up to the last `@` before the query), the
+/// hosts, and the rest (path and query, with their leading `/` or `?`).
+fn authority(rest: &str) -> (Option<&str>, &str, &str) {
+    let before_query = rest.find('?').unwrap_or(rest.len());
+    let (auth, after) = match rest[..before_query].rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let hosts_end = after.find(['/', '?']).unwrap_or(after.len());
+    (auth, &after[..hosts_end], &after[hosts_end..])
+}
+
+/// A query without its `pass` and `password` parameters.
+fn without_passwords(query: &str) -> String {
+    query
+        .split('&')
+        .filter(|pair| !matches!(pair.split('=').next(), Some("pass" | "password")))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A parsed URL with any password removed, so it can be printed.
+pub fn redact(url: &::url::Url) -> String {
+    let mut url = url.clone();
+    if url.password().is_some() {
+        let _ = url.set_password(None);
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != "pass" && k != "password")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if pairs.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scheme_names_its_store() {
+        let redis = |tls, sentinel| Scheme::Redis { tls, sentinel };
+        for (url, scheme) in [
+            ("redis://h", redis(false, false)),
+            ("rediss://h", redis(true, false)),
+            ("redis+unix:///run/redis.sock", redis(false, false)),
+            ("redis+sentinel://h/m", redis(false, true)),
+            ("rediss+sentinel://h/m", redis(true, true)),
+            ("rediss+cluster://h", redis(true, false)),
+            ("etcd://h", Scheme::Etcd { tls: false }),
+            ("etcds://h", Scheme::Etcd { tls: true }),
+            ("file:///var/lib/locks", Scheme::File),
+            ("FILE:///x", Scheme::File),
+            ("postgres://u@h/db", Scheme::Postgres),
+            ("postgresql://h", Scheme::Postgres),
+        ] {
+            assert_eq!(Scheme::of(url), scheme, "{url}");
+        }
+    }
+
+    #[test]
+    fn no_password_is_ever_printed() {
+        for (url, shown) in [
+            ("redis://:pw@h:6379/2", "redis://h:6379/2"),
+            (
+                "redis://u:pw@h:6379?password=pw&x=1",
+                "redis://u@h:6379?x=1",
+            ),
+            (
+                "rediss+sentinel://u:p/w@s1:26379,s2:26379/m",
+                "rediss+sentinel://u@s1:26379,s2:26379/m",
+            ),
+            ("etcd://u:pw@h:1,g:2", "etcd://u@h:1,g:2"),
+            ("etcd://u:pw@h:2379", "etcd://u@h:2379"),
+            (
+                "postgres://app:pw@a:5432,b:5432/db?sslmode=require&password=pw",
+                "postgres://app@a:5432,b:5432/db?sslmode=require",
+            ),
+            ("file:///var/lib/locks", "file:///var/lib/locks"),
+        ] {
+            assert_eq!(printable(url), shown, "{url}");
+            assert!(!printable(url).contains("pw"), "{url}");
+        }
+        assert!(has_password("redis://:pw@h"));
+        assert!(has_password("redis://h?password=pw"));
+        assert!(has_password("postgres://a:pw@h1,h2/db"));
+        assert!(!has_password("etcd://u@h"));
+        assert!(!has_password("file:///x"));
+    }
+}
