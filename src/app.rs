@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use crate::backend::View;
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::exit::{Codes, Exit, Failure};
-use crate::lease::show;
 use crate::name::LockName;
 use crate::open::{Opening, look, open, runtime};
+use crate::text::show;
 use crate::{child, cli, doctor, log, release, session, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.

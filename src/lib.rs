@@ -33,6 +33,7 @@ pub mod app;
 pub mod backend;
 pub mod child;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod doctor;
 pub mod endpoints;
@@ -50,6 +51,7 @@ pub mod release;
 pub mod session;
 pub mod signals;
 pub mod status;
+pub mod text;
 
 pub mod watcher;
 

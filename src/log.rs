@@ -21,7 +21,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cli::{LogArgs, LogFormat};
-use crate::exit::printable;
+use crate::text::printable;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 static LOCK: OnceLock<String> = OnceLock::new();

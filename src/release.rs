@@ -24,12 +24,12 @@ pub async fn release(
         let why = match (backend.tenure(), busy.expiry) {
             // A flock belongs to its holder until it exits: --force cannot help.
             (Tenure::Kernel, Expiry::WithHolder) => file::only_its_process_frees(name, &busy),
-            (Tenure::Kernel, _) => crate::message!(
+            (Tenure::Kernel, _) => crate::text::message!(
                 "lock {name} is kept by --min-hold of its last holder, {}; nothing was released: \
                  add --force to release it",
                 busy.holder
             ),
-            (Tenure::Lease, _) => crate::message!(
+            (Tenure::Lease, _) => crate::text::message!(
                 "lock {name} is held by {}; nothing was released: add --force to release it \
                  (its command keeps running until its next renewal finds the lock gone)",
                 busy.holder

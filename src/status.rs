@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 
 use crate::backend::{Expiry, Holder, Report, View};
 use crate::exit::{Exit, Failure};
-use crate::lease::show;
 use crate::name::LockName;
+use crate::text::show;
 
 /// `println!` that does not panic when stdout is closed (`locked-run ... | head`): what could
 /// not be written is dropped, and the status stands.

@@ -106,7 +106,7 @@ impl fmt::Display for Busy {
         }
         write!(f, "held by {}", self.holder)?;
         match self.expiry {
-            Expiry::In(d) => write!(f, ", lease ends in {}", crate::lease::show(d)),
+            Expiry::In(d) => write!(f, ", lease ends in {}", crate::text::show(d)),
             Expiry::Never => f.write_str(", with no expiry"),
             Expiry::WithHolder | Expiry::Queued { .. } => Ok(()),
         }
@@ -162,6 +162,11 @@ impl BackendError {
             false => self,
         }
     }
+}
+
+/// A fresh owner's token: unique to one holding, never reused.
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// This host's name, as holders record it.

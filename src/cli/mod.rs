@@ -458,7 +458,7 @@ pub fn one_line(error: &clap::Error) -> String {
         // Every word before the command that looks like an option is taken as locked-run's
         // own: an unknown one is a typo, never the start of the command (`job -x -- true`
         // would otherwise run `-x`, or read `-n` as locked-run's where `-x` is the command's).
-        return crate::message!(
+        return crate::text::message!(
             "unknown option {option}: an option before the command is locked-run's own (the \
              command's own options come after its first word; write `-- {option} ...` if the \
              command starts with it) (see locked-run --help)"

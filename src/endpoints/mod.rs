@@ -167,15 +167,16 @@ impl Endpoints {
     pub fn sentinel_auth(&self) -> Result<Option<SentinelAuth>, String> {
         if let Some(path) = &self.sentinel_password_file {
             let option = "--sentinel-password-file";
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| crate::message!("cannot read {option} {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                crate::text::message!("cannot read {option} {}: {e}", path.display())
+            })?;
             let from = PasswordFrom::File {
                 option,
                 path: path.clone(),
             };
             return match SentinelAuth::parse(text.lines().next().unwrap_or("")) {
                 Some(auth) => Ok(Some(auth.from(from))),
-                None => Err(crate::message!(
+                None => Err(crate::text::message!(
                     "{option} {} is empty (or has no password after `user:`)",
                     path.display()
                 )),

@@ -75,10 +75,13 @@ impl SentinelAuth {
 /// unreadable or empty file is an error that names the file, never a line of it.
 pub fn first_line(option: &'static str, path: &Path) -> Result<(String, PasswordFrom), String> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| crate::message!("cannot read {option} {}: {e}", path.display()))?;
+        .map_err(|e| crate::text::message!("cannot read {option} {}: {e}", path.display()))?;
     let line = text.lines().next().unwrap_or("").to_owned();
     if line.is_empty() {
-        return Err(crate::message!("{option} {} is empty", path.display()));
+        return Err(crate::text::message!(
+            "{option} {} is empty",
+            path.display()
+        ));
     }
     let from = PasswordFrom::File {
         option,

@@ -29,7 +29,7 @@ pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
             for cert in certificates(path, "--tls-ca-cert")? {
                 roots
                     .add(cert)
-                    .map_err(|e| crate::message!("--tls-ca-cert {}: {e}", path.display()))?;
+                    .map_err(|e| crate::text::message!("--tls-ca-cert {}: {e}", path.display()))?;
             }
         }
         None => {
@@ -45,16 +45,16 @@ pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| crate::message!("TLS: {e}"))?
+        .map_err(|e| crate::text::message!("TLS: {e}"))?
         .with_root_certificates(roots);
     let config = match (&options.cert, &options.key) {
         (Some(cert), Some(key)) => {
             let chain = certificates(cert, "--tls-cert")?;
             let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| crate::message!("--tls-key {}: {e}", key.display()))?;
+                .map_err(|e| crate::text::message!("--tls-key {}: {e}", key.display()))?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| crate::message!("--tls-cert/--tls-key: {e}"))?
+                .map_err(|e| crate::text::message!("--tls-cert/--tls-key: {e}"))?
         }
         (None, None) => builder.with_no_client_auth(),
         _ => return Err("--tls-cert and --tls-key go together".into()),
@@ -64,9 +64,9 @@ pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
 
 fn certificates(path: &Path, option: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| crate::message!("{option} {}: {e}", path.display()))?
+        .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| crate::message!("{option} {}: {e}", path.display()))?;
+        .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?;
     if certs.is_empty() {
         return Err(format!(
             "{option} {}: no PEM certificate in it",

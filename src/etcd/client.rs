@@ -25,7 +25,7 @@ use super::reply::{self, Failed, exchange};
 use super::url::{Endpoint, EtcdUrl};
 use crate::backend::BackendError;
 use crate::endpoints::PasswordFrom;
-use crate::lease::show;
+use crate::text::show;
 
 use super::wire::{FAILED_PRECONDITION, UNAUTHENTICATED};
 pub use super::wire::{INVALID_ARGUMENT, NOT_FOUND, Status};
@@ -193,12 +193,14 @@ impl Client {
     /// An error etcd answered, as a refusal naming the cluster.
     pub fn refused(&self, status: &Status) -> BackendError {
         let message = match status.code {
-            INVALID_ARGUMENT if status.message.contains("user name is empty") => crate::message!(
-                "etcd at {} requires a user: give it in the URL (etcd://USER@HOST), the \
+            INVALID_ARGUMENT if status.message.contains("user name is empty") => {
+                crate::text::message!(
+                    "etcd at {} requires a user: give it in the URL (etcd://USER@HOST), the \
                  password in --password-file or REDISCLI_AUTH",
-                self.url()
-            ),
-            _ => crate::message!("etcd at {} refused: {}", self.url(), status.message),
+                    self.url()
+                )
+            }
+            _ => crate::text::message!("etcd at {} refused: {}", self.url(), status.message),
         };
         BackendError::Refused(message)
     }

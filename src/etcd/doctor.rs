@@ -402,7 +402,7 @@ async fn shortest_lease(client: &Client, deadline: Instant) -> (Level, String) {
     {
         tracing::info!("the lease {lease:x} doctor took lapses by itself: {e}");
     }
-    let shortest = crate::lease::show(Duration::from_secs(ttl.max(0) as u64));
+    let shortest = crate::text::show(Duration::from_secs(ttl.max(0) as u64));
     if ttl * 3 > DEFAULT_TTL_SECS {
         return (
             Level::Warn,

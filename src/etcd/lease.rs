@@ -47,7 +47,7 @@ impl EtcdLock {
                 "etcd leases last whole seconds: lock {} is on a lease of {granted}s for --ttl {} \
                  (etcd raises short ones to its minimum); the command is stopped by --ttl all the same",
                 self.name,
-                crate::lease::show(ttl)
+                crate::text::show(ttl)
             );
         }
         Ok(lease)

@@ -8,7 +8,7 @@ use crate::name::LockName;
 pub fn check(name: &LockName) -> Result<(), String> {
     match name.as_str().contains('/') {
         false => Ok(()),
-        true => Err(crate::message!(
+        true => Err(crate::text::message!(
             "lock names on etcd:// hold no '/' ({name} has one): etcd's lock keeps a NAME's \
              keys under NAME/, where another NAME's would mix with them; use '-' or '.'"
         )),

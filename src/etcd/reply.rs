@@ -64,25 +64,25 @@ impl Failed {
     pub fn line(&self, at: &Endpoint) -> BackendError {
         BackendError::Transient(match self {
             Failed::TooLarge(what) => {
-                crate::message!("etcd at {at} sent a reply too large: {what}")
+                crate::text::message!("etcd at {at} sent a reply too large: {what}")
             }
             // hyper bounds a reply's head (about 400 KiB), and says so only in words.
             Failed::Http(e) if e.is_parse() && e.to_string().contains("too large") => {
-                crate::message!(
+                crate::text::message!(
                     "etcd at {at} sent a reply too large: its HTTP head is longer than this client \
                  reads"
                 )
             }
-            Failed::Http(e) if e.is_parse() || e.is_parse_status() => crate::message!(
+            Failed::Http(e) if e.is_parse() || e.is_parse_status() => crate::text::message!(
                 "etcd at {at} sent a malformed reply ({e}): it does not answer as etcd's JSON \
                  gateway; check the URL's port"
             ),
-            Failed::Http(e) if self.hung_up() => crate::message!(
+            Failed::Http(e) if self.hung_up() => crate::text::message!(
                 "etcd at {at} does not answer as etcd's gateway: it closed the connection \
                  before a whole HTTP reply ({e}); check the URL's port (Redis's?), or the \
                  member is going down"
             ),
-            Failed::Http(e) => crate::message!("etcd at {at}: {e}"),
+            Failed::Http(e) => crate::text::message!("etcd at {at}: {e}"),
         })
     }
 }

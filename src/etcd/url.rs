@@ -71,7 +71,7 @@ pub fn parse(url: &str) -> Result<EtcdUrl, String> {
         _ => return Err(format!("{} is not an etcd:// URL", printable(url))),
     };
     let bad = |why: &str| {
-        crate::message!(
+        crate::text::message!(
             "{} is not a usable etcd URL ({why}): use etcd://[user@]host[:port][,host[:port]...], \
              or etcds:// for TLS",
             printable(url)
@@ -120,7 +120,7 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
         Some(v6) => {
             let (host, after) = v6
                 .split_once(']')
-                .ok_or_else(|| crate::message!("{text:?}: an unclosed ["))?;
+                .ok_or_else(|| crate::text::message!("{text:?}: an unclosed ["))?;
             match after {
                 "" => (host, None),
                 _ => match after.strip_prefix(':') {
@@ -143,7 +143,7 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
             .parse::<u16>()
             .ok()
             .filter(|&p| p > 0)
-            .ok_or_else(|| crate::message!("{text:?}: a port is 1 to 65535"))?,
+            .ok_or_else(|| crate::text::message!("{text:?}: a port is 1 to 65535"))?,
     };
     Ok(Endpoint {
         host: host.to_owned(),

@@ -23,7 +23,9 @@ pub fn is_file_url(url: &str) -> bool {
 /// percent-decoded.
 pub fn dir_of(url: &str) -> Result<PathBuf, String> {
     let bad = |why: &str| {
-        crate::message!("{url:?} is not a usable file:// URL: {why} (write file:///absolute/dir)")
+        crate::text::message!(
+            "{url:?} is not a usable file:// URL: {why} (write file:///absolute/dir)"
+        )
     };
     let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
     if parsed.query().is_some() || parsed.fragment().is_some() {

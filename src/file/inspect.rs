@@ -217,7 +217,7 @@ pub fn only_its_process_frees(name: &LockName, busy: &Busy) -> String {
         .holder
         .pid
         .map_or_else(String::new, |pid| format!(" (kill {pid})"));
-    crate::message!(
+    crate::text::message!(
         "lock {name} is held by {}; a host-local lock is freed only when its holder's process \
          ends: stop that process{stop} and the lock is free at once",
         busy.holder

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use crate::backend::{Holder, wall_clock_ms};
-use crate::lease::{BootClock, Clock};
+use crate::clock::{BootClock, Clock};
 
 /// A `--min-hold` deadline, on `CLOCK_BOOTTIME` of one boot, with the wall clock as the
 /// fallback across a reboot.

@@ -61,7 +61,7 @@ pub fn foreign_at(path: &Path) -> Option<u32> {
 /// The line that refuses a file another user could swap.
 pub fn refusal(path: &Path, uid: u32) -> BackendError {
     let dir = path.parent().unwrap_or(Path::new("/"));
-    BackendError::Refused(crate::message!(
+    BackendError::Refused(crate::text::message!(
         "{} belongs to {}, not to this user or root, and {} is a sticky directory that other \
          users can write: its owner could rename it away while a run holds the lock and put \
          another in its place, letting a second run in; remove it (as root or its owner), or \

@@ -12,9 +12,10 @@ use tokio::sync::{oneshot, watch};
 
 use super::{Error, Options};
 use crate::backend::{Backend, Tenure};
+use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::endpoints::Endpoints;
-use crate::lease::{self, BootClock, Clock, LeaseClock, Stopper, Timings, Why};
+use crate::lease::{self, LeaseClock, Stopper, Timings, Why};
 use crate::name::LockName;
 use crate::session::{Interrupts, Renewer, acquire};
 

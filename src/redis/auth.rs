@@ -49,12 +49,12 @@ pub fn refusal_line(
             let user = credentials
                 .user
                 .map_or_else(String::new, |user| format!(" (as user {user})"));
-            Some(crate::message!(
+            Some(crate::text::message!(
                 "the password from {from} was refused (WRONGPASS) by {server}{user}: check it \
                  against the server's requirepass or ACL user"
             ))
         }
-        (None, _) if none_given => Some(crate::message!(
+        (None, _) if none_given => Some(crate::text::message!(
             "no password was given, and {server} wants one (NOAUTH): {give}"
         )),
         _ => None,

@@ -5,6 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
+use crate::backend::new_token;
 use crate::backend::{
     Attempt, Backend, BackendError, Check, Freed, KEEP_ALIVE, Report, Tenure, View, Wakeups,
     wall_clock_ms,
@@ -21,11 +22,6 @@ use crate::redis::{scripts, semaphore, shared};
 /// How long a token given back stays buried: an attempt of it that reaches the server later
 /// than this (held up in a proxy, a stalled network) could still take the lock.
 pub const BURY_FOR: Duration = Duration::from_secs(600);
-
-/// A fresh owner's token.
-pub(crate) fn new_token() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
 
 /// A lease on one NAME in one Redis server.
 pub struct ServerLock {
@@ -264,7 +260,7 @@ impl ServerLock {
                         "only {acked} of the {replicas} replicas asked for (--wait-replicas) acknowledged lock {} \
                          within {}; it was released. Check the replicas (INFO replication) or lower --wait-replicas",
                         self.name,
-                        crate::lease::show(wait)
+                        crate::text::show(wait)
                     )),
                     Err(e) => e,
                 })
@@ -315,7 +311,7 @@ impl ServerLock {
             return Err(BackendError::Transient(format!(
                 "the renewal was acknowledged by only {acked} of the {replicas} replicas asked for \
                  (--wait-replicas) within {}",
-                crate::lease::show(wait)
+                crate::text::show(wait)
             )));
         }
         Ok(ours)

@@ -43,7 +43,7 @@ pub fn nodes(endpoints: &Endpoints, urls: &[String]) -> Result<Vec<Node>, String
 pub fn refuse_redlock(nodes: &[Node]) -> Result<(), String> {
     for (i, node) in nodes.iter().enumerate() {
         if let Some(same) = nodes[..i].iter().find(|other| other.same_server(node)) {
-            return Err(crate::message!(
+            return Err(crate::text::message!(
                 "{} is given twice (as {}): the same server counted twice would fake a Redlock quorum",
                 node.address(),
                 same.address()
@@ -51,7 +51,7 @@ pub fn refuse_redlock(nodes: &[Node]) -> Result<(), String> {
         }
     }
     if nodes.len() < 3 {
-        return Err(crate::message!(
+        return Err(crate::text::message!(
             "{} Redis URLs given: Redlock needs at least 3 independent servers (a quorum of 2 out of 2 \
              survives no failure); give one URL for a single server, or 3 or more",
             nodes.len()

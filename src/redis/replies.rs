@@ -57,7 +57,7 @@ pub(super) fn holder(
     fence: Option<String>,
 ) -> Holder {
     // Written by whoever wrote the holder's record: shown as text, never as terminal control.
-    let text = |field: Option<String>| field.map(|f| crate::exit::printable(&f));
+    let text = |field: Option<String>| field.map(|f| crate::text::printable(&f));
     Holder {
         host: text(host),
         pid: pid.and_then(|p| p.parse().ok()),

@@ -144,7 +144,7 @@ impl Sentinel {
         let mut replies = within(timeout, ask).await.map_err(|e| {
             let what = match e.kind() {
                 io::ErrorKind::TimedOut => {
-                    format!("did not answer within {}", crate::lease::show(timeout))
+                    format!("did not answer within {}", crate::text::show(timeout))
                 }
                 io::ErrorKind::InvalidData if self.tls.is_some() => {
                     format!("TLS handshake failed: {e}")
@@ -169,14 +169,14 @@ impl Sentinel {
             // would answer without them.
             (_, Some(e)) if own => Err(said(
                 &e,
-                crate::message!(
+                crate::text::message!(
                     "{server} refused the sentinel password ({}): {e}",
                     used.from.map_or_else(String::new, |f| f.to_string())
                 ),
             )),
             (Reply::Error(e), Some(auth)) if e.starts_with("NOAUTH") => {
                 let line = refusal_line(&server, &auth, used, Hop::Sentinel).unwrap_or_else(|| {
-                    crate::message!("{server} refused the data nodes' password: {auth}")
+                    crate::text::message!("{server} refused the data nodes' password: {auth}")
                 });
                 Err(Refused(format!(
                     "{line}; the sentinels were asked with the data nodes' password, as no \
@@ -187,7 +187,7 @@ impl Sentinel {
             }
             (Reply::Error(e), None) if e.starts_with("NOAUTH") => Err(said(
                 e,
-                crate::message!(
+                crate::text::message!(
                     "{server} wants a password: give it in LOCKED_RUN_SENTINEL_AUTH or --sentinel-password-file FILE"
                 ),
             )),

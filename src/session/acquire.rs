@@ -9,10 +9,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{Backend, Tenure, Wakeups};
+use crate::clock::Clock;
 use crate::config::RunConfig;
 use crate::exit::Failure;
-use crate::lease::{Clock, show};
 use crate::signals::Signals;
+use crate::text::show;
 
 use super::waiter::{Acquired, Facts, Next, Waiter, Woke};
 

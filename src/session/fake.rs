@@ -10,8 +10,9 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, BackendError, Tenure, Wakeup, Wakeups};
+use crate::clock::Clock;
 use crate::config::{Patience, RunConfig};
-use crate::lease::{Clock, Timings};
+use crate::lease::Timings;
 use crate::name::LockName;
 
 use super::acquire::Interrupts;

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use crate::backend::{Backend, Tenure};
 use crate::child::{self, Child, SpawnError, Target};
+use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
-use crate::lease::{BootClock, Clock, show};
+use crate::text::show;
 use crate::watcher::Watcher;
 
 use super::waiter::Acquired;

@@ -8,11 +8,13 @@ use std::pin::pin;
 use std::process::ExitStatus;
 
 use crate::backend::{Backend, Tenure};
+use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
-use crate::lease::{self, BootClock, Clock, LeaseClock, Stopper, Why, show};
+use crate::lease::{self, LeaseClock, Stopper, Why};
 use crate::notify;
 use crate::signals::{Event, Signals};
+use crate::text::show;
 use crate::watcher::Watcher;
 
 use super::acquire::acquire_with;

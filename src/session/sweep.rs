@@ -9,8 +9,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::child::{Child, Target};
+use crate::clock::Clock;
 use crate::config::RunConfig;
-use crate::lease::Clock;
 use crate::signals::{Event, Incoming, Signals};
 
 /// Passes a signal sent to `locked-run` on to the job, unless the terminal already delivered it

@@ -433,6 +433,6 @@ async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
         failure.message
     );
     // At the deadline, not at the attempt's own timeout; what it may have taken is given back.
-    assert_eq!(crate::lease::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
     assert_eq!(fake.gave_back().len(), 1);
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::backend::{Attempt, BackendError, Busy, Expiry, KEEP_ALIVE};
 use crate::config::{Patience, RunConfig};
 use crate::exit::{Exit, Failure};
-use crate::lease::show;
 use crate::notify;
+use crate::text::show;
 
 /// A lock just taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,7 +270,7 @@ impl<'a> Waiter<'a> {
         self.last_error = None;
         if self.cfg.patience == Patience::NoWait {
             let message =
-                crate::message!("lock {} is {busy}; not waiting (--no-wait)", self.cfg.name);
+                crate::text::message!("lock {} is {busy}; not waiting (--no-wait)", self.cfg.name);
             return Next::Fail(Failure::new(Exit::Conflict, message).quiet());
         }
         self.last_busy = Some(busy.clone());

@@ -152,7 +152,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         }
     }
     // The NAME's channel (racers, Redlock) and a fair waiter's own, `released:{NAME}:TOKEN`.
-    let own = format!("{}:{}", keys.channel, crate::redis::lock::new_token());
+    let own = format!("{}:{}", keys.channel, crate::backend::new_token());
     for channel in [keys.channel.clone(), own] {
         needed.push(vec![publish.into(), channel.clone(), "x".into()]);
         needed.push(vec![subscribe.into(), channel]);

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::version::{Feature, Server};
 use super::{Check, Facts, Level, parse_info, permissions};
-use crate::lease::{Timings, show};
+use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::node::Node;
 use crate::redis::resp::Reply;
+use crate::text::show;
 
 pub(super) async fn check_server(node: &Node, name: &LockName) -> (Vec<Check>, Facts) {
     let server = node.address().to_owned();

@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use super::Node;
 use crate::backend::BackendError;
-use crate::lease::show;
 use crate::redis::auth::{Hop, Refused, refusal_line};
 use crate::redis::resp::{ANSWERED_LIKE_HTTP, Addr, bad_reply, within};
 use crate::redis::url::Topology;
+use crate::text::show;
 
 /// The connection's set-up (HELLO, AUTH, SELECT) refused by the server at `peer`.
 pub(super) struct SetUpRefused {
@@ -63,8 +63,8 @@ impl Node {
             // As a server gone would (retried while waiting or holding), but saying what came.
             let what = &bad.what;
             return BackendError::Transient(match bad.too_large {
-                true => crate::message!("Redis at {address} sent a reply too large: {what}"),
-                false => crate::message!("Redis at {address} sent a malformed reply: {what}"),
+                true => crate::text::message!("Redis at {address} sent a reply too large: {what}"),
+                false => crate::text::message!("Redis at {address} sent a malformed reply: {what}"),
             });
         }
         // A TLS handshake that failed (certificates, protocol), rather than no connection, a
@@ -94,14 +94,14 @@ impl Node {
         };
         BackendError::Transient(match error.kind() {
             io::ErrorKind::TimedOut if text == "timed out" => {
-                crate::message!("Redis at {address} did not answer within {}", show(timeout))
+                crate::text::message!("Redis at {address} did not answer within {}", show(timeout))
             }
             // A hop that went silent, named.
-            io::ErrorKind::TimedOut => crate::message!(
+            io::ErrorKind::TimedOut => crate::text::message!(
                 "Redis at {address} did not answer within {}: {text}",
                 show(timeout)
             ),
-            _ => crate::message!("cannot reach Redis at {address}: {error}{tls_hint}"),
+            _ => crate::text::message!("cannot reach Redis at {address}: {error}{tls_hint}"),
         })
     }
 

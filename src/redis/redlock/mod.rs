@@ -21,12 +21,13 @@ use futures_util::StreamExt;
 use futures_util::future::{join_all, select_all};
 use futures_util::stream::FuturesUnordered;
 
+use crate::backend::new_token;
 use crate::backend::{
     Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Report, Servers, Tenure, View,
     Wakeup, Wakeups,
 };
 use crate::lease::Timings;
-use crate::redis::lock::{ServerLock, new_token};
+use crate::redis::lock::ServerLock;
 use crate::redis::node::Node;
 
 mod quorum;
@@ -164,7 +165,7 @@ impl Backend for Redlock {
             let answered = n - errors.len();
             let transient = errors.iter().any(BackendError::is_transient);
             let first = &errors[0];
-            let message = crate::message!(
+            let message = crate::text::message!(
                 "only {answered} of {n} Redis servers answered, a quorum is {quorum}: {first}"
             );
             return Err(if transient {

@@ -80,7 +80,7 @@ pub fn parse(
     }
     let parsed = ::url::Url::parse(url).map_err(|e| match e {
         ::url::ParseError::InvalidPort => bad_port(url),
-        ::url::ParseError::EmptyHost => crate::message!("{} has no host", shown(url)),
+        ::url::ParseError::EmptyHost => crate::text::message!("{} has no host", shown(url)),
         _ => bad_url(url),
     })?;
     let address = redact(&parsed);
@@ -135,7 +135,7 @@ pub fn parse(
     let db = match db {
         None => 0,
         Some(db) => database(&db).ok_or_else(|| {
-            crate::message!(
+            crate::text::message!(
                 "the Redis URL {address} names database {db:?}: a database is a number, 0 or more"
             )
         })?,
@@ -232,12 +232,12 @@ fn parse_multi(
     let s = if secure { "s" } else { "" };
     let usage = || {
         if is_cluster {
-            crate::message!(
+            crate::text::message!(
                 "{} is not a cluster URL: use redis{s}+cluster://[user[:password]@]host[:port][,host[:port]...]",
                 redact_multi(url)
             )
         } else {
-            crate::message!(
+            crate::text::message!(
                 "{} is not a sentinel URL: use redis{s}+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
                 redact_multi(url)
             )
@@ -319,7 +319,7 @@ fn parse_multi(
     let db = match segments.next() {
         None | Some("") => 0,
         Some(db) => database(db).ok_or_else(|| {
-            crate::message!(
+            crate::text::message!(
                 "{} names database {db:?}: a database is a number, 0 or more",
                 redact_multi(url)
             )

@@ -5,7 +5,7 @@
 use super::redact;
 
 pub(super) fn port_out_of_range(url: &str) -> String {
-    crate::message!("{} has a port out of range: use 1 to 65535", shown(url))
+    crate::text::message!("{} has a port out of range: use 1 to 65535", shown(url))
 }
 
 /// A port the URL parser refused: out of range, or not a number at all (`:6379x`, a typo
@@ -23,7 +23,7 @@ pub(super) fn bad_port(url: &str) -> String {
         .filter(|(host, _)| !host.starts_with('[') || host.ends_with(']'))
         .map_or("", |(_, port)| port);
     if !port.is_empty() && !port.bytes().all(|b| b.is_ascii_digit()) {
-        return crate::message!(
+        return crate::text::message!(
             "{} has a port that is not a number ({port:?}): write the port in digits, 1 to 65535",
             shown(url)
         );
@@ -67,17 +67,17 @@ pub(super) fn bad_url(url: &str) -> String {
     }
     if !SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
         return match url.split_once("://") {
-            Some((scheme, _)) => crate::message!(
+            Some((scheme, _)) => crate::text::message!(
                 "unknown URL scheme {scheme:?} in {}: use {URL_FORMS}",
                 shown(url)
             ),
-            None => crate::message!(
+            None => crate::text::message!(
                 "{} is not a URL (no scheme://): use {URL_FORMS}",
                 shown(url)
             ),
         };
     }
-    crate::message!(
+    crate::text::message!(
         "{} is not a supported Redis URL: use redis://[user[:password]@]host[:port][/db], \
          rediss:// (TLS) or redis+unix:///path/to/socket",
         shown(url)
