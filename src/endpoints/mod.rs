@@ -11,7 +11,7 @@ mod tls;
 
 pub use list::{shell_word, split, split_checked};
 pub use scheme::{Scheme, has_password, printable, redact};
-pub use secrets::{PasswordFrom, SentinelAuth, first_line, from_env};
+pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};
 pub use tls::{TlsOptions, connector};
 
 use std::path::PathBuf;
@@ -155,9 +155,23 @@ impl Endpoints {
         &self,
         variable: &'static str,
     ) -> Result<Option<(String, PasswordFrom)>, String> {
-        match &self.password_file {
-            Some(path) => first_line("--password-file", path).map(Some),
-            None => Ok(from_env(variable)),
+        let Some(path) = &self.password_file else {
+            return Ok(from_env(variable));
+        };
+        let from = PasswordFrom::File {
+            option: "--password-file",
+            path: path.clone(),
+        };
+        match first_line(path) {
+            Ok(password) => Ok(Some((password, from))),
+            Err(NoSecret::Unreadable(e)) => Err(crate::text::message!(
+                "cannot read --password-file {}: {e}",
+                path.display()
+            )),
+            Err(NoSecret::Empty) => Err(crate::text::message!(
+                "--password-file {} is empty",
+                path.display()
+            )),
         }
     }
 
@@ -166,18 +180,20 @@ impl Endpoints {
     /// with the data nodes' credentials).
     pub fn sentinel_auth(&self) -> Result<Option<SentinelAuth>, String> {
         if let Some(path) = &self.sentinel_password_file {
-            let option = "--sentinel-password-file";
             let text = std::fs::read_to_string(path).map_err(|e| {
-                crate::text::message!("cannot read {option} {}: {e}", path.display())
+                crate::text::message!(
+                    "cannot read --sentinel-password-file {}: {e}",
+                    path.display()
+                )
             })?;
             let from = PasswordFrom::File {
-                option,
+                option: "--sentinel-password-file",
                 path: path.clone(),
             };
             return match SentinelAuth::parse(text.lines().next().unwrap_or("")) {
                 Some(auth) => Ok(Some(auth.from(from))),
                 None => Err(crate::text::message!(
-                    "{option} {} is empty (or has no password after `user:`)",
+                    "--sentinel-password-file {} is empty (or has no password after `user:`)",
                     path.display()
                 )),
             };

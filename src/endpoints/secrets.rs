@@ -71,23 +71,21 @@ impl SentinelAuth {
     }
 }
 
-/// The first line of a file an option names (`--password-file FILE`), as a secret: an
-/// unreadable or empty file is an error that names the file, never a line of it.
-pub fn first_line(option: &'static str, path: &Path) -> Result<(String, PasswordFrom), String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| crate::text::message!("cannot read {option} {}: {e}", path.display()))?;
-    let line = text.lines().next().unwrap_or("").to_owned();
-    if line.is_empty() {
-        return Err(crate::text::message!(
-            "{option} {} is empty",
-            path.display()
-        ));
+/// Why a secret's file gave no secret.
+#[derive(Debug)]
+pub enum NoSecret {
+    Unreadable(std::io::Error),
+    Empty,
+}
+
+/// The first line of a secret's file (`--password-file FILE`). The caller says which option
+/// named it, in words an operator can search for; never a line of it.
+pub fn first_line(path: &Path) -> Result<String, NoSecret> {
+    let text = std::fs::read_to_string(path).map_err(NoSecret::Unreadable)?;
+    match text.lines().next().unwrap_or("") {
+        "" => Err(NoSecret::Empty),
+        line => Ok(line.to_owned()),
     }
-    let from = PasswordFrom::File {
-        option,
-        path: path.to_owned(),
-    };
-    Ok((line, from))
 }
 
 /// A password an environment variable holds (`REDISCLI_AUTH`, as `redis-cli` takes it), if it
@@ -118,18 +116,20 @@ mod tests {
     }
 
     #[test]
-    fn a_password_file_gives_its_first_line_and_says_which_file() {
+    fn a_secrets_file_gives_its_first_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pw");
         std::fs::write(&path, "hunter2\nsecond line\n").unwrap();
-        let (password, from) = first_line("--password-file", &path).unwrap();
-        assert_eq!(password, "hunter2");
+        assert_eq!(first_line(&path).unwrap(), "hunter2");
+        std::fs::write(&path, "").unwrap();
+        assert!(matches!(first_line(&path), Err(NoSecret::Empty)));
+        let from = PasswordFrom::File {
+            option: "--password-file",
+            path: path.clone(),
+        };
         assert_eq!(
             from.to_string(),
             format!("--password-file {}", path.display())
         );
-        std::fs::write(&path, "").unwrap();
-        let e = first_line("--password-file", &path).unwrap_err();
-        assert!(e.ends_with("is empty"), "{e}");
     }
 }
