@@ -198,7 +198,7 @@ pub struct RunArgs {
     pub kill_after: Option<Duration>,
 
     /// First signal sent to the command when the lease is lost (TERM, SIGTERM and 15 all work)
-    #[arg(short = 's', long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    #[arg(short = 's', long, value_name = "SIG", default_value = "TERM", value_parser = values::SignalParser, hide_possible_values = true)]
     pub kill_signal: Signal,
 
     /// Exit status when the lock was not acquired

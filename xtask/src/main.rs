@@ -9,9 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Command, CommandFactory};
-use clap_complete::Shell;
 use locked_run::cli::Cli;
 
+mod completions;
 mod pages;
 
 /// Where a page's closing text (clap's `after_long_help`) puts the examples.
@@ -165,10 +165,7 @@ fn dist(dir: &Path) -> Result<(), Error> {
     for (page, text) in &pages {
         std::fs::write(dir.join(page), text)?;
     }
-    let cmd = Cli::command();
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut cmd.clone(), "locked-run", dir)?;
-    }
+    completions::write_all(dir)?;
     for entry in std::fs::read_dir(dir)? {
         println!("{}", entry?.path().display());
     }
