@@ -9,6 +9,7 @@
 //! endpoint, the leader and the members, the user, and etcd's shortest lease (see `etcd.rs`).
 
 mod across;
+mod cron_path;
 mod dir;
 mod etcd;
 mod permissions;
@@ -45,6 +46,7 @@ impl Level {
     }
 }
 
+#[derive(Clone)]
 pub(crate) struct Check {
     pub(crate) server: String,
     pub(crate) check: &'static str,
@@ -116,6 +118,7 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
 
 /// Prints the checks; exit 1 when any FAILed.
 fn report(checks: &[Check], as_json: bool) -> Exit {
+    let checks = &[checks, &[cron_path::check()]].concat();
     let failed = checks.iter().any(|c| c.level == Level::Fail);
     if as_json {
         let list: Vec<_> = checks
