@@ -70,6 +70,8 @@ macro_rules! examples {
     () => {
         "Examples:
   # cron: every 5 minutes on every host, at most one runs, the others skip silently
+  # (cron's PATH is /usr/bin:/bin: name a locked-run installed elsewhere by its full path;
+  # `locked-run doctor` says whether cron finds this one)
   */5 * * * * locked-run -n sync-inventory -- /usr/local/bin/sync-inventory
 
   # wait up to 20 minutes for the previous deploy, then deploy (75 if it never came free)
