@@ -253,3 +253,35 @@ fn doctor_checks_every_key_a_run_uses_with_the_guides_least_acl() {
         }
     }
 }
+
+/// Whatever the backend (a Redis, one that cannot be reached, a `file://` directory), the last
+/// line says whether cron's default PATH finds this binary, and what to write when it does not.
+/// See issue 39: the README's install put locked-run in ~/.cargo/bin, and the README's cron
+/// line then failed every minute with 127 ("locked-run: not found").
+#[test]
+fn doctor_says_whether_cron_finds_this_binary_on_every_backend() {
+    let redis = Redis::start();
+    let locks = scratch();
+    let unreachable = format!("redis://127.0.0.1:{}", free_port());
+    let exe = env!("CARGO_BIN_EXE_locked-run");
+    let dir = std::path::Path::new(exe)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    for url in [redis.url(), unreachable, file_url(locks.path())] {
+        let (checks, _) = doctor(std::slice::from_ref(&url));
+        let (check, level, detail) = checks.last().unwrap();
+        assert_eq!(
+            (check.as_str(), level.as_str()),
+            ("cron PATH", "WARN"),
+            "{url}"
+        );
+        assert!(
+            detail.starts_with("cron's default PATH does not find this locked-run")
+                && detail.contains(&format!("write its full path ({exe})"))
+                && detail.contains(&format!("PATH={dir}:/usr/bin:/bin")),
+            "{url}: {detail}"
+        );
+    }
+}

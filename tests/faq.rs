@@ -71,6 +71,91 @@ fn every_error_line_has_an_faq_entry_and_every_entry_a_line() {
     );
 }
 
+/// A heading with parts that change (`## cannot … …`) cannot be found by searching the words
+/// of a line as printed (`cannot open /var/lib/...`): under each, one or more whole example
+/// lines (`- ``locked-run: ...```), each a line the heading describes. See issue 39.
+#[test]
+fn every_heading_with_changing_parts_shows_whole_lines() {
+    let faq =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/faq.md")).unwrap();
+    let lines: Vec<&str> = faq.lines().collect();
+    let mut wrong = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(heading) = line.strip_prefix("## ").filter(|h| h.contains('…')) else {
+            continue;
+        };
+        let examples: Vec<&str> = lines[i + 1..]
+            .iter()
+            .map_while(|l| l.strip_prefix("- ``")?.strip_suffix("``"))
+            .map(str::trim)
+            .collect();
+        if examples.is_empty() {
+            wrong.push(format!("## {heading}: no example line under it"));
+        }
+        for example in examples {
+            if !example.starts_with("locked-run: ") || !described_by(heading, example) {
+                wrong.push(format!(
+                    "## {heading}: the example is not such a line: {example}"
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/faq.md (an example is `- ``locked-run: the whole line``` right under the \
+         heading):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Whether `line` holds a line that `heading` describes: its fixed words in order, each `…`
+/// standing for at least one character.
+fn described_by(heading: &str, line: &str) -> bool {
+    let parts: Vec<&str> = heading.split('…').collect();
+    (0..line.len())
+        .filter(|&start| line.is_char_boundary(start))
+        .any(|start| {
+            let mut rest = &line[start..];
+            let Some(after) = rest.strip_prefix(parts[0]) else {
+                return false;
+            };
+            rest = after;
+            parts[1..].iter().all(|part| {
+                // `…` is at least one character, then the next fixed words.
+                let Some(c) = rest.chars().next() else {
+                    return false;
+                };
+                match rest[c.len_utf8()..].find(part) {
+                    Some(at) => {
+                        rest = &rest[c.len_utf8() + at + part.len()..];
+                        true
+                    }
+                    None => false,
+                }
+            })
+        })
+}
+
+#[test]
+fn an_example_line_is_matched_by_its_heading() {
+    assert!(described_by(
+        "cannot … …",
+        "locked-run: cannot open /x/y.lock: Permission denied"
+    ));
+    assert!(described_by(
+        "…: an unclosed [",
+        "locked-run: etcd://[::1 is not a usable etcd URL (\"[::1\": an unclosed [)"
+    ));
+    assert!(!described_by(
+        "cannot reach Redis at …",
+        "locked-run: cannot reach Redis at"
+    ));
+    assert!(!described_by(
+        "lock … is held by …",
+        "locked-run: lock x was lost"
+    ));
+}
+
 #[test]
 fn keys_are_the_fixed_opening_words() {
     assert_eq!(

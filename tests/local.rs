@@ -325,7 +325,14 @@ fn doctor_checks_the_directory() {
         .collect();
     assert_eq!(
         checks,
-        ["directory", "writable", "filesystem", "location", "files"]
+        [
+            "directory",
+            "writable",
+            "filesystem",
+            "location",
+            "files",
+            "cron PATH"
+        ]
     );
     let location = &v["checks"][3];
     assert_eq!(

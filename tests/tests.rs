@@ -38,6 +38,7 @@ mod signals;
 mod status;
 mod systemd_and_logs;
 mod terminal;
+mod upgrade;
 mod waiting;
 mod wakeups;
 mod watcher;

@@ -67,6 +67,8 @@ macro_rules! examples {
     () => {
         "Examples:
   # cron: every 5 minutes on every host, at most one runs, the others skip silently
+  # (cron's PATH is /usr/bin:/bin: name a locked-run installed elsewhere by its full path;
+  # `locked-run doctor` says whether cron finds this one)
   */5 * * * * locked-run -n sync-inventory -- /usr/local/bin/sync-inventory
 
   # wait up to 20 minutes for the previous deploy, then deploy (75 if it never came free)
@@ -195,7 +197,7 @@ pub struct RunArgs {
     pub kill_after: Option<Duration>,
 
     /// First signal sent to the command when the lease is lost (TERM, SIGTERM and 15 all work)
-    #[arg(short = 's', long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    #[arg(short = 's', long, value_name = "SIG", default_value = "TERM", value_parser = values::SignalParser, hide_possible_values = true)]
     pub kill_signal: Signal,
 
     /// Exit status when the lock was not acquired

@@ -137,6 +137,21 @@ fn signals_by_name_or_number() {
     assert!(parse_signal("99").is_err());
 }
 
+/// The names offered to shell completion for `--kill-signal` are all taken.
+#[test]
+fn the_signal_names_offered_are_taken() {
+    use clap::builder::TypedValueParser;
+    let offered: Vec<_> = values::SignalParser.possible_values().unwrap().collect();
+    assert!(offered.iter().any(|v| v.get_name() == "TERM"));
+    for value in offered {
+        assert!(
+            parse_signal(value.get_name()).is_ok(),
+            "{}",
+            value.get_name()
+        );
+    }
+}
+
 #[test]
 fn url_list_splits_on_whitespace_and_scheme_commas() {
     assert_eq!(

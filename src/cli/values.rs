@@ -30,6 +30,44 @@ pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     })
 }
 
+/// `-s/--kill-signal`'s parser: [`parse_signal`], which also takes `SIGTERM`, `15` and every
+/// other signal that ends a process, with the usual names listed for shell completion (which
+/// otherwise offers file names). The list is hidden from `--help`, which says what is taken.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SignalParser;
+
+impl clap::builder::TypedValueParser for SignalParser {
+    type Value = Signal;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Signal, clap::Error> {
+        // A function's errors, as clap words them for any `value_parser = fn`.
+        parse_signal.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        use clap::builder::PossibleValue;
+        Some(Box::new(
+            [
+                PossibleValue::new("TERM").help("the default"),
+                PossibleValue::new("INT").help("as Ctrl-C"),
+                PossibleValue::new("HUP"),
+                PossibleValue::new("QUIT"),
+                PossibleValue::new("USR1"),
+                PossibleValue::new("USR2"),
+                PossibleValue::new("KILL").help("no grace: the command cannot clean up"),
+            ]
+            .into_iter(),
+        ))
+    }
+}
+
 /// `TERM`, `SIGTERM`, `term` or `15`; only signals whose default action ends a process.
 pub fn parse_signal(s: &str) -> Result<Signal, String> {
     let signal = match s.parse::<i32>() {

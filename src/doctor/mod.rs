@@ -1,7 +1,9 @@
 //! `locked-run doctor`: checks what holds lock NAME against what the lease and the fence need,
 //! and says why, server by server: OK, WARN or FAIL lines (or JSON), exit 1 when anything FAILs.
 //! The checks are each backend's own (`View::checks`: `redis/doctor/`, `etcd/doctor.rs`,
-//! `file/doctor.rs`); this prints them.
+//! `file/doctor.rs`), and whether cron finds this binary (`cron_path.rs`); this prints them.
+
+mod cron_path;
 
 use serde_json::json;
 
@@ -25,7 +27,8 @@ pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
     let name = LockName::new(&args.name).map_err(Failure::usage)?;
     let endpoints = args.conn.endpoints();
     let view = look(&endpoints, &name, &Opening::to_look(&endpoints, "doctor"))?;
-    let checks = runtime()?.block_on(view.checks());
+    let mut checks = runtime()?.block_on(view.checks());
+    checks.push(cron_path::check());
     Ok(report(&checks, args.json))
 }
 

@@ -42,6 +42,11 @@ pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
             }
         }
     }
+    // rustls 0.23.48 deprecates *ring*'s provider (it has no post-quantum key exchange); the
+    // lock's TLS stays on *ring* (no CMake or NASM to build, a smaller binary) until moving
+    // to aws-lc-rs is decided on its own. `allow`, not `expect`: Cargo.lock's rustls has no
+    // deprecation, and `cargo install` without `--locked` resolves a newer one.
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

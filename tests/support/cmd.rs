@@ -20,6 +20,14 @@ pub fn lr() -> LockedRun {
     LockedRun { cmd: locked_run() }
 }
 
+/// Another build of `locked-run` (the path of its binary: an older release, for the upgrade
+/// tests), with no arguments yet.
+pub fn lr_of(bin: &str) -> LockedRun {
+    LockedRun {
+        cmd: without_our_settings(bin),
+    }
+}
+
 /// A `locked-run` command line being built. Each method appends to it, in order, exactly what
 /// it says: `.name("job").sh(S)` is `job sh -c S`, `.job(ARGV)` is `job -- ARGV`.
 pub struct LockedRun {

@@ -374,7 +374,7 @@ fn http_get(port: u16, path: &str) -> String {
     reply
 }
 
-fn base64_decode(text: &str) -> String {
+pub fn base64_decode(text: &str) -> String {
     use base64::Engine as _;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)

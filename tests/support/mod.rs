@@ -32,7 +32,7 @@ pub mod topology;
 pub use blocked_exec::*;
 pub use certs::*;
 #[allow(unused_imports)]
-pub use cmd::{LockedRun, lr, status_json};
+pub use cmd::{LockedRun, lr, lr_of, status_json};
 #[allow(unused_imports)]
 pub use etcd::Etcd;
 #[allow(unused_imports)]

@@ -1,6 +1,7 @@
 //! `cargo xtask dist [DIR]`: the man pages (`locked-run.1`, one per subcommand) and bash, zsh
-//! and fish completions, generated from the clap definitions (never written by hand), into DIR
-//! (default `target/dist`), where the packaging metadata in Cargo.toml picks them up.
+//! and fish completions, generated from the clap definitions (never written by hand), and the
+//! documentation as the packages install it (`DIR/doc`, see `docs.rs`), into DIR (default
+//! `target/dist`), where the packaging metadata in Cargo.toml picks them up.
 //!
 //! Every page must have an EXIT STATUS and an EXAMPLES section: the xtask renders all pages
 //! first, checks each, and writes nothing when one lacks either (the packages would otherwise
@@ -9,9 +10,10 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Command, CommandFactory};
-use clap_complete::Shell;
 use locked_run::cli::Cli;
 
+mod completions;
+mod docs;
 mod pages;
 
 /// Where a page's closing text (clap's `after_long_help`) puts the examples.
@@ -98,7 +100,8 @@ fn sections_of_the_extra(page: &str, text: &str) -> Result<String, String> {
     ))
 }
 
-/// The other pages, and where the full documentation is installed.
+/// The other pages, and where the full documentation is installed (docs.rs; packaging/check-deb
+/// checks that every path named here is in the package).
 fn see_also(page: &str) -> String {
     let others: Vec<String> = [
         "locked-run",
@@ -111,11 +114,13 @@ fn see_also(page: &str) -> String {
     .filter(|p| format!("{p}.1") != page)
     .map(|p| format!("\\fB{}\\fR(1)", p.replace('-', "\\-")))
     .collect();
+    let doc = "/usr/share/doc/locked\\-run";
     format!(
         ".SH \"SEE ALSO\"\n{}, \\fBflock\\fR(1), \\fBtimeout\\fR(1)\n.PP\nEvery option, backend and \
-         recipe: /usr/share/doc/locked\\-run/guide.md; the lease clock, fencing and what each \
-         backend guarantees: how\\-it\\-works.md there (docs/ in the source, with docs/faq.md, \
-         keyed by the error lines).\n",
+         recipe: {doc}/docs/guide.md.\n.br\nEach error line, what it means and what to do, keyed by \
+         its first words: {doc}/docs/faq.md.\n.br\nThe lease clock, fencing and what each backend \
+         guarantees: {doc}/docs/how\\-it\\-works.md.\n.br\nUpgrading a fleet, and what stays \
+         compatible: {doc}/docs/upgrading.md and {doc}/CHANGELOG.md.\n",
         others.join(", ")
     )
 }
@@ -165,10 +170,11 @@ fn dist(dir: &Path) -> Result<(), Error> {
     for (page, text) in &pages {
         std::fs::write(dir.join(page), text)?;
     }
-    let cmd = Cli::command();
-    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        clap_complete::generate_to(shell, &mut cmd.clone(), "locked-run", dir)?;
-    }
+    completions::write_all(dir)?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask/ is in the source tree");
+    docs::write(root, &dir.join("doc"))?;
     for entry in std::fs::read_dir(dir)? {
         println!("{}", entry?.path().display());
     }
