@@ -52,7 +52,7 @@ fn judge(exe: Option<&Path>, path: &str) -> Check {
         ),
         Some(found) => check(
             Level::Warn,
-            crate::message!(
+            crate::text::message!(
                 "cron's default PATH finds another locked-run ({}), not this one ({}): crontab lines \
                  that name it run that one; {fix}",
                 found.display(),
@@ -61,7 +61,7 @@ fn judge(exe: Option<&Path>, path: &str) -> Check {
         ),
         None => check(
             Level::Warn,
-            crate::message!(
+            crate::text::message!(
                 "cron's default PATH does not find this locked-run ({path} has no locked-run): a \
                  crontab line that names it fails with status 127 (locked-run: not found); {fix}"
             ),
