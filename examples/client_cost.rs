@@ -26,12 +26,12 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use locked_run::backend::{hostname, wall_clock_ms};
-use locked_run::name::LockName;
-use locked_run::redis::keys::Keys;
-use locked_run::redis::node::Node;
-use locked_run::redis::resp::Reply;
-use locked_run::redis::scripts::{ACQUIRE, RELEASE};
+use locked_run::internals::LockName;
+use locked_run::internals::redis::Keys;
+use locked_run::internals::redis::Node;
+use locked_run::internals::redis::resp::Reply;
+use locked_run::internals::redis::scripts::{ACQUIRE, RELEASE};
+use locked_run::internals::{hostname, wall_clock_ms};
 
 /// locked-run's `--connect-timeout` and request limits are of this order; nothing here waits.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use locked_run::redis::resp::{Addr, Connection, Reply};
+use locked_run::internals::redis::resp::{Addr, Connection, Reply};
 use tokio::io::AsyncWriteExt;
 
 /// The size of the server's writes.

@@ -170,22 +170,15 @@ impl LeaseClock {
         }
     }
 
-    pub fn timings(&self) -> Timings {
-        self.timings
-    }
-
     /// V: the lease is proven valid until this reading.
+    #[cfg(test)]
     pub fn valid_until(&self) -> Duration {
         self.valid_until
     }
 
+    #[cfg(test)]
     pub fn stop(&self) -> Stop {
         self.stop
-    }
-
-    /// Why stopping began, if it did.
-    pub fn stop_reason(&self) -> Option<Why> {
-        self.stop_reason
     }
 
     /// The last renewal error, for the message that explains a stop.

@@ -1,61 +1,73 @@
-//! `locked-run`: run a command under a distributed lease held in Redis, so that across a fleet
-//! at most one copy of a job runs at a time. The crate is a library with a thin binary
-//! (`src/main.rs`); this is its front door.
+//! `locked-run` runs a command under a distributed lease, so that across a fleet at most one
+//! copy of a job runs at a time; the lease lives in Redis (one server, Sentinel, Cluster, or
+//! Redlock over several), an etcd cluster, or a directory of one host. This crate is its
+//! library: the same lock, the same protocol and the same lease clock, for Rust programs that
+//! want them without the wrapper.
 //!
-//! # Layout
+//! - [`Lock`]: a lease on one NAME, opened from [`Endpoints`] (the URLs, passwords, TLS) and
+//!   [`Options`] (the lease's timings, `--holders`, `--shared`, how long to wait), exactly as
+//!   the command line opens it. [`Lock::acquire`] returns the fence token, a number that grows
+//!   with every acquisition: hand it to the storage you write to, so that it can refuse a holder
+//!   whose lease ran out while it was paused.
+//! - [`Guard`] ([`Lock::hold`]): the lock waited for, then kept in the background on the lease
+//!   clock; [`Guard::stop_now`] resolves before the lease can be lost (the lease clock's kill
+//!   point), so a task stops before anyone else can hold the lock.
+//! - [`Error`]: what went wrong, in the terms of the command line's exit statuses.
 //!
-//! - [`app`]: what the command line asks for, carried out, and how it ends (the exit).
-//! - [`cli`]: the command line (clap), value parsers, validation into a [`config::RunConfig`].
-//! - [`config`]: what a run needs besides the backend ([`config::RunConfig`], how long to wait).
-//! - [`open`]: opening the backend the URLs name for a lock specification, as one
-//!   [`backend::AnyBackend`]; the one place a kind of backend refuses what it cannot give.
-//! - [`session`]: one run's session with its lock: waiting, the job, its stop and its ending
-//!   (pure cores and small drivers).
-//! - [`lease`]: the lease clock (a pure state machine) and the loop that keeps the lease; the
-//!   lease's timings, owned by [`lease::Timings`].
-//! - [`backend`]: the interface every backend implements (acquire, renew, release, give back,
-//!   wake-ups, inspect, force-release), the lock specification, and the one type for any backend.
-//! - [`redis`]: the Redis backends: one server (plain, TLS, Sentinel, Cluster) and Redlock,
-//!   with the URL, connection, protocol and script layers under them.
-//! - [`etcd`]: the consensus backend (`etcd://`): etcd's own lock recipe over its JSON gateway,
-//!   the fence a create revision.
-//! - [`file`]: the host-local backend (`file:///DIR`): `flock(2)` and a durable fence counter.
-//! - [`child`]: finding, spawning, signalling and reaping the command.
-//! - [`watcher`]: kills the job's session should `locked-run` itself be SIGKILLed.
-//! - [`signals`]: the signals forwarded to the command or ending a wait.
-//! - [`status`], [`release`], [`doctor`]: the operators' subcommands.
-//! - [`library`]: the lock as a Rust type ([`Lock`]), over any backend.
-//! - [`name`]: lock names (the keys and file names derived from them live with their backend).
-//! - [`exit`]: exit statuses, mapped to numbers in one place.
-//! - [`log`], [`notify`]: stderr logging; `sd_notify` for systemd units.
+//! A lease alone cannot guarantee exclusivity when processes pause: the fence is what lets the
+//! protected resource reject a stale holder. See `docs/how-it-works.md` in the repository.
+//!
+//! The binary (`src/main.rs`) is thin: it parses the command line and hands it to the code
+//! behind [`internals`], which is this crate's own and not an interface to build on.
+//! `docs/architecture.md` describes the layers.
 
-pub mod app;
-pub mod backend;
-pub mod child;
-pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod doctor;
-pub mod endpoints;
-pub mod etcd;
-pub mod exit;
-pub mod file;
-pub mod lease;
-pub mod library;
-pub mod log;
-pub mod name;
-pub mod notify;
-pub mod open;
-pub mod redis;
-pub mod release;
-pub mod session;
-pub mod signals;
-pub mod status;
-pub mod text;
+mod app;
+mod backend;
+mod child;
+mod cli;
+mod clock;
+mod config;
+mod doctor;
+mod endpoints;
+mod etcd;
+mod exit;
+mod file;
+mod lease;
+mod library;
+mod log;
+mod name;
+mod notify;
+mod open;
+mod redis;
+mod release;
+mod session;
+mod signals;
+mod status;
+mod text;
+mod watcher;
 
-pub mod watcher;
-
-pub use crate::app::{Outcome, execute};
-pub use crate::endpoints::Endpoints;
+pub use crate::endpoints::{Endpoints, TlsOptions};
 pub use crate::library::{Error, Guard, Lock, Options, Stop};
-pub use crate::redis::redlock::Redlock;
+
+/// What the `locked-run` binary and the project's own tools need from the inside: the command
+/// line and its outcome (the binary; xtask's man pages and completions), and the Redis client
+/// and scripts (the benchmark's client-cost example, the tests of the scripts). Not an
+/// interface: it changes with the code.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::app::{Outcome, execute};
+    pub use crate::backend::{hostname, wall_clock_ms};
+    pub use crate::cli::{Cli, one_line, shared_options_after_subcommand};
+    pub use crate::exit::USAGE;
+    pub use crate::log::write_last;
+    pub use crate::name::LockName;
+
+    /// The Redis client, keys and scripts.
+    pub mod redis {
+        pub use crate::redis::SCRIPTS;
+        pub use crate::redis::keys::Keys;
+        pub use crate::redis::node::Node;
+        pub use crate::redis::resp;
+        pub use crate::redis::scripts;
+    }
+}

@@ -3,15 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use locked_run::cli::{Cli, one_line, shared_options_after_subcommand};
+use locked_run::internals::{Cli, one_line, shared_options_after_subcommand};
 
 fn main() -> ExitCode {
     let args = shared_options_after_subcommand(std::env::args_os().collect());
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
-            locked_run::log::write_last(&format!("locked-run: {}", one_line(&e)));
-            return ExitCode::from(locked_run::exit::USAGE);
+            locked_run::internals::write_last(&format!("locked-run: {}", one_line(&e)));
+            return ExitCode::from(locked_run::internals::USAGE);
         }
         Err(e) => {
             // --help, --version
@@ -19,5 +19,5 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    locked_run::execute(cli).finish()
+    locked_run::internals::execute(cli).finish()
 }

@@ -108,7 +108,11 @@ fn an_ask_redirection_runs_nothing_before_the_password_is_taken() {
     }
     let target = cluster.begin_moving("lock:{job}");
     // The importing node knows the script (EVALSHA would run it) and another password.
-    let _: String = target.cmd(&["SCRIPT", "LOAD", locked_run::redis::scripts::ACQUIRE.source]);
+    let _: String = target.cmd(&[
+        "SCRIPT",
+        "LOAD",
+        locked_run::internals::redis::scripts::ACQUIRE.source,
+    ]);
     let _: String = target.cmd(&["ACL", "SETUSER", "cron", "resetpass", ">other"]);
     let url = cluster
         .url()

@@ -152,3 +152,67 @@ async fn the_library_takes_an_etcd_url() {
         "no '/' in a NAME on etcd"
     );
 }
+
+/// A guard waits as the command line does, keeps its lease in the background while the task
+/// does not touch it (T = 1 s, held 2.5 s), and gives the lock back when dropped.
+#[tokio::test(flavor = "current_thread")]
+async fn a_guard_keeps_its_lease_in_the_background_and_releases_when_dropped() {
+    let redis = Redis::start();
+    let endpoints = locked_run::Endpoints::new([redis.url()]);
+    let mut options = locked_run::Options::new(Duration::from_secs(1));
+    let lock = Lock::open(&endpoints, "report", &options).unwrap();
+    let guard = lock.hold().await.unwrap();
+    assert_eq!(guard.fence(), 1);
+    options.wait = Some(Duration::ZERO);
+    let other = Lock::open(&endpoints, "report", &options).unwrap();
+    assert!(
+        matches!(other.hold().await, Err(locked_run::Error::Busy(_))),
+        "not waiting: busy"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        redis.get("lock:{report}").as_deref(),
+        Some(guard.token()),
+        "renewed past two leases' length"
+    );
+    assert_eq!(guard.stopping(), None);
+    drop(guard);
+    wait_until("the dropped guard released", Duration::from_secs(5), || {
+        !redis.exists("lock:{report}")
+    });
+    let next = other.hold().await.unwrap();
+    assert_eq!(next.fence(), 2, "the next holder's fence is larger");
+    assert!(next.release().await.unwrap(), "it was still ours");
+}
+
+/// Taken away by an operator, the lock is found gone at the next renewal (R = T/6) and the task
+/// is told to stop at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_guard_tells_its_task_to_stop_when_the_lock_is_taken_away() {
+    let redis = Redis::start();
+    let lock = Lock::new(&redis.url(), "report", Duration::from_secs(3)).unwrap();
+    let mut guard = lock.hold().await.unwrap();
+    let _: i64 = redis.cmd(&["DEL", "lock:{report}"]);
+    let stop = tokio::time::timeout(Duration::from_secs(3), guard.stop_now())
+        .await
+        .expect("told within a renew interval");
+    assert_eq!(stop, locked_run::Stop::Lost);
+    assert!(!guard.release().await.unwrap(), "no longer ours");
+}
+
+/// The library opens every backend the command line does, with its refusals: `--holders` on
+/// Redlock is refused before anything is connected.
+#[test]
+fn the_library_refuses_what_the_command_line_refuses() {
+    let five = Five::start();
+    let urls: Vec<String> = five.servers.iter().map(|r| r.url()).collect();
+    let mut options = locked_run::Options::new(Duration::from_secs(5));
+    options.holders = 3;
+    let refused = Lock::open(&locked_run::Endpoints::new(urls), "job", &options)
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&refused, locked_run::Error::Usage(why) if why.contains("--holders")),
+        "{refused}"
+    );
+}

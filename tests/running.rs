@@ -285,7 +285,7 @@ fn a_command_that_fails_to_exec_is_126_and_the_lock_is_released() {
 fn the_scripts_sha1s_are_the_servers() {
     // A stale constant would still work (NOSCRIPT, then EVAL), at two round trips a call.
     let redis = Redis::start();
-    for script in locked_run::redis::SCRIPTS {
+    for script in locked_run::internals::redis::SCRIPTS {
         let sha: String = redis.cmd(&["SCRIPT", "LOAD", script.source]);
         assert_eq!(sha, script.sha1);
     }

@@ -177,13 +177,6 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The password `REDISCLI_AUTH` gives (as `redis-cli` takes it), for URLs that carry none.
-pub fn env_password() -> Option<String> {
-    std::env::var("REDISCLI_AUTH")
-        .ok()
-        .filter(|p| !p.is_empty())
-}
-
 /// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()

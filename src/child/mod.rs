@@ -130,10 +130,6 @@ pub struct Child {
 }
 
 impl Child {
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
     /// The command's status, once it has been reaped.
     pub fn status(&self) -> Option<ExitStatus> {
         self.status

@@ -21,7 +21,7 @@ mod values;
 
 pub use conn::ConnArgs;
 pub use placement::shared_options_after_subcommand;
-pub use values::{parse_duration, parse_signal};
+pub use values::parse_duration;
 
 /// The most holders `--holders` allows (each is a lease of its own, and a `file://` waiter
 /// watches every slot).

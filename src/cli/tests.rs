@@ -1,5 +1,6 @@
 //! The command line's definitions and value parsers, checked without running anything.
 
+use super::values::parse_signal;
 use super::*;
 use clap::CommandFactory;
 
@@ -150,23 +151,6 @@ fn the_signal_names_offered_are_taken() {
             value.get_name()
         );
     }
-}
-
-#[test]
-fn url_list_splits_on_whitespace_and_scheme_commas() {
-    assert_eq!(
-        crate::endpoints::split("redis://a:1 redis://b:2"),
-        ["redis://a:1", "redis://b:2"]
-    );
-    assert_eq!(
-        crate::endpoints::split("redis://a:1,redis://b:2"),
-        ["redis://a:1", "redis://b:2"]
-    );
-    assert_eq!(
-        crate::endpoints::split("redis://:pa,ss@a:1"),
-        ["redis://:pa,ss@a:1"]
-    );
-    assert_eq!(crate::endpoints::split("  redis://a  "), ["redis://a"]);
 }
 
 #[test]

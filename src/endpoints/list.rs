@@ -56,3 +56,22 @@ fn starts_with_scheme(s: &str) -> bool {
     chars.next().is_some_and(|c| c.is_ascii_alphabetic())
         && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_list_splits_on_whitespace_and_scheme_commas() {
+        assert_eq!(
+            split("redis://a:1 redis://b:2"),
+            ["redis://a:1", "redis://b:2"]
+        );
+        assert_eq!(
+            split("redis://a:1,redis://b:2"),
+            ["redis://a:1", "redis://b:2"]
+        );
+        assert_eq!(split("redis://:pa,ss@a:1"), ["redis://:pa,ss@a:1"]);
+        assert_eq!(split("  redis://a  "), ["redis://a"]);
+    }
+}

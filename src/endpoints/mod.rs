@@ -9,8 +9,7 @@ mod scheme;
 mod secrets;
 mod tls;
 
-pub use list::{shell_word, split, split_checked};
-pub use scheme::{Scheme, has_password, printable, redact};
+pub use scheme::{Scheme, has_password, printable};
 pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};
 pub use tls::{TlsOptions, connector};
 
@@ -18,17 +17,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where the lock lives when no URL is given.
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// The password variable `redis-cli` reads, read for Redis and etcd URLs that carry none.
-pub const PASSWORD_VARIABLE: &str = "REDISCLI_AUTH";
+pub(crate) const PASSWORD_VARIABLE: &str = "REDISCLI_AUTH";
 
 /// What to connect to, and what every connection needs besides: one description for a run,
 /// `status`, `release`, `doctor` and the library alike.
 #[derive(Clone, Debug)]
 pub struct Endpoints {
     /// The URLs given (`--url`, or a library caller's); none: `LOCKED_RUN_URL`, else
-    /// [`DEFAULT_URL`].
+    /// `redis://127.0.0.1:6379`.
     pub given: Vec<String>,
     /// How long one connection attempt may take.
     pub connect_timeout: Duration,
@@ -53,7 +52,7 @@ impl Default for Endpoints {
 
 /// The store the URLs name, each kind with the URLs it is opened from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Store {
+pub(crate) enum Store {
     /// One Redis server (any topology), or several independent ones: Redlock.
     Redis(Vec<String>),
     /// One etcd cluster: one URL listing its endpoints.
@@ -73,7 +72,7 @@ impl Endpoints {
 
     /// The URLs: those given, else `LOCKED_RUN_URL`'s, else [`DEFAULT_URL`]. An error when
     /// `LOCKED_RUN_URL` does not split into URLs (it never shows the pieces).
-    pub fn urls(&self) -> Result<Vec<String>, String> {
+    pub(crate) fn urls(&self) -> Result<Vec<String>, String> {
         if !self.given.is_empty() {
             return Ok(self.given.clone());
         }
@@ -87,7 +86,7 @@ impl Endpoints {
     /// `file://` or `etcd://` URL with others, TLS files with no URL that speaks TLS, the
     /// sentinels' password with no sentinel. Each backend checks its own URLs in full when it
     /// is opened.
-    pub fn store(&self) -> Result<Store, String> {
+    pub(crate) fn store(&self) -> Result<Store, String> {
         let urls = self.urls()?;
         let schemes: Vec<Scheme> = urls.iter().map(|u| Scheme::of(u)).collect();
         let tls_files =
@@ -151,7 +150,7 @@ impl Endpoints {
     /// The password for URLs that carry none: `--password-file`, else the environment's
     /// `variable` (`REDISCLI_AUTH`); and where it came from, for the line that says a server
     /// refused it.
-    pub fn default_password(
+    pub(crate) fn default_password(
         &self,
         variable: &'static str,
     ) -> Result<Option<(String, PasswordFrom)>, String> {
@@ -178,7 +177,7 @@ impl Endpoints {
     /// The sentinels' own credentials: `--sentinel-password-file`, else
     /// `LOCKED_RUN_SENTINEL_AUTH`; `None` when neither is given (the sentinels are then asked
     /// with the data nodes' credentials).
-    pub fn sentinel_auth(&self) -> Result<Option<SentinelAuth>, String> {
+    pub(crate) fn sentinel_auth(&self) -> Result<Option<SentinelAuth>, String> {
         if let Some(path) = &self.sentinel_password_file {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 crate::text::message!(
@@ -213,7 +212,7 @@ impl Endpoints {
 
     /// Warns when a password was given with the URLs on the command line, where `ps` shows it
     /// to every user (one from `LOCKED_RUN_URL` is the way to give one).
-    pub fn warn_about_visible_passwords(&self) {
+    pub(crate) fn warn_about_visible_passwords(&self) {
         if self.given.iter().any(|u| has_password(u)) {
             tracing::warn!(
                 "a password given with --url is visible to every user of this machine (ps); \
@@ -226,7 +225,7 @@ impl Endpoints {
     /// given, each without its password (a URL from `LOCKED_RUN_URL` is in the environment
     /// already, and the default needs none), and the files the connection needs (paths, never
     /// their contents), quoted for a shell.
-    pub fn pasteable(&self, sub: &str, name: &str) -> String {
+    pub(crate) fn pasteable(&self, sub: &str, name: &str) -> String {
         let mut line = format!("locked-run {sub}");
         for url in &self.given {
             line.push_str(" -u ");

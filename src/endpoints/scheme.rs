@@ -48,16 +48,6 @@ impl Scheme {
             Scheme::File | Scheme::Postgres => false,
         }
     }
-
-    /// The store's name, for messages.
-    pub fn store(self) -> &'static str {
-        match self {
-            Scheme::Redis { .. } => "Redis",
-            Scheme::Etcd { .. } => "etcd",
-            Scheme::File => "file://",
-            Scheme::Postgres => "PostgreSQL",
-        }
-    }
 }
 
 /// `url` as it may be printed: its password taken out of the user part and of the query

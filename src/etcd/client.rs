@@ -77,11 +77,6 @@ impl Client {
         self.url.to_string()
     }
 
-    /// The endpoint asked first, for messages.
-    pub fn address(&self) -> String {
-        self.endpoint(self.current.get()).to_string()
-    }
-
     /// The user the URL names, if any (never its password).
     pub fn user(&self) -> Option<&str> {
         self.url.user.as_deref()

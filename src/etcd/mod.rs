@@ -46,7 +46,7 @@ use tokio::time::Instant;
 pub use client::Client;
 pub use name::check as check_name;
 pub use open::client;
-pub use url::{EtcdUrl, has_password, is_etcd_url, parse as parse_url, printable};
+
 pub use wire::prefix_end;
 
 use crate::backend::{

@@ -10,11 +10,6 @@ use crate::endpoints::PasswordFrom;
 /// etcd's client port.
 pub const DEFAULT_PORT: u16 = 2379;
 
-/// Whether `url` names an etcd cluster.
-pub fn is_etcd_url(url: &str) -> bool {
-    url.starts_with("etcd://") || url.starts_with("etcds://")
-}
-
 /// One member's client address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
@@ -169,11 +164,6 @@ pub fn printable(url: &str) -> String {
     }
 }
 
-/// Whether an `etcd://` URL carries a password.
-pub fn has_password(url: &str) -> bool {
-    parse(url).is_ok_and(|u| u.password.is_some())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,7 +204,5 @@ mod tests {
             assert!(!e.contains("pw"), "{e}");
         }
         assert_eq!(printable("etcd://u:pw@h:1,g:2"), "etcd://u@h:1,g:2");
-        assert!(has_password("etcd://u:pw@h"));
-        assert!(!has_password("etcd://u@h"));
     }
 }

@@ -13,12 +13,6 @@ use crate::backend::BackendError;
 use crate::exit::Failure;
 use crate::name::LockName;
 
-/// Whether `url` names the host-local backend.
-pub fn is_file_url(url: &str) -> bool {
-    url.get(..5)
-        .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
-}
-
 /// The directory a `file:` URL names: `file:///abs/dir` (or `file://localhost/abs/dir`),
 /// percent-decoded.
 pub fn dir_of(url: &str) -> Result<PathBuf, String> {
@@ -223,9 +217,6 @@ mod tests {
 
     #[test]
     fn urls_name_an_absolute_local_directory() {
-        assert!(is_file_url("file:///var/lock/jobs"));
-        assert!(is_file_url("FILE:///x"));
-        assert!(!is_file_url("redis://h"));
         assert_eq!(
             dir_of("file:///var/lock/jobs"),
             Ok(PathBuf::from("/var/lock/jobs"))

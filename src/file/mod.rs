@@ -23,7 +23,7 @@
 //!   shared run), so the kernel wakes it the moment that one lets go; it lets go at once and
 //!   tells the waiter, which then tries as usual. No polling, except while a `--min-hold`
 //!   deadline (which no process holds) is slept out: then the lock file is re-read every
-//!   [`MIN_HOLD_RECHECK`], so that a `release --force` is seen.
+//!   `MIN_HOLD_RECHECK`, so that a `release --force` is seen.
 //! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
 //!   several users share, a planted link must not make a run write someone else's file. In a
 //!   sticky directory that other users can write, a file of the lock that another user owns is
@@ -57,12 +57,12 @@ use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
 
+pub use files::dir_of;
 use files::{Paths, prepare_dir, refused};
-pub use files::{dir_of, is_file_url};
 pub use inspect::{check_files, only_its_process_frees};
 use meta::{Meta, NotBefore};
 use queue::Place;
-pub use wakeups::{FileWakeups, MIN_HOLD_RECHECK};
+pub use wakeups::FileWakeups;
 
 /// A lock on one NAME in one directory of this host.
 pub struct FileLock {
@@ -91,9 +91,8 @@ pub struct FileLock {
 }
 
 impl FileLock {
-    /// Opens (creating it, and the directory if its parent exists) the lock file of `name`
-    /// in the directory `url` names. A missing parent is a usage error (2); a directory or
-    /// file that cannot be written is 69.
+    /// [`FileLock::at`], prepared: what a run opens, for the tests.
+    #[cfg(test)]
     pub fn open(url: &str, name: LockName, command: &str) -> Result<FileLock, Failure> {
         let lock = FileLock::at(url, name, command)?;
         lock.prepare()?;

@@ -7,7 +7,7 @@
 //! - `fence:{NAME}`  the fencing counter, never deleted;
 //! - `holder:{NAME}` a hash: token, host, pid, command, since (ms), fence; same expiry as the lock;
 //! - `holders:{NAME}`, `holders-meta:{NAME}`: the holders of a semaphore (`--holders N`, see
-//!   [`super::semaphore`]).
+//!   `super::semaphore`).
 //!
 //! Releases are published on `released:{NAME}` (a sharded channel on a Cluster).
 
@@ -222,7 +222,7 @@ return 1
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
-/// counter to ARGV[2] (never lowers it) only while the lock holds our token; 1 when done, 0
+/// counter to `ARGV[2]` (never lowers it) only while the lock holds our token; 1 when done, 0
 /// when the lock is not ours here.
 pub const RAISE_FENCE: Script = Script {
     source: r#"

@@ -19,7 +19,6 @@ pub mod waiter;
 
 pub use acquire::{Interrupts, acquire};
 pub use run::run;
-pub use waiter::Acquired;
 
 use crate::backend::Backend;
 use crate::lease::{Renew, Timings};

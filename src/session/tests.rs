@@ -342,7 +342,7 @@ async fn start_failing(
 ) -> (crate::exit::Failure, Vec<Seen>) {
     let fake = Fake::new(vec![]);
     let cfg = config(Patience::Forever);
-    let acquired = super::Acquired {
+    let acquired = super::waiter::Acquired {
         fence: 1,
         sent: Duration::ZERO,
         waited: Duration::ZERO,

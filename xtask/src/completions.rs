@@ -8,7 +8,7 @@ use std::path::Path;
 
 use clap::{Command, CommandFactory};
 use clap_complete::Shell;
-use locked_run::cli::Cli;
+use locked_run::internals::Cli;
 
 /// The name the completions complete.
 pub const BIN: &str = "locked-run";

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Command, CommandFactory};
-use locked_run::cli::Cli;
+use locked_run::internals::Cli;
 
 mod completions;
 mod docs;

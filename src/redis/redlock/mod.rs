@@ -58,10 +58,6 @@ impl Redlock {
         }
     }
 
-    pub fn name(&self) -> &str {
-        self.locks[0].name().as_str()
-    }
-
     pub fn quorum(&self) -> usize {
         self.locks.len() / 2 + 1
     }

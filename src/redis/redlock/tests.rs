@@ -75,7 +75,7 @@ fn a_quorum_is_a_strict_majority() {
 fn every_server_of_a_redlock_has_its_token() {
     let redlock = redlock_on(5);
     assert!(redlock.locks.iter().all(|l| l.token() == redlock.token()));
-    assert_eq!(redlock.name(), "job");
+    assert_eq!(redlock.locks[0].name().as_str(), "job");
     assert_eq!(redlock.fence.get(), 0, "no fence before an acquisition");
 }
 

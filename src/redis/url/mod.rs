@@ -214,11 +214,6 @@ fn multi_scheme(url: &str) -> Option<Multi> {
         .map(|(_, multi)| *multi)
 }
 
-/// Whether `url` speaks TLS: `rediss://`, `rediss+sentinel://`, `rediss+cluster://`.
-pub fn is_tls(url: &str) -> bool {
-    url.starts_with("rediss://") || multi_scheme(url).is_some_and(|m| m.secure)
-}
-
 /// A URL that names several hosts: sentinels, or the seeds of a Cluster.
 fn parse_multi(
     url: &str,
@@ -407,17 +402,6 @@ fn split_multi(rest: &str) -> (Option<&str>, &str, Option<&str>) {
     match after.split_once('/') {
         Some((hosts, path)) => (auth, hosts, Some(path)),
         None => (auth, after, None),
-    }
-}
-
-/// Any URL as it may be printed: without its password (a `file://` URL has none).
-pub fn printable(url: &str) -> String {
-    if multi_scheme(url).is_some() {
-        return redact_multi(url);
-    }
-    match ::url::Url::parse(url) {
-        Ok(parsed) => redact(&parsed),
-        Err(_) => shown(url),
     }
 }
 

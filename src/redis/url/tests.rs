@@ -181,7 +181,7 @@ fn secured_sentinel_and_cluster_urls() {
     );
     assert_eq!(t.address, "rediss+sentinel://locker@s1:26380,s2/mymaster/1");
     assert!(url_has_password("rediss+sentinel://:pw@s1/m"));
-    assert!(!printable("rediss+sentinel://:pw@s1/m").contains("pw"));
+    assert!(!crate::endpoints::printable("rediss+sentinel://:pw@s1/m").contains("pw"));
     assert!(
         open("rediss+sentinel://s1")
             .err()
@@ -197,7 +197,7 @@ fn secured_sentinel_and_cluster_urls() {
     assert_eq!(c.seeds()[1], ("n2".to_owned(), 6379));
     assert_eq!(t.address, "rediss+cluster://n1:7000,n2/");
     assert!(url_has_password("rediss+cluster://:pw@n1"));
-    assert!(!printable("rediss+cluster://:pw@n1").contains("pw"));
+    assert!(!crate::endpoints::printable("rediss+cluster://:pw@n1").contains("pw"));
 
     let Topology::Sentinel(s) = open("redis+sentinel://s1/m").unwrap().topology else {
         panic!("not sentinels")
@@ -211,6 +211,6 @@ fn secured_sentinel_and_cluster_urls() {
         ("redis+sentinel://s/m", false),
         ("redis+cluster://n", false),
     ] {
-        assert_eq!(is_tls(url), tls, "{url}");
+        assert_eq!(crate::endpoints::Scheme::of(url).tls(), tls, "{url}");
     }
 }
