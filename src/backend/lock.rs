@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{BackendError, Busy, Mode};
+use super::{BackendError, Busy, Mode, Run};
 use crate::exit::Failure;
 use crate::lease::Timings;
 
@@ -89,11 +89,14 @@ pub trait Backend {
     async fn renew(&self, timings: &Timings, timeout: Duration) -> Result<bool, BackendError>;
 
     /// Compare-and-release, waking waiters; with `keep_for`, leave the lock to expire after that
-    /// long instead (`--min-hold`). `Ok(false)` when the lock was no longer ours.
+    /// long instead (`--min-hold`). `Ok(false)` when the lock was no longer ours. With `run`,
+    /// the run is added to the NAME's history, in the same round trip or right after, never
+    /// before the release is confirmed, and never a reason for the release to fail.
     async fn release(
         &self,
         keep_for: Option<Duration>,
         timeout: Duration,
+        run: Option<&Run>,
     ) -> Result<bool, BackendError>;
 
     /// Release notifications, confirmed by the server when this returns, and whether that

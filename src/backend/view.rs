@@ -1,7 +1,7 @@
 //! The operator's view of a lock: what `status` shows, what `release --force` does, and the
 //! checks `doctor` runs, each backend in its own terms.
 
-use super::{BackendError, Busy, Holder, Tenure};
+use super::{BackendError, Busy, Holder, Run, Tenure};
 
 /// What `status` shows of a lock.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -69,6 +69,10 @@ pub trait View {
     /// `release --force`: frees the lock whoever holds it (of several holders, the one whose
     /// token is `token`, or every one), never its fence counter, and wakes the waiters.
     async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError>;
+
+    /// The NAME's last `limit` runs that took the lock, newest first (empty: never taken, or
+    /// its history expired).
+    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError>;
 
     /// `doctor`'s checks of what holds the lock: each server, hop or directory, and what
     /// the lease and the fence need of it.

@@ -138,3 +138,27 @@ impl EtcdLock {
         reply.map(|_| ours)
     }
 }
+
+impl EtcdLock {
+    /// Revokes our lease (deleting our key), or with `keep_for` moves the key to a lease of its
+    /// own first (`--min-hold`).
+    pub(super) async fn let_go(
+        &self,
+        keep_for: Option<Duration>,
+        deadline: Instant,
+    ) -> Result<bool, BackendError> {
+        if let (Some(hold), Some(place)) = (keep_for, self.place.get()) {
+            match self.keep_for(place, hold, deadline).await {
+                Ok(moved) => {
+                    self.leave(deadline).await?;
+                    return Ok(moved);
+                }
+                Err(e) => tracing::warn!(
+                    "could not keep lock {} for --min-hold ({e}): it is released now",
+                    self.name
+                ),
+            }
+        }
+        self.leave(deadline).await
+    }
+}

@@ -27,6 +27,7 @@
 
 mod client;
 mod doctor;
+mod history;
 mod inspect;
 mod lease;
 mod line;
@@ -50,7 +51,7 @@ pub use open::client;
 pub use wire::prefix_end;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Mode, Report, Tenure, View,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Mode, Report, Run, Tenure, View,
     Wakeups, hostname, wall_clock_ms,
 };
 use crate::lease::Timings;
@@ -436,25 +437,28 @@ impl Backend for EtcdLock {
     /// was gone already. With `keep_for` (`--min-hold`), the key is first moved to a lease of
     /// its own that lasts that long (whole seconds, at least etcd's minimum): it keeps its
     /// create revision, so it holds the lock until that lease ends, and its waiters wake then.
+    /// Releases, then (the release confirmed) adds `run` to the history: a history that
+    /// cannot be written is a warning, never a failed release.
     async fn release(
         &self,
         keep_for: Option<Duration>,
         timeout: Duration,
+        run: Option<&Run>,
     ) -> Result<bool, BackendError> {
         let deadline = Instant::now() + timeout;
-        if let (Some(hold), Some(place)) = (keep_for, self.place.get()) {
-            match self.keep_for(place, hold, deadline).await {
-                Ok(moved) => {
-                    self.leave(deadline).await?;
-                    return Ok(moved);
-                }
-                Err(e) => tracing::warn!(
-                    "could not keep lock {} for --min-hold ({e}): it is released now",
+        let released = self.let_go(keep_for, deadline).await;
+        if let Some(run) = run {
+            // The history gets a deadline of its own: a release that used up its time still
+            // leaves its run in it.
+            let by = Instant::now() + self.client.connect_timeout();
+            if let Err(e) = self.remember(run, by).await {
+                tracing::warn!(
+                    "could not add this run to lock {}'s history ({e}); the lock is released",
                     self.name
-                ),
+                );
             }
         }
-        self.leave(deadline).await
+        released
     }
 
     /// A watch on the key before ours, from the revision after the read that found it: it
@@ -488,6 +492,10 @@ impl View for EtcdLock {
 
     async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         self.force(token).await
+    }
+
+    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+        self.history_here(limit).await
     }
 
     async fn checks(&self) -> Vec<Check> {

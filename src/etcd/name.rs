@@ -5,7 +5,16 @@ use crate::name::LockName;
 
 /// A NAME with no `/`: etcd's recipe keeps a NAME's contenders under `NAME/`, so lock `p` would
 /// see lock `p/job`'s keys as its own contenders, and `release --force p` would free them.
+///
+/// And not `locked-run`, under whose prefix the NAMEs' histories are kept (`history.rs`): that
+/// lock would count them as its contenders.
 pub fn check(name: &LockName) -> Result<(), String> {
+    if name.as_str() == super::history::ROOT {
+        return Err(crate::text::message!(
+            "the lock name {name} is kept for locked-run's own use on etcd:// (the history of \
+             every NAME lives under {name}/); choose another"
+        ));
+    }
     match name.as_str().contains('/') {
         false => Ok(()),
         true => Err(crate::text::message!(
@@ -27,5 +36,6 @@ mod tests {
         assert!(line.contains("(team/migrate has one)"), "{line}");
         assert!(!line.contains("LockName"), "{line}");
         assert_eq!(check(&LockName::new("team-migrate").unwrap()), Ok(()));
+        assert!(check(&LockName::new("locked-run").unwrap()).is_err());
     }
 }

@@ -36,6 +36,7 @@
 mod doctor;
 mod fence;
 mod files;
+mod history;
 mod inspect;
 mod lockfile;
 mod meta;
@@ -52,7 +53,7 @@ use std::fs::File;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Check, Expiry, Holder, hostname};
-use crate::backend::{Freed, Mode, Report, Tenure, View, Wakeups, wall_clock_ms};
+use crate::backend::{Freed, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -253,7 +254,7 @@ impl Backend for FileLock {
 
     /// Nothing can be on its way to a kernel lock: what may be held is released.
     async fn give_back(&self, timeout: Duration) -> Result<bool, BackendError> {
-        self.release(None, timeout).await
+        self.release(None, timeout, None).await
     }
 
     /// One attempt; with `listen` (a run that will wait), a busy answer first takes this run's
@@ -284,12 +285,23 @@ impl Backend for FileLock {
         &self,
         keep_for: Option<Duration>,
         _timeout: Duration,
+        run: Option<&Run>,
     ) -> Result<bool, BackendError> {
         // A run that gives up its wait leaves the queue.
         self.leave_queue();
         let Some(mut meta) = self.held.borrow_mut().take() else {
             return Ok(false);
         };
+        if let Some(run) = run {
+            // Under the lock, so that the runs of one NAME are written in the order they held it.
+            let alone = !self.shared && self.holders == 1;
+            if let Err(e) = history::append(&self.paths, run, alone) {
+                tracing::warn!(
+                    "could not add this run to lock {}'s history ({e}); the lock is released",
+                    self.name
+                );
+            }
+        }
         if self.shared {
             return self.leave_shared(meta, keep_for);
         }
@@ -331,6 +343,10 @@ impl View for FileLock {
         inspect::force_release(&self.paths, &self.name, token)
     }
 
+    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+        history::read(&self.paths, limit)
+    }
+
     async fn checks(&self) -> Vec<Check> {
         doctor::check_dir(&self.url, &self.paths.dir, &self.name)
     }
@@ -363,14 +379,14 @@ mod tests {
 
         let (mut wakeups, covered) = b.subscribe().await.unwrap();
         assert!(covered);
-        assert_eq!(a.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(a.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
         assert_eq!(
             b.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 2 })
         );
         assert_eq!(
-            b.release(Some(Duration::from_secs(60)), Duration::ZERO)
+            b.release(Some(Duration::from_secs(60)), Duration::ZERO, None)
                 .await,
             Ok(true)
         );

@@ -367,11 +367,11 @@ mod tests {
         assert_eq!(w.paths.queued_pids().len(), 3);
         drop(dropped);
 
-        assert_eq!(r0.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(r0.release(None, Duration::ZERO, None).await, Ok(true));
         assert!(acquired(w.try_acquire(&t, true).await));
         assert_eq!(late.waits_for().unwrap(), None, "w left the queue");
         assert!(!acquired(late.try_acquire(&t, true).await), "w holds");
-        assert_eq!(w.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(w.release(None, Duration::ZERO, None).await, Ok(true));
         assert!(acquired(late.try_acquire(&t, true).await));
         // The queue is empty again: only its counter is left.
         let left: Vec<_> = fs::read_dir(dir.path())

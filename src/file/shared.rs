@@ -273,12 +273,12 @@ mod tests {
         assert!(why.contains("(a)"), "{why}");
 
         let (mut wakeups, _) = writer.subscribe().await.unwrap();
-        assert_eq!(a.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(a.release(None, Duration::ZERO, None).await, Ok(true));
         assert!(matches!(
             writer.try_acquire(&t, false).await,
             Ok(Attempt::Busy(_))
         ));
-        assert_eq!(b.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(b.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
         assert_eq!(member_files(&dir), 0, "a holder's file goes with it");
         assert_eq!(
@@ -305,7 +305,7 @@ mod tests {
         };
         assert_eq!(busy.holder.command.as_deref(), Some("w"));
         let (mut wakeups, _) = reader.subscribe().await.unwrap();
-        assert_eq!(writer.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(writer.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
         assert_eq!(
             reader.try_acquire(&t, false).await,
@@ -319,7 +319,7 @@ mod tests {
                 theirs: Mode::Shared
             })
         );
-        assert_eq!(reader.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(reader.release(None, Duration::ZERO, None).await, Ok(true));
         assert_eq!(
             semaphore.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 3 })
@@ -343,14 +343,14 @@ mod tests {
             Ok(Attempt::Acquired { fence: 1 })
         );
         let keep = Some(Duration::from_secs(60));
-        assert_eq!(a.release(keep, Duration::ZERO).await, Ok(true));
+        assert_eq!(a.release(keep, Duration::ZERO, None).await, Ok(true));
         // Shared runs would have run beside it: they still may.
         let b = lock(&dir, "b", true);
         assert_eq!(
             b.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 2 })
         );
-        assert_eq!(b.release(None, Duration::ZERO).await, Ok(true));
+        assert_eq!(b.release(None, Duration::ZERO, None).await, Ok(true));
         let Ok(Attempt::Busy(busy)) = writer.try_acquire(&t, false).await else {
             panic!("the shared holder's min-hold deadline was ignored")
         };

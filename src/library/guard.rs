@@ -165,7 +165,7 @@ async fn on_its_thread(
     let fence = acquired.fence;
     if held.send(Ok(Held { fence, token })).is_err() {
         // Whoever asked is gone.
-        let _ = backend.release(None, cfg.release_timeout).await;
+        let _ = backend.release(None, cfg.release_timeout, None).await;
         return;
     }
     let timeout = cfg.release_timeout;
@@ -241,7 +241,7 @@ pub(super) async fn keep<C: Clock>(
         reply = release => reply.ok(),
     };
     let released = backend
-        .release(None, release_timeout)
+        .release(None, release_timeout, None)
         .await
         .map_err(Error::from);
     if let Some(reply) = reply {

@@ -221,7 +221,10 @@ impl Lock {
 
     /// Releases the lock if it is still ours, waking waiters.
     pub async fn release(&self) -> Result<bool, Error> {
-        Ok(self.backend.release(None, self.options.timeout).await?)
+        Ok(self
+            .backend
+            .release(None, self.options.timeout, None)
+            .await?)
     }
 
     /// Waits for the lock as the command line does (`Options::wait`, arrival order), then keeps

@@ -12,7 +12,7 @@ use super::scripts;
 
 /// What `lock:{NAME}` holds while shared holders hold (see `shared`).
 const SHARED_MARKER: &str = "shared";
-use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
+use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Run, Slot};
 
 impl ServerLock {
     /// `release --force`: deletes the holder whose token is `token` (or every holder, one or
@@ -78,6 +78,36 @@ impl ServerLock {
             Some(reply) => Ok(reply.items().get(1).and_then(Reply::as_int).unwrap_or(0) as u64),
             None => Ok(0),
         }
+    }
+
+    /// The NAME's last `limit` runs, newest first, as this server keeps them (`history:{NAME}`,
+    /// which the release scripts add to); records that are not one of ours are left out.
+    pub async fn history_here(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let last = (limit - 1).to_string();
+        let commands: [&[&[u8]]; 1] = [&[
+            b"LRANGE",
+            self.keys.history.as_bytes(),
+            b"0",
+            last.as_bytes(),
+        ]];
+        let replies = self
+            .node
+            .exchange(&commands, self.node.connect_timeout(), None)
+            .await?;
+        if let Some(e) = crate::redis::resp::refusal(&replies) {
+            return Err(self.node.refused(&e));
+        }
+        Ok(replies
+            .first()
+            .map(Reply::items)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Reply::as_text)
+            .filter_map(|line| Run::from_line(&line))
+            .collect())
     }
 
     /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree): one

@@ -23,6 +23,8 @@ pub struct Keys {
     pub queue_alive: String,
     /// Tokens given back, buried for a while so that a late attempt of theirs is refused.
     pub gone: String,
+    /// The NAME's last runs (`history`): their records, newest first.
+    pub history: String,
     /// The channel a release is published on, in the same hash slot as the keys.
     pub channel: String,
 }
@@ -39,6 +41,7 @@ impl Keys {
             queue: format!("queue:{{{name}}}"),
             queue_alive: format!("queue-alive:{{{name}}}"),
             gone: format!("gone:{{{name}}}"),
+            history: format!("history:{{{name}}}"),
             channel: format!("released:{{{name}}}"),
         }
     }

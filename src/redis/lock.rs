@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::backend::new_token;
 use crate::backend::{
-    Attempt, Backend, BackendError, Check, Freed, KEEP_ALIVE, Report, Tenure, View, Wakeups,
-    wall_clock_ms,
+    Attempt, Backend, BackendError, Check, Freed, KEEP_ALIVE, KEPT, Report, Run, Tenure, View,
+    Wakeups, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -18,6 +18,9 @@ use crate::redis::pubsub::Subscription;
 use crate::redis::replies::{as_flag, parse_attempt, queued};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore, shared};
+
+/// How long a NAME's history outlives its last run.
+pub const HISTORY_OUTLIVES: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How long a token given back stays buried: an attempt of it that reaches the server later
 /// than this (held up in a proxy, a stalled network) could still take the lock.
@@ -321,16 +324,37 @@ impl ServerLock {
         &self,
         keep_for: Option<Duration>,
         timeout: Duration,
+        run: Option<&Run>,
     ) -> Result<bool, BackendError> {
-        self.release_script(keep_for, self.publish_command(), timeout)
+        let publish = self.publish_command();
+        let record = run.map(Run::to_line);
+        match self
+            .release_script(keep_for, publish, timeout, record.as_deref())
             .await
+        {
+            // A user the ACL keeps from `history:{NAME}` (Redis 7 checks a script's keys
+            // before it runs: nothing was done) is released without it.
+            Err(BackendError::Refused(why)) if record.is_some() && why.contains("NOPERM") => {
+                tracing::warn!(
+                    "Redis at {} refused this user the history key {} ({why}); lock {} is \
+                     released without adding the run to its history",
+                    self.node.address(),
+                    self.keys.history,
+                    self.name
+                );
+                self.release_script(keep_for, publish, timeout, None).await
+            }
+            released => released,
+        }
     }
 
+    /// The release script; `record` (a run's history record) goes in the same call.
     pub(super) async fn release_script(
         &self,
         keep_for: Option<Duration>,
         publish: &str,
         timeout: Duration,
+        record: Option<&str>,
     ) -> Result<bool, BackendError> {
         let keep_ms = keep_for.map_or(0, |d| d.as_millis().max(1)).to_string();
         let k = &self.keys;
@@ -339,8 +363,9 @@ impl ServerLock {
             1 => (&scripts::RELEASE, &k.lock, &k.holder),
             _ => (&semaphore::RELEASE, &k.holders, &k.holders_meta),
         };
-        // The shared release also takes the marker in `lock:{NAME}`; the others ignore it.
-        let keys = [
+        // The shared release also takes the marker in `lock:{NAME}`; the others ignore it. The
+        // history key goes only with a record, so that a user the ACL keeps from it can release.
+        let mut keys = vec![
             key.as_str(),
             meta,
             &k.queue,
@@ -348,12 +373,17 @@ impl ServerLock {
             &k.gone,
             &k.lock,
         ];
+        if record.is_some() {
+            keys.push(&k.history);
+        }
         let token = self.token();
         let bury_ms = match self.stray.get() {
             true => BURY_FOR.as_millis().to_string(),
             false => "0".into(),
         };
         let holders = self.holders.to_string();
+        let kept = KEPT.to_string();
+        let outlives = HISTORY_OUTLIVES.as_millis().to_string();
         let args = [
             token.as_str(),
             &keep_ms,
@@ -361,6 +391,9 @@ impl ServerLock {
             publish,
             &bury_ms,
             &holders,
+            record.unwrap_or(""),
+            &kept,
+            &outlives,
         ];
         let reply = self.node.eval(script, &keys, &args, timeout, None).await?;
         as_flag(&reply).ok_or_else(|| self.unexpected(&reply))
@@ -442,8 +475,9 @@ impl Backend for ServerLock {
         &self,
         keep_for: Option<Duration>,
         timeout: Duration,
+        run: Option<&Run>,
     ) -> Result<bool, BackendError> {
-        self.release_within(keep_for, timeout).await
+        self.release_within(keep_for, timeout, run).await
     }
 
     async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
@@ -485,6 +519,10 @@ impl View for ServerLock {
 
     async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         self.force_release_here(token).await
+    }
+
+    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+        self.history_here(limit).await
     }
 
     async fn checks(&self) -> Vec<Check> {

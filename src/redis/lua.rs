@@ -40,6 +40,10 @@
 ///   `gone:{NAME}` for `ms`, and an attempt that carries it is refused: a request still on its
 ///   way when its run gave up must not take the lock (or a place in the queue) for a run that
 ///   has gone on without it;
+/// - `remember(history, record, keep, ms)`: adds a run's record (none when empty) to the head of
+///   `history:{NAME}`, keeps the newest `keep`, and lets the list expire `ms` after the last
+///   run; a key of another type, or one the ACL refuses inside the script, is let go silently:
+///   history never makes a release fail;
 /// - `announce(command, channel, message)`: publishes a release, falling back to PUBLISH on a
 ///   Redis 6 Cluster (no SPUBLISH there; its PUBLISH reaches every node); a user that may not
 ///   publish still releases (its waiters poll).
@@ -153,6 +157,16 @@ local function not_a_fence(fence)
     return redis.error_reply('WRONGTYPE ' .. fence .. ' holds a ' .. kind .. ', not a fence counter')
   end
   return redis.error_reply('WRONGTYPE ' .. fence .. ' does not hold an integer fence counter')
+end
+local function remember(history, record, keep, ms)
+  if not record or record == '' then
+    return
+  end
+  pcall(function()
+    redis.call('LPUSH', history, record)
+    redis.call('LTRIM', history, 0, tonumber(keep) - 1)
+    redis.call('PEXPIRE', history, tonumber(ms))
+  end)
 end
 local function announce(command, channel, message)
   if command ~= '' and not pcall(redis.call, command, channel, message) and command == 'SPUBLISH' then

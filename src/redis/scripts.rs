@@ -123,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "41cd8a76cb8d3d39f57967bc93faf02ce0e88b8c",
+    sha1: "843d70290d5ae3634bace341937d87601148c330",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -182,17 +182,21 @@ return 2
     sha1: "e2ab450947311af3625b486da4e4569cea0d05d2",
 };
 
-/// KEYS: lock, holder, queue, queue-alive, gone. ARGV: token, keep ms (0: delete now),
-/// channel, the publish command (PUBLISH; SPUBLISH on a Cluster, where only a sharded channel
-/// lives in the lock's slot; empty for a Redlock grant given back without waking anyone), and
-/// ms to bury the token for (0: not buried; see `bury`: a run some of whose attempts went
-/// unanswered buries its token as it lets go, so that one landing later takes nothing).
+/// KEYS: lock, holder, queue, queue-alive, gone, (lock again, for the shared release's sake),
+/// history. ARGV: token, keep ms (0: delete now), channel, the publish command (PUBLISH;
+/// SPUBLISH on a Cluster, where only a sharded channel lives in the lock's slot; empty for a
+/// Redlock grant given back without waking anyone), ms to bury the token for (0: not buried;
+/// see `bury`: a run some of whose attempts went unanswered buries its token as it lets go, so
+/// that one landing later takes nothing), N, and the run's history record (empty: none), how
+/// many records to keep, and how long the history outlives its last run (`remember`): written
+/// first, whether or not the lock is still ours, so that a lost run is in it too.
 /// Compare-and-DEL plus the publish that wakes the waiter whose turn it is (`wake`); or, with
 /// keep > 0, compare-and-PEXPIRE to the rest of `--min-hold`. 1 when the lock was ours, else 0.
 pub const RELEASE: Script = Script {
     source: concat!(
         lua_helpers!(),
         r#"
+remember(KEYS[7], ARGV[7], ARGV[8], ARGV[9])
 if tonumber(ARGV[5]) > 0 then
   bury(KEYS[5], ARGV[1], clock(), tonumber(ARGV[5]))
 end
@@ -218,7 +222,7 @@ end)
 return 1
 "#
     ),
-    sha1: "a5c705c20eafdca3f7c7b2571531b6c22bae5406",
+    sha1: "080cbb7c132cd3e218470156cd776249258798b0",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -305,7 +309,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "1b79ca61f90410dd4c35fe092dfe8ed3074f9a22",
+    sha1: "56290b0b170dd6747bc2716214a4e8bfff285921",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -376,5 +380,5 @@ end
 return released
 "#
     ),
-    sha1: "b75b40ecf6b8fe323109791cd6e4ec08992b4d34",
+    sha1: "118c81d4e9710867fb3953dc1469b919be049281",
 };

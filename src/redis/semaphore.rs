@@ -101,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "5345b196076fb933536b5895ee591c4a3cfc498f",
+    sha1: "18a8ad1f3aa29e4aa30866ce5997de857d994f67",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,11 +121,12 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "1912fbb1bab8c924534c8e11a730e1cc1c40226b",
+    sha1: "b52e21f0395481c1bc4a06ab9deeb5a67e6934ed",
 };
 
-/// KEYS: holders, meta, queue, queue-alive, gone. ARGV: token, keep ms (0: free the slot
-/// now), channel, publish command, bury ms (as the one-holder release's), N. Frees our slot
+/// KEYS: holders, meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms (0: free
+/// the slot now), channel, publish command, bury ms, N, and the history record, how many to
+/// keep and for how long (as the one-holder release's). Frees our slot
 /// and wakes the waiters whose turn it is, as many as places are free (`wake`), or with
 /// keep > 0 leaves it taken until then (`--min-hold`). 1 when the slot was ours, else 0.
 pub const RELEASE: Script = Script {
@@ -133,6 +134,7 @@ pub const RELEASE: Script = Script {
         lua_helpers!(),
         r#"
 local now = clock()
+remember(KEYS[7], ARGV[7], ARGV[8], ARGV[9])
 if tonumber(ARGV[5]) > 0 then
   bury(KEYS[5], ARGV[1], now, tonumber(ARGV[5]))
 end
@@ -161,5 +163,5 @@ end)
 return 1
 "#
     ),
-    sha1: "4be0df920c8d830b821e8ea384fa10e672a97971",
+    sha1: "1ede764df09147c5072a2fcbc40fc0f202433b99",
 };

@@ -119,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "edf7d2e446ec9656685410f94b95c2ecd83f82df",
+    sha1: "f7716832404d0601224d35830ff1d18434ef3133",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -148,11 +148,12 @@ keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "f5a4e7ea8985b3e50319498620f1e0a49cf97478",
+    sha1: "97cc992c30c00d752ae25a2d2cac22ffde9946bd",
 };
 
-/// KEYS: holders, holders-meta, queue, queue-alive, gone, lock. ARGV: token, keep ms (0: let
-/// go now), channel, publish command, bury ms (as the one-holder release's). Lets our shared
+/// KEYS: holders, holders-meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms
+/// (0: let go now), channel, publish command, bury ms, N, and the history record, how many to
+/// keep and for how long (as the one-holder release's). Lets our shared
 /// lease go (or with keep > 0 keeps it, and the marker, until then: `--min-hold`). The last
 /// shared holder deletes the marker and wakes whoever's turn it is; otherwise the marker is
 /// cut to the longest lease left, and shared waiters at the head of the queue (behind an
@@ -162,6 +163,7 @@ pub const RELEASE: Script = Script {
         lua_helpers!(),
         r#"
 local now = clock()
+remember(KEYS[7], ARGV[7], ARGV[8], ARGV[9])
 if tonumber(ARGV[5]) > 0 then
   bury(KEYS[5], ARGV[1], now, tonumber(ARGV[5]))
 end
@@ -210,5 +212,5 @@ end)
 return 1
 "#
     ),
-    sha1: "2e309403d031d1db443a5cb2e920ee02646fc866",
+    sha1: "b5d6868615d57fe1cce2c19c7e48a2379d8fdce6",
 };

@@ -258,6 +258,7 @@ impl Backend for Fake {
         &self,
         _keep_for: Option<Duration>,
         _timeout: Duration,
+        _run: Option<&crate::backend::Run>,
     ) -> Result<bool, BackendError> {
         self.see(Seen::Released {
             at: self.ms(),

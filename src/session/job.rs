@@ -231,7 +231,7 @@ async fn release(
     keep_for: Option<Duration>,
     lost: bool,
 ) -> Option<bool> {
-    match backend.release(keep_for, cfg.release_timeout).await {
+    match backend.release(keep_for, cfg.release_timeout, None).await {
         Ok(ours) => {
             tracing::debug!(
                 event = "released",

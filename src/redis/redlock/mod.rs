@@ -23,8 +23,8 @@ use futures_util::stream::FuturesUnordered;
 
 use crate::backend::new_token;
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Report, Servers, Tenure, View,
-    Wakeup, Wakeups,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Report, Run, Servers, Tenure, View,
+    Wakeup, Wakeups, merged,
 };
 use crate::lease::Timings;
 use crate::redis::lock::ServerLock;
@@ -254,6 +254,7 @@ impl Backend for Redlock {
         &self,
         keep_for: Option<Duration>,
         timeout: Duration,
+        run: Option<&Run>,
     ) -> Result<bool, BackendError> {
         let quorum = self.quorum();
         // Every server is asked; once a quorum has released, the others get one more
@@ -262,7 +263,7 @@ impl Backend for Redlock {
         let mut pending: FuturesUnordered<_> = self
             .locks
             .iter()
-            .map(|l| l.release_within(keep_for, timeout))
+            .map(|l| l.release_within(keep_for, timeout, run))
             .collect();
         let (mut ours, mut first_error) = (0, None);
         let mut grace_until: Option<tokio::time::Instant> = None;
@@ -391,6 +392,18 @@ impl View for Redlock {
             holders: holder.into_iter().collect(),
             fence,
         })
+    }
+
+    /// Every server's history, each run once (the release writes it on every server it
+    /// reaches); what an unreachable server kept is missing, never invented.
+    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+        let answers = join_all(self.locks.iter().map(|l| l.history_here(limit))).await;
+        let first_error = answers.iter().find_map(|a| a.as_ref().err()).cloned();
+        let lists: Vec<Vec<Run>> = answers.into_iter().filter_map(Result::ok).collect();
+        match (lists.is_empty(), first_error) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(merged(lists, limit)),
+        }
     }
 
     async fn checks(&self) -> Vec<Check> {
