@@ -11,7 +11,7 @@ use crate::exit::{Codes, Exit, Failure};
 use crate::name::LockName;
 use crate::open::{Opening, look, open, runtime};
 use crate::text::show;
-use crate::{child, cli, doctor, log, release, session, status};
+use crate::{child, cli, doctor, history, log, release, session, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {
@@ -42,6 +42,16 @@ pub fn execute(cli: Cli) -> Outcome {
                 &args.name,
                 "status",
                 async |b, name| status::status(b, name, json).await,
+            )
+        }
+        Command::History(args) => {
+            let (json, limit) = (args.json, usize::from(args.limit));
+            inspecting(
+                &args.log,
+                &args.conn,
+                &args.name,
+                "history",
+                async |b, name| history::history(b, name, limit, json).await,
             )
         }
         Command::Doctor(args) => {

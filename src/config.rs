@@ -7,6 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{LockSpec, Mode};
+use crate::exit::Codes;
 use crate::lease::Timings;
 use crate::name::LockName;
 
@@ -31,6 +32,8 @@ pub struct RunConfig {
     pub status_command: String,
     /// How long the final release may take.
     pub release_timeout: Duration,
+    /// The statuses a conflict and a lost lease end with (`-E`, `--lost-exit-code`).
+    pub codes: Codes,
 }
 
 impl RunConfig {

@@ -32,6 +32,7 @@ mod endpoints;
 mod etcd;
 mod exit;
 mod file;
+mod history;
 mod lease;
 mod library;
 mod log;

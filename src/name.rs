@@ -12,7 +12,7 @@ use std::fmt;
 pub const MAX_LEN: usize = 200;
 
 /// Subcommand names: a lock with one of these names is run as `locked-run run NAME -- ...`.
-pub const RESERVED: &[&str] = &["run", "status", "release", "doctor", "help"];
+pub const RESERVED: &[&str] = &["run", "status", "release", "doctor", "history", "help"];
 
 /// A validated lock name.
 #[derive(Clone, Debug, PartialEq, Eq)]

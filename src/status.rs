@@ -23,10 +23,17 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
         .inspect()
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
+    // The last run: a history that cannot be read (the ACL) leaves the line out, not the
+    // status.
+    let last = backend.history(1).await.map(|mut runs| runs.pop());
     let name = name.as_str();
     if as_json {
         let mut object = to_json(name, &report);
         object["waiters"] = json!(report.waiters);
+        object["last_run"] = match &last {
+            Ok(Some(run)) => run.to_json(),
+            _ => Value::Null,
+        };
         if let Some(servers) = &report.servers {
             object["quorum"] = json!(servers.quorum);
             object["servers"] = Value::Array(
@@ -83,6 +90,16 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
         }
     } else {
         out!("{}{}", to_text(name, &report), waiting(report.waiters));
+    }
+    if !as_json {
+        match &last {
+            Ok(Some(run)) => out!("  last run: {}", crate::history::line(run)),
+            Ok(None) if report.held.is_none() && report.fence.is_none() => {
+                out!("  never taken (no run in its history: is the NAME right?)")
+            }
+            Ok(None) => out!("  last run: none in its history"),
+            Err(e) => tracing::info!("cannot read lock {name}'s history: {e}"),
+        }
     }
     Ok(if report.held.is_some() {
         Exit::Held

@@ -140,7 +140,7 @@ pub fn merged(lists: impl IntoIterator<Item = Vec<Run>>, limit: usize) -> Vec<Ru
 
 /// `runs` newest first (by when they let go of the lock), at most `limit`.
 pub fn newest_first(mut runs: Vec<Run>, limit: usize) -> Vec<Run> {
-    runs.sort_by(|a, b| (b.ended_ms, b.fence).cmp(&(a.ended_ms, a.fence)));
+    runs.sort_by_key(|r| std::cmp::Reverse((r.ended_ms, r.fence)));
     runs.truncate(limit);
     runs
 }

@@ -17,10 +17,12 @@ use crate::name::{LockName, RESERVED};
 
 mod conn;
 mod placement;
+mod subcommands;
 mod values;
 
 pub use conn::ConnArgs;
 pub use placement::shared_options_after_subcommand;
+pub use subcommands::{DoctorArgs, HistoryArgs, ReleaseArgs, StatusArgs};
 pub use values::parse_duration;
 
 /// The most holders `--holders` allows (each is a lease of its own, and a `file://` waiter
@@ -48,6 +50,21 @@ command's (`locked-run job ls -l`); write `--` before a command that starts with
 }
 
 /// `status`'s exit statuses and JSON fields, as its `-h` shows them.
+macro_rules! history_help {
+    () => {
+        "Exit status: 0 when NAME has a history; 1 when it has none (never taken, or its history \
+expired after 30 days untouched); 69 the backend could not be reached or refused; 2 usage error.
+
+--json prints an array, newest first, of objects: host, pid, user, fence, mode, started_at and \
+ended_at (RFC 3339, UTC), waited_ms, status (the exit status locked-run returned), ended (exit, \
+signal, lost or max-run) and signal (with ended = signal).
+
+Examples:
+  locked-run history nightly-backup              the last 20 runs, one a line
+  locked-run history --limit 100 --json report   every run kept, as JSON"
+    };
+}
+
 macro_rules! status_help {
     () => {
         "Exit status: 0 held; 1 free; 69 the backend could not be reached or refused; 2 usage \
@@ -138,6 +155,10 @@ usage error; 69 the backend could not be reached or refused."
 FAILs (an unreachable server is a FAIL); 2 usage error."
     )]
     Doctor(DoctorArgs),
+    /// Show the lock's past runs, newest first: host, pid, user, fence, when, how long it
+    /// waited, how it ended (exit 1 when NAME has no history)
+    #[command(after_help = history_help!())]
+    History(HistoryArgs),
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -275,69 +296,6 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct StatusArgs {
-    /// The connection options (parsed as global ones, by [`Cli`]).
-    #[arg(skip)]
-    pub conn: ConnArgs,
-
-    /// One JSON object: name, held, fence, ttl_ms, holder {host, pid, command, since},
-    /// holders, limit, mode, waiters (and quorum, servers for Redlock)
-    #[arg(long)]
-    pub json: bool,
-
-    /// The logging options (parsed as global ones, by [`Cli`]).
-    #[arg(skip)]
-    pub log: LogArgs,
-
-    /// Lock name
-    #[arg(value_name = "NAME")]
-    pub name: String,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ReleaseArgs {
-    /// The connection options (parsed as global ones, by [`Cli`]).
-    #[arg(skip)]
-    pub conn: ConnArgs,
-
-    /// Really delete the lock (never its fence counter); without it, only show who holds it
-    #[arg(long)]
-    pub force: bool,
-
-    /// With --force, of several holders (--holders, --shared), free only the one whose LOCKED_RUN_TOKEN
-    /// this is (status shows each holder's token)
-    #[arg(long, value_name = "TOKEN", requires = "force")]
-    pub token: Option<String>,
-
-    /// The logging options (parsed as global ones, by [`Cli`]).
-    #[arg(skip)]
-    pub log: LogArgs,
-
-    /// Lock name
-    #[arg(value_name = "NAME")]
-    pub name: String,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct DoctorArgs {
-    /// The connection options (parsed as global ones, by [`Cli`]).
-    #[arg(skip)]
-    pub conn: ConnArgs,
-
-    /// One JSON object: ok, and checks [{server, check, status, detail}]
-    #[arg(long)]
-    pub json: bool,
-
-    /// The lock NAME whose keys the permission checks use
-    #[arg(long, value_name = "NAME", default_value = "doctor")]
-    pub name: String,
-
-    /// The logging options (parsed as global ones, by [`Cli`]).
-    #[arg(skip)]
-    pub log: LogArgs,
-}
-
 /// What the command line asks for.
 pub enum Command {
     /// `explicit`: written as `locked-run run ...`, so NAME may be a subcommand's name.
@@ -348,6 +306,7 @@ pub enum Command {
     Status(StatusArgs),
     Release(ReleaseArgs),
     Doctor(DoctorArgs),
+    History(HistoryArgs),
 }
 
 impl Cli {
@@ -362,6 +321,7 @@ impl Cli {
             Some(Sub::Status(args)) => Command::Status(StatusArgs { conn, log, ..args }),
             Some(Sub::Release(args)) => Command::Release(ReleaseArgs { conn, log, ..args }),
             Some(Sub::Doctor(args)) => Command::Doctor(DoctorArgs { conn, log, ..args }),
+            Some(Sub::History(args)) => Command::History(HistoryArgs { conn, log, ..args }),
             None => Command::Run {
                 args: RunArgs {
                     conn,
@@ -450,6 +410,7 @@ impl RunArgs {
             fair: !self.no_fair,
             status_command,
             release_timeout: self.conn.connect_timeout.min(timings.ttl),
+            codes: self.codes(),
         })
     }
 }

@@ -151,6 +151,7 @@ async fn on_its_thread(
         fair: options.fair,
         status_command: endpoints.pasteable("status", name.as_str()),
         release_timeout: options.timeout.min(options.ttl),
+        codes: crate::exit::Codes::default(),
     };
     let backend = lock.backend.as_ref();
     let acquired = acquire(backend, &BootClock, &cfg, &mut Abandoned(&mut held)).await;

@@ -315,5 +315,6 @@ pub fn config(patience: Patience) -> RunConfig {
         fair: true,
         status_command: "locked-run status job".into(),
         release_timeout: Duration::from_secs(5),
+        codes: crate::exit::Codes::default(),
     }
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::backend::{Backend, Tenure};
+use crate::backend::{Backend, Run, Tenure};
 use crate::child::{self, Child, SpawnError, Target};
 use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
@@ -85,7 +85,7 @@ impl Job {
                     SpawnError::Failed(failure) => (failure, false),
                     SpawnError::Late => (late_start(cfg, acquired), true),
                 };
-                finish(backend, cfg, watcher, None, late).await;
+                finish(backend, cfg, watcher, None, late, None).await;
                 Err(failure)
             }
         }
@@ -121,8 +121,9 @@ impl Job {
         cfg: &RunConfig,
         keep_for: Option<Duration>,
         lost: bool,
+        run: Option<&Run>,
     ) -> Option<bool> {
-        finish(backend, cfg, self.watcher, keep_for, lost).await
+        finish(backend, cfg, self.watcher, keep_for, lost, run).await
     }
 }
 
@@ -212,11 +213,12 @@ async fn finish(
     watcher: Option<Watcher>,
     keep_for: Option<Duration>,
     lost: bool,
+    run: Option<&Run>,
 ) -> Option<bool> {
     if let Some(watcher) = &watcher {
         watcher.disarm();
     }
-    let still_ours = release(backend, cfg, keep_for, lost).await;
+    let still_ours = release(backend, cfg, keep_for, lost, run).await;
     if let Some(watcher) = watcher {
         watcher.dismiss();
     }
@@ -230,8 +232,9 @@ async fn release(
     cfg: &RunConfig,
     keep_for: Option<Duration>,
     lost: bool,
+    run: Option<&Run>,
 ) -> Option<bool> {
-    match backend.release(keep_for, cfg.release_timeout, None).await {
+    match backend.release(keep_for, cfg.release_timeout, run).await {
         Ok(ours) => {
             tracing::debug!(
                 event = "released",

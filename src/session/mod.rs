@@ -12,6 +12,7 @@
 pub mod acquire;
 pub mod ending;
 pub mod job;
+mod record;
 pub mod run;
 pub mod stop;
 pub mod sweep;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::pin::pin;
 use std::process::ExitStatus;
 
-use crate::backend::{Backend, Tenure};
+use crate::backend::{Backend, Tenure, wall_clock_ms};
 use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
@@ -20,6 +20,7 @@ use crate::watcher::Watcher;
 use super::acquire::acquire_with;
 use super::ending::{Context, ended, ending};
 use super::job::Job;
+use super::record::record;
 use super::stop::ChildStopper;
 use super::sweep::{drain, forward};
 use super::waiter::Acquired;
@@ -59,6 +60,7 @@ pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Resu
         acquired.fence,
         show(acquired.waited)
     );
+    let started_ms = wall_clock_ms();
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
     let mut job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
@@ -78,6 +80,17 @@ pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Resu
         );
     }
     let stopping = stopper.stopping();
+    let last_error = lease.borrow().last_error().map(str::to_owned);
+    let cx = Context {
+        name: &cfg.name,
+        kill_signal: cfg.kill_signal,
+        max_run: cfg.max_run,
+        last_error: last_error.as_deref(),
+    };
+    let run = status
+        .as_ref()
+        .ok()
+        .map(|&status| record(backend, cfg, &acquired, started_ms, stopping, status, &cx));
     // After a lost lease a failed release is expected (the loss has its own line); after a
     // --max-run stop it is not.
     let still_ours = job
@@ -86,17 +99,11 @@ pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Resu
             cfg,
             keep_for(cfg, &clock, &acquired),
             stopper.lost(),
+            run.as_ref(),
         )
         .await;
     let status =
         status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;
-    let lease = lease.borrow();
-    let cx = Context {
-        name: &cfg.name,
-        kill_signal: cfg.kill_signal,
-        max_run: cfg.max_run,
-        last_error: lease.last_error(),
-    };
     ending(stopping, status, still_ours, &cx)
 }
 
