@@ -6,12 +6,15 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::backend::View;
+use crate::backend::{Ended, Run};
 use crate::cli::{Cli, Command, ConnArgs};
+use crate::config::RunConfig;
 use crate::exit::{Codes, Exit, Failure};
 use crate::name::LockName;
 use crate::open::{Opening, look, open, runtime};
+use crate::ping::Pinger;
 use crate::text::show;
-use crate::{child, cli, doctor, history, log, release, session, status};
+use crate::{child, cli, doctor, history, log, metrics, release, session, status};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {
@@ -91,7 +94,64 @@ fn inspecting(
 fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
     log::init(&args.log);
     let verbose = args.log.verbose > 0;
+    let codes = args.codes();
     let result = args.config(explicit).and_then(|cfg| {
+        let pinger = cfg
+            .ping
+            .as_deref()
+            .map(Pinger::new)
+            .transpose()
+            .map_err(Failure::usage)?;
+        let (result, run, token) = run_locked(&args, &cfg, pinger.as_ref());
+        observe(&cfg, codes, &result, run.as_ref(), pinger, token.as_deref());
+        result
+    });
+    Outcome {
+        result,
+        codes,
+        verbose,
+    }
+}
+
+/// After the run and its release: the metrics file and the monitor's end ping, neither of which
+/// may change the status.
+fn observe(
+    cfg: &RunConfig,
+    codes: Codes,
+    result: &Result<Exit, Failure>,
+    run: Option<&Run>,
+    pinger: Option<Pinger>,
+    token: Option<&str>,
+) {
+    let exit = match result {
+        Ok(exit) => *exit,
+        Err(failure) => failure.exit,
+    };
+    if let Some(dir) = &cfg.metrics_dir {
+        let outcome = match (run.map(|r| r.ended), exit) {
+            (Some(Ended::Lost), _) => metrics::Outcome::Lost,
+            (Some(Ended::MaxRun), _) => metrics::Outcome::MaxRun,
+            (Some(_), _) => metrics::Outcome::Ran,
+            (None, Exit::Conflict) => metrics::Outcome::Skipped,
+            (None, Exit::Unavailable) => metrics::Outcome::Unreachable,
+            (None, _) => metrics::Outcome::Failed,
+        };
+        metrics::write(dir, &cfg.name, outcome, run);
+    }
+    // A skip pings nothing: another host has the job.
+    if let (Some(pinger), false) = (pinger, exit == Exit::Conflict) {
+        pinger.end(exit.code(codes), token.unwrap_or("-"));
+    }
+}
+
+/// Opens the lock, finds the command and runs it: how it ended, its record when it took the
+/// lock, and its token once the lock was opened.
+fn run_locked(
+    args: &cli::RunArgs,
+    cfg: &RunConfig,
+    pinger: Option<&Pinger>,
+) -> (Result<Exit, Failure>, Option<Run>, Option<String>) {
+    let opened = (|| {
         let t = cfg.timings;
         if t.retry_window() < t.renew_every {
             tracing::info!(
@@ -119,13 +179,21 @@ fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
         // 126/127 before anything is taken or created.
         log::set_lock(cfg.name.as_str());
         let path = child::resolve(&cfg.command[0])?;
-        runtime()?.block_on(session::run(backend.as_ref(), &cfg, &path))
-    });
-    Outcome {
-        result,
-        codes: args.codes(),
-        verbose,
-    }
+        Ok((backend, path, runtime()?))
+    })();
+    let (backend, path, runtime) = match opened {
+        Ok(opened) => opened,
+        Err(failure) => return (Err(failure), None, None),
+    };
+    let token = backend.token();
+    let started = |token: &str| {
+        if let Some(pinger) = pinger {
+            pinger.start(token);
+        }
+    };
+    let (result, run) = runtime.block_on(session::run(backend.as_ref(), cfg, &path, &started));
+    let token = run.as_ref().map_or(token, |r| r.token.clone());
+    (result, run, Some(token))
 }
 
 impl Outcome {

@@ -34,6 +34,10 @@ pub struct RunConfig {
     pub release_timeout: Duration,
     /// The statuses a conflict and a lost lease end with (`-E`, `--lost-exit-code`).
     pub codes: Codes,
+    /// `--metrics-dir`: where the run's Prometheus textfile goes.
+    pub metrics_dir: Option<std::path::PathBuf>,
+    /// `--ping`: the monitor's ping URL.
+    pub ping: Option<String>,
 }
 
 impl RunConfig {

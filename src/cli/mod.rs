@@ -277,6 +277,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_fair: bool,
 
+    /// Write this run's Prometheus metrics to DIR/locked_run_NAME.prom (node_exporter's
+    /// textfile collector) at its end, skips and failures included
+    #[arg(long, value_name = "DIR", env = "LOCKED_RUN_METRICS_DIR")]
+    pub metrics_dir: Option<std::path::PathBuf>,
+
+    /// Ping a monitor (healthchecks.io protocol): URL/start when the command starts, URL on
+    /// status 0, URL/N on status N, nothing when skipped (75)
+    #[arg(long, value_name = "URL")]
+    pub ping: Option<String>,
+
     /// The logging options (parsed as global ones, by [`Cli`]).
     #[arg(skip)]
     pub log: LogArgs,
@@ -411,6 +421,8 @@ impl RunArgs {
             status_command,
             release_timeout: self.conn.connect_timeout.min(timings.ttl),
             codes: self.codes(),
+            metrics_dir: self.metrics_dir.clone(),
+            ping: self.ping.clone(),
         })
     }
 }

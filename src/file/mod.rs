@@ -58,11 +58,12 @@ use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
 
-pub use files::dir_of;
 use files::{Paths, prepare_dir, refused};
+pub use files::{dir_of, flock as flock_file};
 pub use inspect::{check_files, only_its_process_frees};
 use meta::{Meta, NotBefore};
 use queue::Place;
+pub use stem::of as stem;
 pub use wakeups::FileWakeups;
 
 /// A lock on one NAME in one directory of this host.

@@ -152,6 +152,8 @@ async fn on_its_thread(
         status_command: endpoints.pasteable("status", name.as_str()),
         release_timeout: options.timeout.min(options.ttl),
         codes: crate::exit::Codes::default(),
+        metrics_dir: None,
+        ping: None,
     };
     let backend = lock.backend.as_ref();
     let acquired = acquire(backend, &BootClock, &cfg, &mut Abandoned(&mut held)).await;

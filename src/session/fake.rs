@@ -316,5 +316,7 @@ pub fn config(patience: Patience) -> RunConfig {
         status_command: "locked-run status job".into(),
         release_timeout: Duration::from_secs(5),
         codes: crate::exit::Codes::default(),
+        metrics_dir: None,
+        ping: None,
     }
 }

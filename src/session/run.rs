@@ -7,7 +7,7 @@ use std::path::Path;
 use std::pin::pin;
 use std::process::ExitStatus;
 
-use crate::backend::{Backend, Tenure, wall_clock_ms};
+use crate::backend::{Backend, Run, Tenure, wall_clock_ms};
 use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
@@ -26,8 +26,26 @@ use super::sweep::{drain, forward};
 use super::waiter::Acquired;
 
 /// Runs `cfg.command`, found at `program` ([`crate::child::resolve`]), under the lock held by
-/// `backend`.
-pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Result<Exit, Failure> {
+/// `backend`; `started` is told the run's token once the command has started. With how the run
+/// ended, its record when it took the lock (what its release added to the history).
+pub async fn run(
+    backend: &dyn Backend,
+    cfg: &RunConfig,
+    program: &Path,
+    started: &dyn Fn(&str),
+) -> (Result<Exit, Failure>, Option<Run>) {
+    let mut run = None;
+    let result = run_recording(backend, cfg, program, started, &mut run).await;
+    (result, run)
+}
+
+async fn run_recording(
+    backend: &dyn Backend,
+    cfg: &RunConfig,
+    program: &Path,
+    started: &dyn Fn(&str),
+    recorded: &mut Option<Run>,
+) -> Result<Exit, Failure> {
     let mut signals = Signals::install()
         .map_err(|e| Failure::unavailable(format!("cannot install signal handlers: {e}")))?;
     backend.prepare()?;
@@ -64,6 +82,7 @@ pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Resu
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
     let mut job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
+    started(&backend.token());
     let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     notify::send(&format!(
         "READY=1\nSTATUS=holding lock {} (fence {})",
@@ -102,6 +121,7 @@ pub async fn run(backend: &dyn Backend, cfg: &RunConfig, program: &Path) -> Resu
             run.as_ref(),
         )
         .await;
+    *recorded = run;
     let status =
         status.map_err(|e| Failure::unavailable(format!("lost track of the child: {e}")))?;
     ending(stopping, status, still_ours, &cx)
