@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use crate::support::topology::{
-    DATA_PASS, SENTINEL_PASS, SENTINEL_USER, SecuredCluster, SecuredWatched,
-};
+use crate::support::cluster::SecuredCluster;
+use crate::support::sentinel::SecuredWatched;
+use crate::support::tls::{DATA_PASS, DATA_USER, SENTINEL_PASS, SENTINEL_USER};
 use crate::support::*;
 
 fn sentinel_auth() -> String {
@@ -309,7 +309,7 @@ fn a_tls_cluster_run_survives_its_slot_being_resharded() {
         return;
     }
     let cluster = SecuredCluster::start();
-    let user = (crate::support::topology::DATA_USER, DATA_PASS);
+    let user = (DATA_USER, DATA_PASS);
     let cli = |port: u16, args: &[&str]| cluster.trust.cli(port, user, args).trim().to_owned();
     let running = Holder::with(
         lr().env("LOCKED_RUN_URL", cluster.url())

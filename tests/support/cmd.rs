@@ -13,7 +13,9 @@ use std::ffi::OsStr;
 use std::fmt::Display;
 use std::process::Command;
 
-use super::*;
+use super::process::{Output, Running, locked_run, run, spawn, without_our_settings};
+use super::redlock::Five;
+use super::sh;
 
 /// `locked-run` with no arguments yet.
 pub fn lr() -> LockedRun {

@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::*;
+use super::cmd::{LockedRun, lr};
+use super::process::{Output, Running, wait_for_file};
+use super::server::Redis;
+use super::{path_str, scratch};
 
 pub struct Holder {
     pub running: Running,
