@@ -21,10 +21,6 @@ fn waiter(url: &str, log: &Path, who: &str, extra: &[&str]) -> Running {
     spawn(cmd)
 }
 
-fn queued(redis: &Redis) -> i64 {
-    redis.cmd(&["ZCARD", "queue:{job}"])
-}
-
 /// The log's events in order: (kind, who, ns).
 fn events(log: &Path) -> Vec<(String, String, u64)> {
     std::fs::read_to_string(log)

@@ -7,10 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-fn queued(redis: &Redis) -> i64 {
-    redis.cmd(&["ZCARD", "queue:{job}"])
-}
-
 #[test]
 fn shared_runs_hold_together_and_keep_exclusive_runs_and_the_plain_protocol_out() {
     let redis = Redis::start();

@@ -225,7 +225,7 @@ fn a_server_lost_while_waiting_is_69_at_the_deadline() {
     // Its place in the queue is the evidence that it waits (the holder's own subscription,
     // ended without waiting for the answer, may still be counted for a moment).
     wait_until("the waiter queued", Duration::from_secs(10), || {
-        redis.cmd::<i64>(&["ZCARD", "queue:{job}"]) == 1
+        queued(&redis) == 1
     });
     redis.kill();
     let out = waiter.wait_for(Duration::from_secs(20)).expect(69);

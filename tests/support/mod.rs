@@ -46,7 +46,7 @@ pub use redlock::{Five, locked_run_on};
 pub use sections::{CRITICAL_SECTION, check_concurrency, check_log};
 pub use sentinel::{Watched, sentinel_cli};
 pub use server::{
-    Redis, command_stats, expiry_lower_bound, free_port, release_channels, server_kind,
+    Redis, command_stats, expiry_lower_bound, free_port, queued, release_channels, server_kind,
     skip_unless, subscribers,
 };
 

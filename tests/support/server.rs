@@ -371,6 +371,11 @@ pub fn subscribers(redis: &Redis, name: &str) -> i64 {
     release_channels(redis, name).iter().map(|(_, n)| n).sum()
 }
 
+/// How many places the queue of `job` holds on `redis`.
+pub fn queued(redis: &Redis) -> i64 {
+    redis.cmd(&["ZCARD", "queue:{job}"])
+}
+
 /// NAME's release channels with subscribers on `redis`, with how many each has.
 pub fn release_channels(redis: &Redis, name: &str) -> Vec<(String, i64)> {
     let channels: Vec<String> =
