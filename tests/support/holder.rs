@@ -50,6 +50,15 @@ impl Holder {
         self.running.pid()
     }
 
+    /// The fence its command was given (`LOCKED_RUN_FENCE`, as it wrote it to `started`).
+    pub fn fence(&self) -> u64 {
+        std::fs::read_to_string(self.path("started"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
     /// Tells the command to end, and waits for `locked-run`.
     pub fn finish(self) -> Output {
         self.finish_keeping_logs().0
