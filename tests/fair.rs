@@ -236,16 +236,7 @@ fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
 
     // Redlock: independent servers would order their queues differently; it races.
     let five = Five::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let mut cmd = locked_run_on(&five);
-    cmd.arg("job").args(sh(&format!(
-        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let holder = spawn(cmd);
-    wait_for_file(&dir.path().join("up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().on(&five), "job");
     let mut cmd = locked_run_on(&five);
     cmd.args(["job", "true"]);
     let waiter = spawn(cmd);
@@ -260,8 +251,7 @@ fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
             "no queue on a Redlock server"
         );
     }
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(holder.finish().code(), Some(0));
     assert_eq!(waiter.wait().code(), Some(0));
 }
 

@@ -243,22 +243,10 @@ fn a_server_lost_while_waiting_is_69_at_the_deadline() {
     let _ = holder.finish();
 }
 
-/// A holder whose child exits when `go` appears; a waiter; the waiter's child prints its fence.
+/// A [`Holder`], and a waiter whose child prints its fence.
 /// Returns how long the waiter took after the holder finished, and the holder's stderr.
 fn handoff(url: &str, redis: &Redis, holder_args: &[&str], hold: Duration) -> (Duration, String) {
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let holder = lr()
-        .url(url)
-        .args(holder_args)
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().url(url).args(holder_args), "job");
     // A holder whose UNSUBSCRIBE was refused stays counted (Redis 6 counts it, Redis 7 not).
     let before = subscribers(redis, "job");
     let waiter = lr().url(url).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
@@ -266,8 +254,7 @@ fn handoff(url: &str, redis: &Redis, holder_args: &[&str], hold: Duration) -> (D
         subscribers(redis, "job") == before + 1
     });
     std::thread::sleep(hold); // the holder renews meanwhile
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    let holder = holder.wait().expect(0);
+    let holder = holder.finish().expect(0);
     let released = std::time::Instant::now();
     let out = waiter.wait_for(Duration::from_secs(40)).expect(0);
     assert_eq!(out.stdout.trim(), "2");
