@@ -317,10 +317,7 @@ fn a_grant_too_late_to_use_is_given_back() {
     let marker = file(&dir, "ran");
     let log = file(&dir, "stderr");
     // Its log is read while it runs: -v says when a grant came too late.
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
-        .arg(locked_run().get_program())
+    let waiter = lr_stderr_to(&log)
         .args([
             "-v",
             "-u",
@@ -331,8 +328,8 @@ fn a_grant_too_late_to_use_is_given_back() {
             "300ms",
         ])
         .args(["--kill-after", "650ms", "-w", "3s", "job", "--"])
-        .args(["touch", path_str(&marker)]);
-    let waiter = spawn(cmd);
+        .args(["touch", path_str(&marker)])
+        .spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
         subscribers(&redis, "job") == 1
     });

@@ -194,10 +194,7 @@ fn a_waiter_that_gave_back_listens_on_its_fresh_tokens_channel() {
     let dir = scratch();
     let marker = dir.path().join("ran");
     let log = dir.path().join("stderr");
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
-        .arg(locked_run().get_program())
+    let waiter = lr_stderr_to(&log)
         .args([
             "-v",
             "-u",
@@ -208,8 +205,8 @@ fn a_waiter_that_gave_back_listens_on_its_fresh_tokens_channel() {
             "300ms",
         ])
         .args(["--kill-after", "650ms", "-w", "30s", "job", "--"])
-        .args(["touch", path_str(&marker)]);
-    let waiter = spawn(cmd);
+        .args(["touch", path_str(&marker)])
+        .spawn();
     wait_until("the waiter queued", Duration::from_secs(10), || {
         queue(&redis).len() == 1
     });

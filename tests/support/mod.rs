@@ -35,7 +35,7 @@ pub use blocked_exec::{
 };
 pub use certs::Certs;
 pub use cluster::Cluster;
-pub use cmd::{LockedRun, lr, lr_of, status_json};
+pub use cmd::{LockedRun, lr, lr_of, lr_stderr_to, status_json};
 pub use etcd::Etcd;
 pub use holder::{Holder, go, log_of, logged};
 pub use process::{
