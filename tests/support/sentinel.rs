@@ -115,33 +115,37 @@ impl Watched {
 
     /// Forces a failover and waits until the replica is the primary the sentinels name.
     pub fn fail_over(&self) {
-        // Until a sentinel has had the replica's own INFO, it calls no replica suitable
-        // (NOGOODSLAVE): ask until it accepts.
-        wait_until(
-            "SENTINEL FAILOVER accepted",
-            Duration::from_secs(30),
-            || {
-                let out = sentinel_cli(self.ports[0], &["SENTINEL", "FAILOVER", "mymaster"]);
-                assert!(
-                    out.contains("OK") || out.contains("NOGOODSLAVE"),
-                    "SENTINEL FAILOVER: {out}"
-                );
-                out.contains("OK")
-            },
+        fail_over(
+            |args| sentinel_cli(self.ports[0], args),
+            self.replica.port,
+            || self.replica.cmd(&["INFO", "replication"]),
         );
-        let replica_port = self.replica.port.to_string();
-        wait_until("the replica was promoted", Duration::from_secs(30), || {
-            sentinel_cli(
-                self.ports[0],
-                &["SENTINEL", "get-master-addr-by-name", "mymaster"],
-            )
-            .contains(&replica_port)
-                && self
-                    .replica
-                    .cmd::<String>(&["INFO", "replication"])
-                    .contains("role:master")
-        });
     }
+}
+
+/// Forces a failover of `mymaster` through one sentinel (`ask`) and waits until the replica on
+/// `replica_port` is the primary the sentinels name, and says so itself (`replication`: its
+/// `INFO replication`).
+fn fail_over(ask: impl Fn(&[&str]) -> String, replica_port: u16, replication: impl Fn() -> String) {
+    // Until a sentinel has had the replica's own INFO, it calls no replica suitable
+    // (NOGOODSLAVE): ask until it accepts.
+    wait_until(
+        "SENTINEL FAILOVER accepted",
+        Duration::from_secs(30),
+        || {
+            let out = ask(&["SENTINEL", "FAILOVER", "mymaster"]);
+            assert!(
+                out.contains("OK") || out.contains("NOGOODSLAVE"),
+                "SENTINEL FAILOVER: {out}"
+            );
+            out.contains("OK")
+        },
+    );
+    let replica_port = replica_port.to_string();
+    wait_until("the replica was promoted", Duration::from_secs(30), || {
+        ask(&["SENTINEL", "get-master-addr-by-name", "mymaster"]).contains(&replica_port)
+            && replication().contains("role:master")
+    });
 }
 
 /// `redis-cli -p PORT ARGS...` to a sentinel: what it printed.
@@ -275,26 +279,10 @@ impl SecuredWatched {
 
     /// Forces a failover and waits until the replica is the primary the sentinels name.
     pub fn fail_over(&self) {
-        let first = self.sentinels[0].port;
-        wait_until(
-            "SENTINEL FAILOVER accepted",
-            Duration::from_secs(30),
-            || {
-                let out = self.sentinel(first, &["SENTINEL", "FAILOVER", "mymaster"]);
-                assert!(
-                    out.contains("OK") || out.contains("NOGOODSLAVE"),
-                    "SENTINEL FAILOVER: {out}"
-                );
-                out.contains("OK")
-            },
+        fail_over(
+            |args| self.sentinel(self.sentinels[0].port, args),
+            self.replica.port,
+            || self.data(&self.replica, &["INFO", "replication"]),
         );
-        let replica_port = self.replica.port.to_string();
-        wait_until("the replica was promoted", Duration::from_secs(30), || {
-            self.sentinel(first, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
-                .contains(&replica_port)
-                && self
-                    .data(&self.replica, &["INFO", "replication"])
-                    .contains("role:master")
-        });
     }
 }
