@@ -230,11 +230,7 @@ fn release_force_frees_one_holder_by_its_key_or_every_holder() {
     let url = etcd.url();
     let a = Holder::start_on(&url, "job", &["--shared", "--renew-every", "200ms"]);
     let b = Holder::start_on(&url, "job", &["--shared", "--renew-every", "200ms"]);
-    let fence_b: u64 = std::fs::read_to_string(b.path("started"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let fence_b = b.fence();
     let status = status_json(&url, "job");
     let token_a = status["holders"]
         .as_array()

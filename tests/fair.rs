@@ -1,7 +1,8 @@
 //! Fair waiting: waiters are served in the order they arrived, a newcomer (`-n` included)
 //! never barges past them, a SIGKILLed waiter delays the queue by about its keep-alive (2 s)
-//! at most, a waiter that gives up leaves at once, `--no-fair` races as before, and Redlock
-//! keeps no queue.
+//! at most (its place lapses even while every slot of `--holders N` is taken), a waiter that
+//! gives up leaves at once, `--no-fair` waiters race among themselves but never past a fair
+//! waiter that came first, and Redlock keeps no queue.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,10 +20,6 @@ fn waiter(url: &str, log: &Path, who: &str, extra: &[&str]) -> Running {
             l = path_str(log)
         )));
     spawn(cmd)
-}
-
-fn queued(redis: &Redis) -> i64 {
-    redis.cmd(&["ZCARD", "queue:{job}"])
 }
 
 /// The log's events in order: (kind, who, ns).
@@ -138,6 +135,43 @@ fn a_sigkilled_waiter_delays_those_behind_it_by_its_keep_alive_at_most() {
     assert!(!events.iter().any(|(_, w, _)| w == "doomed"));
 }
 
+// See: commit bce488f. With every slot of `--holders N` taken, lapsed places were never
+// dropped: SIGKILLed waiters stayed in the queue (and in `status`) as long as the slots did.
+#[test]
+fn the_places_of_killed_waiters_lapse_while_every_slot_is_taken() {
+    let redis = Redis::start();
+    let holders = ["--holders", "2"];
+    let held = [
+        Holder::start(&redis, "job", &holders),
+        Holder::start(&redis, "job", &holders),
+    ];
+    let doomed: Vec<Running> = (0..5)
+        .map(|_| lr().url(&redis.url()).args(holders).job(["true"]).spawn())
+        .collect();
+    wait_until("five waiters queued", Duration::from_secs(10), || {
+        queued(&redis) == 5
+    });
+    for running in &doomed {
+        signal(running.pid(), libc::SIGKILL);
+    }
+    for running in doomed {
+        assert_eq!(running.wait().code(), None);
+    }
+    // A live waiter's keep-alive drops the dead places once theirs ended (2 s).
+    let live = lr().url(&redis.url()).args(holders).job(["true"]).spawn();
+    wait_until(
+        "only the live waiter is queued",
+        Duration::from_secs(8),
+        || queued(&redis) == 1,
+    );
+    let status = status_json(&redis.url(), "job");
+    assert_eq!(status["waiters"], 1, "status counts the live: {status}");
+    for holder in held {
+        holder.finish().expect(0);
+    }
+    live.wait().expect(0);
+}
+
 #[test]
 fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
     let redis = Redis::start();
@@ -202,16 +236,7 @@ fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
 
     // Redlock: independent servers would order their queues differently; it races.
     let five = Five::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let mut cmd = locked_run_on(&five);
-    cmd.arg("job").args(sh(&format!(
-        "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-    )));
-    let holder = spawn(cmd);
-    wait_for_file(&dir.path().join("up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().on(&five), "job");
     let mut cmd = locked_run_on(&five);
     cmd.args(["job", "true"]);
     let waiter = spawn(cmd);
@@ -226,7 +251,44 @@ fn no_fair_waiters_queue_as_racers_and_redlock_keeps_no_queue() {
             "no queue on a Redlock server"
         );
     }
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(holder.finish().code(), Some(0));
     assert_eq!(waiter.wait().code(), Some(0));
+}
+
+// See: commit bce488f. A `--no-fair` waiter ignored release messages that named the queue's
+// head and slept for the holder's whole lease, while fair waiters that came after it went.
+#[test]
+fn a_no_fair_waiter_is_not_passed_by_fair_waiters_that_came_after_it() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let holder = Holder::start(&redis, "job", &[]);
+    let waiter = |who: &str, extra: &[&str]| {
+        lr().url(&redis.url())
+            .args(extra)
+            .name("job")
+            .sh(&format!(
+                "echo {who} >> {l}; sleep 0.05",
+                l = path_str(&log)
+            ))
+            .spawn()
+    };
+    // Each has asked once, and listens, before the next one comes.
+    let server = &redis;
+    let listening = |n: i64| move || subscribers(server, "job") == n;
+    let first = waiter("fair-1", &[]);
+    wait_until("fair-1 waits", Duration::from_secs(10), listening(1));
+    let racer = waiter("racer", &["--no-fair"]);
+    wait_until("the racer waits", Duration::from_secs(10), listening(2));
+    let second = waiter("fair-2", &[]);
+    wait_until("fair-2 waits", Duration::from_secs(10), listening(3));
+    holder.finish().expect(0);
+    for running in [first, racer, second] {
+        running.wait().expect(0);
+    }
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "fair-1\nracer\nfair-2\n",
+        "served in arrival order"
+    );
 }

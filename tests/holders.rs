@@ -1,6 +1,7 @@
 //! `--holders N`: up to N runs hold one NAME at once, on one Redis server and on `file://`;
-//! a run with another N is refused; `status` lists every holder and `release --force` frees
-//! one by its token, or all.
+//! a run with another N is refused, and a run nested in a holder's command takes its own N,
+//! not the outer run's; `status` lists every holder and `release --force` frees one by its
+//! token, or all.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -156,6 +157,49 @@ fn mixed_n_is_refused_on_redis() {
 fn mixed_n_is_refused_on_file() {
     let locks = scratch();
     mixed_n_is_refused(&file_url(locks.path()));
+}
+
+// See: commit bce488f. `LOCKED_RUN_HOLDERS`, which a run puts in its command's environment,
+// was read back as `--holders` by a `locked-run` that the command started: a plain nested run
+// became a 3-holder lock.
+#[test]
+fn a_nested_run_takes_its_own_lock_not_the_outer_runs_holders() {
+    let redis = Redis::start();
+    let dirs = scratch();
+    let locks = dirs.path().join("locks");
+    std::fs::create_dir(&locks).unwrap();
+    for url in [redis.url(), file_url(&locks)] {
+        let dir = scratch();
+        let d = path_str(dir.path());
+        // The outer job (--holders 3) runs an inner plain run that holds `inner` until told.
+        let inner = format!(
+            "{BIN} -u {url} inner sh -c 'echo $LOCKED_RUN_HOLDERS > {d}/seen.tmp; mv {d}/seen.tmp {d}/seen; \
+             while [ ! -e {d}/go ]; do sleep 0.01; done'"
+        );
+        let outer = lr()
+            .url(&url)
+            .args(["--holders", "3"])
+            .name("outer")
+            .sh(&inner)
+            .spawn();
+        let seen = wait_for_file(&dir.path().join("seen"), Duration::from_secs(10), |t| {
+            t.ends_with('\n')
+        });
+        assert_eq!(
+            seen.trim(),
+            "1",
+            "{url}: the inner run is a one-holder lock"
+        );
+        // A second nested run, as the outer job's sibling would start it: its environment
+        // says 3, and it must not be let in beside the first.
+        lr().url(&url)
+            .env("LOCKED_RUN_HOLDERS", "3")
+            .args(["-n", "inner", "true"])
+            .run()
+            .expect(75);
+        std::fs::write(dir.path().join("go"), "").unwrap();
+        outer.wait().expect(0);
+    }
 }
 
 #[test]

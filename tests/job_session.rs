@@ -1,7 +1,9 @@
 //! A job is a session of its own: every kill (the watcher's after a SIGKILLed wrapper, a lost
 //! lease, `--max-run`, the sweep) reaches the processes that moved to another process group of
 //! it (coreutils `timeout`, a `set -m` shell, a process that calls `setpgid` itself), and only
-//! a process that left it with `setsid` is let go. On every backend.
+//! a process that left it with `setsid` is let go (also one still on its way out when the
+//! job's main process ends: the sweep lets the group settle, and names what it stops). On
+//! every backend.
 //!
 //! See: issue 35, break 1 (the watcher killed the job's first process group only, so a
 //! SIGKILLed wrapper's `timeout 60 sleep 61` ran on beside the next holder's command).
@@ -206,6 +208,52 @@ fn the_sweep_reaches_what_moved_to_another_group() {
     assert!(
         !redis.exists("lock:{job}"),
         "released once the session was empty"
+    );
+}
+
+// See: commit bce488f. `setsid -f` returns before its child calls setsid(): when the job's
+// main process exited first, the sweep stopped the daemon on its way out, silently. Now the
+// sweep lets the group settle first, and says what it stops.
+#[test]
+fn the_sweep_lets_a_daemon_on_its_way_out_go_and_names_what_it_stops() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    // The daemon leaves the job's group 20 ms after the job's main process has exited.
+    let out = lr()
+        .url(&redis.url())
+        .name("job")
+        .sh(&format!(
+            "sh -c 'sleep 0.02; exec setsid sleep 30 >/dev/null 2>&1 </dev/null' & echo $! > {d}/daemon; exit 0"
+        ))
+        .run()
+        .expect(0);
+    let daemon: i32 = std::fs::read_to_string(dir.path().join("daemon"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let survived = alive(daemon);
+    signal(daemon, libc::SIGKILL);
+    assert!(survived, "the daemon was stopped: {}", out.stderr);
+    assert_eq!(out.stderr, "", "nothing was stopped, so nothing is said");
+
+    // What stays in the group is stopped, and named at the default log level.
+    let out = lr()
+        .url(&redis.url())
+        .name("job")
+        .sh(&format!(
+            "sleep 30 >/dev/null 2>&1 & echo $! > {d}/left; exit 0"
+        ))
+        .run()
+        .expect(0);
+    let left = std::fs::read_to_string(dir.path().join("left")).unwrap();
+    assert!(!alive(left.trim().parse().unwrap()));
+    assert!(
+        out.stderr
+            .contains(&format!("left processes behind: {} (sleep)", left.trim())),
+        "{}",
+        out.stderr
     );
 }
 

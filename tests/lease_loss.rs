@@ -224,13 +224,10 @@ fn a_full_stderr_pipe_does_not_stop_the_renewals() {
         "head -c 1000000 /dev/zero >&2 & echo $LOCKED_RUN_TOKEN > {d}/token.tmp; \
          mv {d}/token.tmp {d}/token; while [ ! -e {d}/go ]; do sleep 0.01; done"
     );
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&fifo)))
-        .arg(locked_run().get_program())
+    let running = lr_stderr_to(&fifo)
         .args(["-vv", "-u", &redis.url(), "--ttl", "1s", "job"])
-        .args(sh(&child));
-    let running = spawn(cmd);
+        .args(sh(&child))
+        .spawn();
     let token = wait_for_file(&file(&dir, "token"), Duration::from_secs(10), |t| {
         t.ends_with('\n')
     });

@@ -300,12 +300,9 @@ fn a_waiter_whose_file_was_replaced_under_another_holder_does_not_spin() {
     // The waiter opens the lock file and sleeps out the --min-hold deadline written in it.
     let dir = scratch();
     let log = file(&dir, "stderr");
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
-        .arg(locked_run().get_program())
-        .args(["-vv", "-u", &url, "-w", "15s", "job", "--", "true"]);
-    let waiter = spawn(cmd);
+    let waiter = lr_stderr_to(&log)
+        .args(["-vv", "-u", &url, "-w", "15s", "job", "--", "true"])
+        .spawn();
     wait_for_file(&log, Duration::from_secs(10), |t| {
         t.contains("sleeping up to")
     });

@@ -87,21 +87,8 @@ fn a_sentinel_that_never_answers_does_not_use_up_the_time() {
 #[test]
 fn through_sentinels_a_failover_that_kept_the_lock_goes_on() {
     let watched = Watched::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let running = lr()
-        .url(&watched.url())
-        .args(["--ttl", "20s"])
-        .name("job")
-        .sh(&format!(
-            "echo $LOCKED_RUN_FENCE > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    assert_eq!(
-        wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| t
-            .ends_with('\n')),
-        "1\n"
-    );
+    let holder = Holder::start_on(&watched.url(), "job", &["--ttl", "20s"]);
+    assert_eq!(holder.fence(), 1);
     assert!(
         watched.primary.exists("lock:{job}"),
         "taken on the primary the sentinels named"
@@ -120,9 +107,8 @@ fn through_sentinels_a_failover_that_kept_the_lock_goes_on() {
         Duration::from_secs(15),
         || watched.replica.cmd::<i64>(&["PTTL", "lock:{job}"]) > 19_000,
     );
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    running
-        .wait()
+    holder
+        .finish()
         .expect_with(0, "the lock survived the failover");
     assert!(
         !watched.replica.exists("lock:{job}"),

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use crate::support::topology::{
-    DATA_PASS, SENTINEL_PASS, SENTINEL_USER, SecuredCluster, SecuredWatched,
-};
+use crate::support::cluster::SecuredCluster;
+use crate::support::sentinel::SecuredWatched;
+use crate::support::tls::{DATA_PASS, DATA_USER, SENTINEL_PASS, SENTINEL_USER};
 use crate::support::*;
 
 fn sentinel_auth() -> String {
@@ -36,19 +36,8 @@ fn a_run_holds_through_tls_sentinels_with_their_own_user() {
         return;
     }
     let watched = SecuredWatched::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let running = through(&watched)
-        .name("job")
-        .sh(&format!(
-            "echo $LOCKED_RUN_FENCE > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    assert_eq!(
-        wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| t
-            .ends_with('\n')),
-        "1\n"
-    );
+    let holder = Holder::with(through(&watched), "job");
+    assert_eq!(holder.fence(), 1);
     assert_eq!(
         watched
             .data(&watched.primary, &["EXISTS", "lock:{job}"])
@@ -58,8 +47,7 @@ fn a_run_holds_through_tls_sentinels_with_their_own_user() {
     );
     let status = through(&watched).args(["status", "job"]).run().expect(0);
     no_secret_in(&status);
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    let out = running.wait().expect(0);
+    let out = holder.finish().expect(0);
     no_secret_in(&out);
     assert_eq!(
         watched
@@ -90,18 +78,7 @@ fn through_tls_sentinels_a_failover_during_a_hold_goes_on() {
         return;
     }
     let watched = SecuredWatched::start();
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let running = through(&watched)
-        .args(["--ttl", "20s"])
-        .name("job")
-        .sh(&format!(
-            "echo $LOCKED_RUN_FENCE > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        t.ends_with('\n')
-    });
+    let holder = Holder::with(through(&watched).args(["--ttl", "20s"]), "job");
     wait_until(
         "the key reached the replica",
         Duration::from_secs(10),
@@ -122,9 +99,8 @@ fn through_tls_sentinels_a_failover_during_a_hold_goes_on() {
             pttl.trim().parse::<i64>().unwrap_or(0) > 19_000
         },
     );
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    running
-        .wait()
+    holder
+        .finish()
         .expect_with(0, "the lock survived the failover");
     assert_eq!(
         watched
@@ -309,7 +285,7 @@ fn a_tls_cluster_run_survives_its_slot_being_resharded() {
         return;
     }
     let cluster = SecuredCluster::start();
-    let user = (crate::support::topology::DATA_USER, DATA_PASS);
+    let user = (DATA_USER, DATA_PASS);
     let cli = |port: u16, args: &[&str]| cluster.trust.cli(port, user, args).trim().to_owned();
     let running = Holder::with(
         lr().env("LOCKED_RUN_URL", cluster.url())

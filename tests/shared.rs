@@ -7,31 +7,16 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 
-fn queued(redis: &Redis) -> i64 {
-    redis.cmd(&["ZCARD", "queue:{job}"])
-}
-
 #[test]
 fn shared_runs_hold_together_and_keep_exclusive_runs_and_the_plain_protocol_out() {
     let redis = Redis::start();
     let exclusive = Holder::start(&redis, "job", &[]);
-    let first_fence: u64 = std::fs::read_to_string(exclusive.path("started"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let first_fence = exclusive.fence();
     exclusive.finish().expect(0);
     // Both hold at once: each is started before either is told to end.
     let a = Holder::start(&redis, "job", &["--shared"]);
     let b = Holder::start(&redis, "job", &["--shared"]);
-    let fence = |h: &Holder| -> u64 {
-        std::fs::read_to_string(h.path("started"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    assert!(first_fence < fence(&a) && fence(&a) < fence(&b));
+    assert!(first_fence < a.fence() && a.fence() < b.fence());
     let status = status_json(&redis.url(), "job");
     assert_eq!(status["mode"], "shared", "{status}");
     assert_eq!(status["held"], true, "{status}");
@@ -69,7 +54,7 @@ fn shared_runs_hold_together_and_keep_exclusive_runs_and_the_plain_protocol_out(
         .run()
         .expect(75);
     // The last one takes the marker with it.
-    let b_fence = fence(&b);
+    let b_fence = b.fence();
     b.finish().expect(0);
     assert!(
         !redis.exists("lock:{job}"),

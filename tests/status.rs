@@ -1,5 +1,5 @@
 //! `locked-run status NAME [--json]`: exit 0 held, 1 free, 69 unreachable; the holder's program
-//! name only, never its arguments; how many wait.
+//! name only, never its arguments; how many wait (live places in the queue, not subscribers).
 
 use std::time::Duration;
 
@@ -106,4 +106,23 @@ fn status_counts_the_waiters() {
     signal(holder.pid(), libc::SIGTERM);
     let _ = holder.wait();
     waiter.wait().expect(0);
+}
+
+// See: commit bd8102f. `status` counted the subscribers of the release channel
+// as waiters, so a stopped (or vanished) waiter counted for as long as its connection lived.
+#[test]
+fn status_counts_live_places_not_subscribers() {
+    let redis = Redis::start();
+    let holder = Holder::start(&redis, "job", &[]);
+    let w = lr().url(&redis.url()).job(["true"]).spawn();
+    wait_until("queued", Duration::from_secs(10), || queued(&redis) == 1);
+    signal(w.pid(), libc::SIGSTOP);
+    wait_until(
+        "the stopped waiter's place lapsed",
+        Duration::from_secs(8),
+        || status_json(&redis.url(), "job")["waiters"] == 0,
+    );
+    signal(w.pid(), libc::SIGCONT);
+    holder.finish().expect(0);
+    w.wait().expect(0);
 }

@@ -225,7 +225,7 @@ fn a_server_lost_while_waiting_is_69_at_the_deadline() {
     // Its place in the queue is the evidence that it waits (the holder's own subscription,
     // ended without waiting for the answer, may still be counted for a moment).
     wait_until("the waiter queued", Duration::from_secs(10), || {
-        redis.cmd::<i64>(&["ZCARD", "queue:{job}"]) == 1
+        queued(&redis) == 1
     });
     redis.kill();
     let out = waiter.wait_for(Duration::from_secs(20)).expect(69);
@@ -243,22 +243,10 @@ fn a_server_lost_while_waiting_is_69_at_the_deadline() {
     let _ = holder.finish();
 }
 
-/// A holder whose child exits when `go` appears; a waiter; the waiter's child prints its fence.
+/// A [`Holder`], and a waiter whose child prints its fence.
 /// Returns how long the waiter took after the holder finished, and the holder's stderr.
 fn handoff(url: &str, redis: &Redis, holder_args: &[&str], hold: Duration) -> (Duration, String) {
-    let dir = scratch();
-    let d = path_str(dir.path());
-    let holder = lr()
-        .url(url)
-        .args(holder_args)
-        .name("job")
-        .sh(&format!(
-            "echo up > {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
-        ))
-        .spawn();
-    wait_for_file(&file(&dir, "up"), Duration::from_secs(10), |t| {
-        !t.is_empty()
-    });
+    let holder = Holder::with(lr().url(url).args(holder_args), "job");
     // A holder whose UNSUBSCRIBE was refused stays counted (Redis 6 counts it, Redis 7 not).
     let before = subscribers(redis, "job");
     let waiter = lr().url(url).job(sh("echo $LOCKED_RUN_FENCE")).spawn();
@@ -266,8 +254,7 @@ fn handoff(url: &str, redis: &Redis, holder_args: &[&str], hold: Duration) -> (D
         subscribers(redis, "job") == before + 1
     });
     std::thread::sleep(hold); // the holder renews meanwhile
-    std::fs::write(file(&dir, "go"), "").unwrap();
-    let holder = holder.wait().expect(0);
+    let holder = holder.finish().expect(0);
     let released = std::time::Instant::now();
     let out = waiter.wait_for(Duration::from_secs(40)).expect(0);
     assert_eq!(out.stdout.trim(), "2");
@@ -330,10 +317,7 @@ fn a_grant_too_late_to_use_is_given_back() {
     let marker = file(&dir, "ran");
     let log = file(&dir, "stderr");
     // Its log is read while it runs: -v says when a grant came too late.
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
-        .arg(locked_run().get_program())
+    let waiter = lr_stderr_to(&log)
         .args([
             "-v",
             "-u",
@@ -344,8 +328,8 @@ fn a_grant_too_late_to_use_is_given_back() {
             "300ms",
         ])
         .args(["--kill-after", "650ms", "-w", "3s", "job", "--"])
-        .args(["touch", path_str(&marker)]);
-    let waiter = spawn(cmd);
+        .args(["touch", path_str(&marker)])
+        .spawn();
     wait_until("the waiter subscribed", Duration::from_secs(10), || {
         subscribers(&redis, "job") == 1
     });

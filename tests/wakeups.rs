@@ -89,6 +89,25 @@ fn queue(redis: &Redis) -> Vec<String> {
     redis.cmd(&["ZRANGE", "queue:{job}", "0", "-1"])
 }
 
+/// Both slots of `--holders 2` held, and three waiters (w1, w2, w3: [`waiter`]s logging to
+/// `log`) queued behind them in that order; with the queue's tokens, head first.
+fn two_slots_held_three_queued(
+    redis: &Redis,
+    log: &std::path::Path,
+) -> ([Holder; 2], Vec<Running>, Vec<String>) {
+    let first = Holder::start(redis, "job", &["--holders", "2"]);
+    let second = Holder::start(redis, "job", &["--holders", "2"]);
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        waiters.push(waiter(redis, log, &format!("w{i}"), &["--holders", "2"]));
+        wait_until("the waiter queued", Duration::from_secs(10), || {
+            queue(redis).len() == i
+        });
+    }
+    let tokens = queue(redis);
+    ([first, second], waiters, tokens)
+}
+
 #[test]
 fn a_release_wakes_the_head_waiter_alone_on_a_channel_of_its_own() {
     let redis = Redis::start();
@@ -140,16 +159,7 @@ fn a_freed_slot_of_several_wakes_as_many_waiters_as_places_are_free() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let first = Holder::start(&redis, "job", &["--holders", "2"]);
-    let second = Holder::start(&redis, "job", &["--holders", "2"]);
-    let mut waiters = Vec::new();
-    for i in 1..=3 {
-        waiters.push(waiter(&redis, &log, &format!("w{i}"), &["--holders", "2"]));
-        wait_until("the waiter queued", Duration::from_secs(10), || {
-            queue(&redis).len() == i
-        });
-    }
-    let tokens = queue(&redis);
+    let ([first, second], waiters, tokens) = two_slots_held_three_queued(&redis, &log);
     wait_until("every waiter listening", Duration::from_secs(10), || {
         subscribers(&redis, "job") == 3
     });
@@ -194,10 +204,7 @@ fn a_waiter_that_gave_back_listens_on_its_fresh_tokens_channel() {
     let dir = scratch();
     let marker = dir.path().join("ran");
     let log = dir.path().join("stderr");
-    let mut cmd = std::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(&log)))
-        .arg(locked_run().get_program())
+    let waiter = lr_stderr_to(&log)
         .args([
             "-v",
             "-u",
@@ -208,8 +215,8 @@ fn a_waiter_that_gave_back_listens_on_its_fresh_tokens_channel() {
             "300ms",
         ])
         .args(["--kill-after", "650ms", "-w", "30s", "job", "--"])
-        .args(["touch", path_str(&marker)]);
-    let waiter = spawn(cmd);
+        .args(["touch", path_str(&marker)])
+        .spawn();
     wait_until("the waiter queued", Duration::from_secs(10), || {
         queue(&redis).len() == 1
     });
@@ -249,16 +256,7 @@ fn a_woken_waiter_that_leaves_tells_the_next_one() {
     let redis = Redis::start();
     let dir = scratch();
     let log = dir.path().join("log");
-    let first = Holder::start(&redis, "job", &["--holders", "2"]);
-    let second = Holder::start(&redis, "job", &["--holders", "2"]);
-    let mut waiters = Vec::new();
-    for i in 1..=3 {
-        waiters.push(waiter(&redis, &log, &format!("w{i}"), &["--holders", "2"]));
-        wait_until("the waiter queued", Duration::from_secs(10), || {
-            queue(&redis).len() == i
-        });
-    }
-    let tokens = queue(&redis);
+    let ([first, second], waiters, tokens) = two_slots_held_three_queued(&redis, &log);
     // w1 and w2 cannot act on their wake-ups.
     for w in &waiters[..2] {
         signal(w.pid(), libc::SIGSTOP);

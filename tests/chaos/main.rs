@@ -8,6 +8,8 @@
 //! lost in scheduler noise. A kill margin is how long before the earliest possible server-side
 //! expiry of the key the child was dead; it must be positive.
 
+// The integration suite's fixtures: the chaos suite uses most of them, not all.
+#[allow(dead_code, unused_imports)]
 #[path = "../support/mod.rs"]
 mod support;
 

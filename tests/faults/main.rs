@@ -24,6 +24,8 @@
 //!
 //! Everything listens on and talks to 127.0.0.1 only. Exit status 1 on any violation.
 
+// The integration suite's fixtures: the harness uses a few (servers, signals, waits on a pid).
+#[allow(dead_code, unused_imports)]
 #[path = "../support/mod.rs"]
 mod support;
 

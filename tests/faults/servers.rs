@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::support::{free_port, server_bin, server_kind, signal};
+use crate::support::server::server_bin;
+use crate::support::{free_port, server_kind, signal};
 
 pub struct Server {
     pub port: u16,

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::{path_str, wait_until};
+use super::path_str;
+use super::process::{signal, wait_until};
 
 /// A copy of `touch` at `program`, under a write lease (`fcntl(F_SETLEASE)`) that a perl
 /// process holds for `secs`: an exec of it blocks until then (as on a file system that stalls).
@@ -97,9 +98,9 @@ pub fn wait_until_gone(pid: i32, what: &str) {
 /// (`lease`, the perl holding it) is gone, so the exec would have gone on by then.
 pub fn stop_across_the_start(wrapper: i32, lease: &mut Child) {
     let child = command_child(wrapper);
-    super::signal(wrapper, libc::SIGSTOP);
+    signal(wrapper, libc::SIGSTOP);
     // Killed while the wrapper is stopped: a zombie its stopped parent has not reaped.
     wait_until_dead(child, "the blocked child is killed");
     let _ = lease.wait();
-    super::signal(wrapper, libc::SIGCONT);
+    signal(wrapper, libc::SIGCONT);
 }

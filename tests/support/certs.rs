@@ -1,7 +1,7 @@
 //! Certificates for the TLS tests, made with openssl.
 
-#[allow(unused_imports)]
-use super::*;
+use std::path::PathBuf;
+use std::process::Command;
 
 /// A test CA, a server certificate for localhost and 127.0.0.1, a client certificate, and a
 /// second CA that signed none of them; made with openssl.

@@ -11,9 +11,12 @@
 
 use std::ffi::OsStr;
 use std::fmt::Display;
+use std::path::Path;
 use std::process::Command;
 
-use super::*;
+use super::process::{Output, Running, locked_run, run, spawn, without_our_settings};
+use super::redlock::Five;
+use super::{BIN, path_str, sh};
 
 /// `locked-run` with no arguments yet.
 pub fn lr() -> LockedRun {
@@ -26,6 +29,17 @@ pub fn lr_of(bin: &str) -> LockedRun {
     LockedRun {
         cmd: without_our_settings(bin),
     }
+}
+
+/// `locked-run` whose stderr goes to `path` as it is written (a file the test reads while the
+/// run goes on, or a FIFO), not collected at its end: `sh -c 'exec "$0" "$@" 2> PATH'` runs
+/// the binary, with no arguments yet.
+pub fn lr_stderr_to(path: &Path) -> LockedRun {
+    let mut cmd = without_our_settings("sh");
+    cmd.arg("-c")
+        .arg(format!("exec \"$0\" \"$@\" 2> {}", path_str(path)))
+        .arg(BIN);
+    LockedRun { cmd }
 }
 
 /// A `locked-run` command line being built. Each method appends to it, in order, exactly what

@@ -2,12 +2,17 @@
 //! each with its data in a temporary directory, killed (SIGKILL) when dropped and also should
 //! the test's thread die first (PDEATHSIG); `etcdctl` against them, under the hard timeout.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
 
-#[allow(unused_imports)]
-use super::*;
+use super::certs::Certs;
+use super::process::{Output, run};
+use super::server::free_port;
 
 /// One etcd member.
 pub struct Member {
@@ -22,6 +27,7 @@ impl Member {
         format!("127.0.0.1:{}", self.client_port)
     }
 
+    #[allow(dead_code)] // the fault harness's alone (it stops and resumes a member)
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("running").id() as i32
     }
@@ -169,6 +175,7 @@ impl Etcd {
     /// member then starts a new one). Waits until it is healthy, retrying while its port is
     /// not yet free. The member dies with the calling thread (PDEATHSIG): call this from a
     /// thread that outlives the member's use.
+    #[allow(dead_code)] // the fault harness's alone
     pub fn restart(&mut self, i: usize, wipe: bool) {
         let cluster: Vec<String> = self
             .members

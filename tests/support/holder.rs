@@ -5,7 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::*;
+use super::cmd::{LockedRun, lr};
+use super::process::{Output, Running, wait_for_file};
+use super::server::Redis;
+use super::{path_str, scratch};
 
 pub struct Holder {
     pub running: Running,
@@ -45,6 +48,15 @@ impl Holder {
 
     pub fn pid(&self) -> i32 {
         self.running.pid()
+    }
+
+    /// The fence its command was given (`LOCKED_RUN_FENCE`, as it wrote it to `started`).
+    pub fn fence(&self) -> u64 {
+        std::fs::read_to_string(self.path("started"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
     }
 
     /// Tells the command to end, and waits for `locked-run`.

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
-use super::{BIN, Output, locked_run, spawn, without_our_settings};
+use super::BIN;
+use super::process::{Output, locked_run, spawn, without_our_settings};
 
 /// A fake server; stops accepting when dropped (a script writing forever ends when its client
 /// hangs up).

@@ -2,49 +2,53 @@
 //! test with a hard timeout on every run (command lines built with [`cmd::lr`]), and helpers
 //! that wait on evidence (a process's exit through a pidfd, a file's content, Redis state)
 //! instead of sleeping.
+//!
+//! One file per concern: `server` (one server, and what it can be asked), `sentinel`,
+//! `cluster` and `redlock` (topologies of several), `tls` and `certs` (what the secured ones
+//! are made of), `etcd`, `proxy` (a TCP fault proxy), `hostile` (fake servers whose replies
+//! are endless, huge or malformed), `process` (processes under a hard timeout, and waits on
+//! evidence), `cmd` (the `lr()` command builder), `holder` (a run that says it is up and
+//! waits for go), `sections` (critical sections logged and checked), `blocked_exec` (a
+//! command whose exec blocks). What most test files use is re-exported here, so that
+//! `use crate::support::*;` brings it; what one topic's tests use (the proxy, the hostile
+//! servers, the secured topologies) is imported from its module.
 
-#![allow(dead_code)]
-
-use std::collections::BTreeMap;
-use std::ffi::OsStr;
-use std::io::Read;
-use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
 
 pub mod blocked_exec;
 pub mod certs;
+pub mod cluster;
 pub mod cmd;
 pub mod etcd;
 pub mod holder;
 pub mod hostile;
 pub mod process;
 pub mod proxy;
+pub mod redlock;
 pub mod sections;
+pub mod sentinel;
 pub mod server;
-pub mod topology;
+pub mod tls;
 
-#[allow(unused_imports)]
-pub use blocked_exec::*;
-pub use certs::*;
-#[allow(unused_imports)]
-pub use cmd::{LockedRun, lr, lr_of, status_json};
-#[allow(unused_imports)]
+pub use blocked_exec::{
+    children_by_exit_signal, leased_program, stop_across_the_start, wait_until_gone, watcher_child,
+};
+pub use certs::Certs;
+pub use cluster::Cluster;
+pub use cmd::{LockedRun, lr, lr_of, lr_stderr_to, status_json};
 pub use etcd::Etcd;
-#[allow(unused_imports)]
 pub use holder::{Holder, go, log_of, logged};
-#[allow(unused_imports)]
-pub use process::*;
-#[allow(unused_imports)]
-pub use sections::*;
-#[allow(unused_imports)]
-pub use server::*;
-#[allow(unused_imports)]
-pub use topology::{Cluster, Five, Watched, locked_run_on, sentinel_cli};
+pub use process::{
+    Output, Running, alive, locked_run, run, run_args, signal, spawn, start_job, wait_for_file,
+    wait_pid_exit, wait_timeout, wait_until, without_our_settings,
+};
+pub use redlock::{Five, locked_run_on};
+pub use sections::{CRITICAL_SECTION, check_concurrency, check_log};
+pub use sentinel::{Watched, sentinel_cli};
+pub use server::{
+    Redis, command_stats, expiry_lower_bound, free_port, queued, release_channels, server_kind,
+    skip_unless, subscribers,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
 
@@ -73,8 +77,4 @@ pub fn fence_file(dir: &Path, stem: &str) -> String {
 
 pub fn sh(script: &str) -> [&str; 3] {
     ["sh", "-c", script]
-}
-
-pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(cmd: &mut Command, items: I) {
-    cmd.args(items);
 }

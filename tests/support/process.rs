@@ -1,8 +1,16 @@
 //! Processes a test starts: the binary under test with no inherited settings, each under a
 //! hard timeout, and waits on their evidence (an exit seen through a pidfd, a file's content).
 
-#[allow(unused_imports)]
-use super::*;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::cmd::lr;
+use super::{BIN, path_str};
 
 /// A hard limit for any single process a test starts.
 pub const HARD_TIMEOUT: Duration = Duration::from_secs(60);

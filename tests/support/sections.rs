@@ -1,8 +1,8 @@
 //! Critical sections logged by children (start and end, on CLOCK_MONOTONIC, with their
 //! fence), and the checks that none overlapped beyond the limit and no fence repeated.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 /// A child that appends `start FENCE T` and `end FENCE T` (T: CLOCK_MONOTONIC, ns) to the shared
 /// log, holding the lock 5-25 ms; on SIGTERM it logs its end and exits.
@@ -27,7 +27,7 @@ pub struct Section {
 pub fn check_concurrency(log: &Path, limit: usize) -> (usize, usize) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut events: Vec<(u64, i32)> = Vec::new();
-    let mut fences = std::collections::BTreeSet::new();
+    let mut fences = BTreeSet::new();
     let mut starts = 0;
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();

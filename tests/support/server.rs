@@ -1,8 +1,15 @@
 //! The server under test: which binary (`LOCKED_RUN_TEST_SERVER`), what it supports, and a
 //! real one on a free loopback port, killed when dropped; what it can be asked about a run.
 
-#[allow(unused_imports)]
-use super::*;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::certs::Certs;
+use super::path_str;
+use super::process::{alive, signal};
 
 /// The server binary the tests start: `LOCKED_RUN_TEST_SERVER` (a path, or a name on PATH:
 /// `redis-server`, `valkey-server`), else `redis-server` on PATH.
@@ -257,6 +264,11 @@ impl Redis {
         self.child.as_ref().map(|c| c.id() as i32)
     }
 
+    /// Whether this server is still running (killed ones are skipped by the checks).
+    pub fn child_alive(&self) -> bool {
+        alive(self.pid_if_running().unwrap_or(-1))
+    }
+
     pub fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
             .unwrap()
@@ -326,6 +338,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `127.0.0.1:P1,127.0.0.1:P2,...`: the hosts of a URL that names several servers.
+pub fn loopback_hosts(ports: impl IntoIterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports
+        .into_iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    hosts.join(",")
+}
+
 /// A figure of `INFO commandstats` on `redis`: `field` (`calls`, `rejected_calls`, ...) of each of
 /// `commands` (lower case), summed. Commands clients sent; not those scripts ran.
 pub fn command_stats(redis: &Redis, commands: &[&str], field: &str) -> u64 {
@@ -348,6 +369,11 @@ pub fn command_stats(redis: &Redis, commands: &[&str], field: &str) -> u64 {
 /// (racers, Redlock's waiters) and each fair waiter's (`released:{NAME}:TOKEN`).
 pub fn subscribers(redis: &Redis, name: &str) -> i64 {
     release_channels(redis, name).iter().map(|(_, n)| n).sum()
+}
+
+/// How many places the queue of `job` holds on `redis`.
+pub fn queued(redis: &Redis) -> i64 {
+    redis.cmd(&["ZCARD", "queue:{job}"])
 }
 
 /// NAME's release channels with subscribers on `redis`, with how many each has.
