@@ -42,4 +42,8 @@ impl Renew for Renewer<'_> {
 #[cfg(test)]
 pub(crate) mod fake;
 #[cfg(test)]
+mod fake_job;
+#[cfg(test)]
+mod supervisor_tests;
+#[cfg(test)]
 mod tests;
