@@ -12,6 +12,7 @@ use crate::backend::{Backend, Tenure, Wakeups};
 use crate::clock::Clock;
 use crate::config::RunConfig;
 use crate::exit::Failure;
+use crate::notify;
 use crate::signals::Signals;
 use crate::text::show;
 
@@ -110,6 +111,10 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
             Next::Hold(acquired) => return Ok(acquired),
             Next::Fail(failure) => return Err(give_back(backend, cfg, &waiter, failure).await),
         };
+        // Said as soon as the waiter decides it, before its next step is carried out.
+        if let Some(status) = waiter.unit_status() {
+            notify::send(&format!("STATUS={status}"));
+        }
         if !waiter.listening() {
             wakeups = None;
         }

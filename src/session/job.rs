@@ -14,14 +14,16 @@ use crate::exit::{Exit, Failure};
 use crate::text::show;
 use crate::watcher::Watcher;
 
+use super::supervised::{Kill, Watching};
 use super::waiter::Acquired;
 
-/// A command running under the lock.
-pub struct Job {
-    pub child: Child,
-    pub target: Target,
+/// A command running under the lock: its main process, where its signals go, and its
+/// watcher. The parts are the real ones but in paused-time tests (see [`super::supervised`]).
+pub struct Job<P = Child, K = Target, W = Watcher> {
+    pub child: P,
+    pub target: K,
     pub interactive: bool,
-    watcher: Option<Watcher>,
+    watcher: Option<W>,
 }
 
 impl Job {
@@ -73,12 +75,7 @@ impl Job {
             killed_before_exec: w.killed_before_exec(),
         });
         match child::spawn(program, &cfg.command, &env, interactive, watched, start_by) {
-            Ok((child, target)) => Ok(Job {
-                child,
-                target,
-                interactive,
-                watcher,
-            }),
+            Ok((child, target)) => Ok(Job::new(child, target, interactive, watcher)),
             Err(e) => {
                 // Late, the lease may be gone: a release that finds it so is no news.
                 let (failure, late) = match e {
@@ -90,12 +87,24 @@ impl Job {
             }
         }
     }
+}
+
+impl<P, K: Kill, W: Watching> Job<P, K, W> {
+    /// A job of these parts; `watcher`, if one could be started.
+    pub fn new(child: P, target: K, interactive: bool, watcher: Option<W>) -> Job<P, K, W> {
+        Job {
+            child,
+            target,
+            interactive,
+            watcher,
+        }
+    }
 
     /// The child, and what keeps the job watched ([`Rewatch`]), borrowed apart so that both
     /// can be used at once.
-    pub fn split(&mut self) -> (&mut Child, Rewatch<'_>) {
-        let session = match (self.target, self.interactive) {
-            (Target::Session(session), false) => session.as_raw(),
+    pub fn split(&mut self) -> (&mut P, Rewatch<'_, W>) {
+        let session = match (self.target.own_session(), self.interactive) {
+            (Some(session), false) => session.as_raw(),
             _ => 0,
         };
         let rewatch = Rewatch {
@@ -129,30 +138,32 @@ impl Job {
 
 /// The job's watcher, for as long as something of the job may be left (the command, then what
 /// it left behind, until the sweep is done).
-pub struct Rewatch<'a> {
-    watcher: &'a mut Option<Watcher>,
+pub struct Rewatch<'a, W = Watcher> {
+    watcher: &'a mut Option<W>,
     /// The job's session (0: in a terminal, the job has none of its own).
     session: libc::pid_t,
 }
 
-impl Rewatch<'_> {
+impl<W: Watching> Rewatch<'_, W> {
     /// Never returns: should the watcher die (killed by hand, say), it is reaped and another
     /// is started, told the job's session, so that a wrapper SIGKILLed later still leaves
     /// nothing of the job running. The watcher's exit is read from a pidfd; without pidfds
     /// (before Linux 5.3) this only waits.
     pub async fn keep_watching(mut self) {
-        let mut exits = self.watcher.as_ref().and_then(Watcher::exits);
+        let mut exits = self.watcher.as_ref().map(W::exit);
         loop {
-            exited(exits).await;
+            match exits {
+                Some(exit) => W::exited(exit).await,
+                None => std::future::pending().await,
+            }
             exits = self.replace();
         }
     }
 
-    fn replace(&mut self) -> Option<std::os::fd::OwnedFd> {
+    fn replace(&mut self) -> Option<W::Exit> {
         let old = self.watcher.take()?;
-        let (pid, keep_descriptors) = (old.pid(), old.keeps_descriptors());
-        old.dismiss();
-        let new = match Watcher::start(None, keep_descriptors, self.session) {
+        let pid = old.pid();
+        let new = match W::replace(old, self.session) {
             Ok(new) => new,
             Err(e) => {
                 tracing::warn!(
@@ -167,26 +178,9 @@ impl Rewatch<'_> {
             "the watcher died while the command ran (pid {pid}); started another (pid {})",
             new.pid()
         );
-        let exits = new.exits();
+        let exits = new.exit();
         *self.watcher = Some(new);
-        exits
-    }
-}
-
-/// Resolves once the process behind pidfd `exits` has exited; never, without one.
-async fn exited(exits: Option<std::os::fd::OwnedFd>) {
-    let registered = exits.map(|fd| {
-        // SAFETY: the AsyncFd owns the descriptor, which stays open until it is dropped.
-        unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-        }
-    });
-    let readable = match registered {
-        Some(Ok(fd)) => fd.readable().await.map(drop),
-        _ => return std::future::pending().await,
-    };
-    if readable.is_err() {
-        std::future::pending::<()>().await;
+        Some(exits)
     }
 }
 
@@ -207,10 +201,10 @@ fn late_start(cfg: &RunConfig, acquired: &Acquired) -> Failure {
 
 /// Disarm, release, dismiss, in that order: the watcher must not kill a session that is gone
 /// (its pids may be reused), and the next holder need not wait for this process to exit.
-async fn finish(
+async fn finish<W: Watching>(
     backend: &dyn Backend,
     cfg: &RunConfig,
-    watcher: Option<Watcher>,
+    watcher: Option<W>,
     keep_for: Option<Duration>,
     lost: bool,
     run: Option<&Run>,

@@ -7,6 +7,8 @@
 //! - [`job`]: the command under the lock, and its one finish (disarm, release, dismiss);
 //! - [`stop`]: the one record of why the command is being stopped;
 //! - [`sweep`]: what the command leaves behind, and the signals passed on to it;
+//! - [`supervised`]: what the supervisor does to the job and hears from it, as traits, so
+//!   that paused-time tests run it against a fake job;
 //! - [`ending`]: how the run ends, as a pure function of the stop, the status and the lock.
 
 pub mod acquire;
@@ -15,6 +17,7 @@ pub mod job;
 mod record;
 pub mod run;
 pub mod stop;
+pub mod supervised;
 pub mod sweep;
 pub mod waiter;
 
@@ -38,5 +41,9 @@ impl Renew for Renewer<'_> {
 
 #[cfg(test)]
 pub(crate) mod fake;
+#[cfg(test)]
+mod fake_job;
+#[cfg(test)]
+mod supervisor_tests;
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ use super::ending::{Context, ended, ending};
 use super::job::Job;
 use super::record::record;
 use super::stop::ChildStopper;
+use super::supervised::{Events, Kill, Reap, Watching};
 use super::sweep::{drain, forward};
 use super::waiter::Acquired;
 
@@ -78,17 +79,54 @@ async fn run_recording(
         acquired.fence,
         show(acquired.waited)
     );
-    let started_ms = wall_clock_ms();
+    let held = Held {
+        acquired: &acquired,
+        started_ms: wall_clock_ms(),
+    };
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
-    let mut job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
+    let job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
     started(&backend.token());
-    let stopper = ChildStopper::new(job.target, cfg.kill_signal);
     notify::send(&format!(
         "READY=1\nSTATUS=holding lock {} (fence {})",
         cfg.name, acquired.fence
     ));
-    let status = supervise(backend, cfg, &lease, &stopper, &mut job, &mut signals).await;
+    hold(
+        &clock,
+        backend,
+        cfg,
+        &held,
+        &lease,
+        job,
+        &mut signals,
+        recorded,
+    )
+    .await
+}
+
+/// The lock as it was taken: the grant, and when it came (wall clock, for the history).
+pub(super) struct Held<'a> {
+    pub acquired: &'a Acquired,
+    pub started_ms: u64,
+}
+
+/// The job under the lock, from its start to the run's end: supervised (the lease, `--max-run`,
+/// the signals, the sweep), finished (disarm, release, dismiss), and its ending said. Generic
+/// over the clock and the job's parts, so that paused-time tests drive it with a fake job.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn hold<C: Clock, P: Reap, K: Kill, W: Watching, E: Events>(
+    clock: &C,
+    backend: &dyn Backend,
+    cfg: &RunConfig,
+    held: &Held<'_>,
+    lease: &RefCell<LeaseClock>,
+    mut job: Job<P, K, W>,
+    events: &mut E,
+    recorded: &mut Option<Run>,
+) -> Result<Exit, Failure> {
+    let acquired = held.acquired;
+    let stopper = ChildStopper::new(job.target, cfg.kill_signal);
+    let status = supervise(clock, backend, cfg, lease, &stopper, &mut job, events).await;
     if let Ok(status) = &status {
         tracing::info!(
             event = "child_exited",
@@ -106,17 +144,24 @@ async fn run_recording(
         max_run: cfg.max_run,
         last_error: last_error.as_deref(),
     };
-    let run = status
-        .as_ref()
-        .ok()
-        .map(|&status| record(backend, cfg, &acquired, started_ms, stopping, status, &cx));
+    let run = status.as_ref().ok().map(|&status| {
+        record(
+            backend,
+            cfg,
+            acquired,
+            held.started_ms,
+            stopping,
+            status,
+            &cx,
+        )
+    });
     // After a lost lease a failed release is expected (the loss has its own line); after a
     // --max-run stop it is not.
     let still_ours = job
         .finish(
             backend,
             cfg,
-            keep_for(cfg, &clock, &acquired),
+            keep_for(cfg, clock, acquired),
             stopper.lost(),
             run.as_ref(),
         )
@@ -128,9 +173,9 @@ async fn run_recording(
 }
 
 /// The rest of `--min-hold` past now, if any: the lock is then left to expire, not deleted.
-fn keep_for(
+fn keep_for<C: Clock>(
     cfg: &RunConfig,
-    clock: &BootClock,
+    clock: &C,
     acquired: &Acquired,
 ) -> Option<std::time::Duration> {
     cfg.min_hold
@@ -141,15 +186,15 @@ fn keep_for(
 /// Keeps the lease and the `--max-run` limit while the command runs, passes signals on, and
 /// once the command has exited sweeps what it left; returns the command's status once nothing
 /// of the job is left (the watcher disarmed).
-async fn supervise(
+async fn supervise<C: Clock, P: Reap, K: Kill, W: Watching, E: Events>(
+    clock: &C,
     backend: &dyn Backend,
     cfg: &RunConfig,
     lease: &RefCell<LeaseClock>,
-    stopper: &ChildStopper,
-    job: &mut Job,
-    signals: &mut Signals,
+    stopper: &ChildStopper<K>,
+    job: &mut Job<P, K, W>,
+    signals: &mut E,
 ) -> std::io::Result<ExitStatus> {
-    let clock = BootClock;
     let started = clock.now();
     let renewer = super::Renewer(backend, cfg.timings);
     let (target, interactive) = (job.target, job.interactive);
@@ -159,7 +204,7 @@ async fn supervise(
         let mut keeper = pin!(async {
             let lease = async {
                 if backend.tenure() == Tenure::Lease {
-                    match lease::keep(lease, &clock, &renewer, stopper).await {}
+                    match lease::keep(lease, clock, &renewer, stopper).await {}
                 } else {
                     std::future::pending::<()>().await
                 }
@@ -206,7 +251,7 @@ async fn supervise(
             stopper.kill(Why::Late);
         }
         drain(
-            &clock,
+            clock,
             child,
             target,
             cfg,

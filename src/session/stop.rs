@@ -11,6 +11,8 @@ use crate::child::Target;
 use crate::lease::{Stopper, Why};
 use crate::notify;
 
+use super::supervised::Kill;
+
 /// Why the command is being stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cause {
@@ -28,15 +30,15 @@ pub struct Stopping {
 }
 
 /// Sends the command its signals and remembers the first stop.
-pub struct ChildStopper {
-    target: Target,
+pub struct ChildStopper<K = Target> {
+    target: K,
     signal: Signal,
     stopping: Cell<Option<Stopping>>,
     lost: Cell<bool>,
 }
 
-impl ChildStopper {
-    pub fn new(target: Target, signal: Signal) -> ChildStopper {
+impl<K: Kill> ChildStopper<K> {
+    pub fn new(target: K, signal: Signal) -> ChildStopper<K> {
         ChildStopper {
             target,
             signal,
@@ -112,7 +114,7 @@ impl ChildStopper {
 /// The signal goes first, and only then is the stop recorded and said: a write to a stderr
 /// file on a stalled disk, or to the service manager's socket, must not hold up the signal
 /// that keeps the command within its lease.
-impl Stopper for ChildStopper {
+impl<K: Kill> Stopper for ChildStopper<K> {
     fn terminate(&self, why: Why) {
         self.target.terminate(self.signal);
         self.losing(why, self.signal);

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::child::{Child, Target};
 use crate::clock::Clock;
 use crate::config::RunConfig;
-use crate::signals::{Event, Incoming, Signals};
+use crate::signals::{Event, Incoming};
+
+use super::supervised::{Events, Kill, Reap};
 
 /// Passes a signal sent to `locked-run` on to the job, unless the terminal already delivered it
 /// to the whole foreground group (the job included).
-pub fn forward(target: Target, incoming: Incoming, interactive: bool) {
+pub fn forward<K: Kill>(target: K, incoming: Incoming, interactive: bool) {
     if interactive && incoming.from_kernel {
         // Ctrl-C and friends reached the whole foreground group, the child included.
         tracing::debug!(
@@ -35,16 +36,16 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// signal, SIGKILL K later (again at every wake-up, for anything forked meanwhile), while the
 /// lease is still kept; returns only once nothing is left, so the lock is never released under
 /// a live process.
-pub async fn drain<F: Future<Output = ()>, C: Clock>(
+pub async fn drain<F: Future<Output = ()>, C: Clock, P: Reap, K: Kill, E: Events>(
     clock: &C,
-    child: &mut Child,
-    target: Target,
+    child: &mut P,
+    target: K,
     cfg: &RunConfig,
-    signals: &mut Signals,
+    signals: &mut E,
     mut keeper: Pin<&mut F>,
     interactive: bool,
 ) {
-    let left = |child: &mut Child| {
+    let left = |child: &mut P| {
         let children_remain = child.reap().unwrap_or(true);
         target.anything_left(children_remain)
     };
@@ -107,10 +108,10 @@ pub async fn drain<F: Future<Output = ()>, C: Clock>(
 /// A process on its way out of the group (`setsid -f`, `cmd &` then `setsid`) may not have left
 /// it yet when the main process exits: it is given [`SETTLE`], while the lease is kept and
 /// signals are passed on, and what left meanwhile is let go.
-async fn settle<F: Future<Output = ()>, C: Clock>(
+async fn settle<F: Future<Output = ()>, C: Clock, K: Kill, E: Events>(
     clock: &C,
-    target: Target,
-    signals: &mut Signals,
+    target: K,
+    signals: &mut E,
     mut keeper: Pin<&mut F>,
     interactive: bool,
 ) {

@@ -9,7 +9,6 @@ use std::time::Duration;
 use crate::backend::{Attempt, BackendError, Busy, Expiry, KEEP_ALIVE};
 use crate::config::{Patience, RunConfig};
 use crate::exit::{Exit, Failure};
-use crate::notify;
 use crate::text::show;
 
 /// A lock just taken.
@@ -86,6 +85,8 @@ pub struct Waiter<'a> {
     /// An attempt with the current token went unanswered: it may have taken the lock.
     maybe_held: bool,
     queued: bool,
+    /// What the service manager's status line should say now, until the driver takes it.
+    unit_status: Option<String>,
 }
 
 impl<'a> Waiter<'a> {
@@ -108,6 +109,7 @@ impl<'a> Waiter<'a> {
             no_expiry_retries: 0,
             maybe_held: false,
             queued: false,
+            unit_status: None,
         }
     }
 
@@ -125,6 +127,13 @@ impl<'a> Waiter<'a> {
     /// that went unanswered, or a place in the queue.
     pub fn must_give_back(&self) -> bool {
         self.maybe_held || self.queued
+    }
+
+    /// A new line for the service manager's status (`STATUS=`), once: set when the waiter
+    /// settles down to wait on a busy lock, sent by the driver, so the waiter itself does no
+    /// I/O.
+    pub fn unit_status(&mut self) -> Option<String> {
+        self.unit_status.take()
     }
 
     /// An attempt is sent now.
@@ -320,8 +329,8 @@ impl<'a> Waiter<'a> {
             self.cfg.name,
             show(nap)
         );
-        notify::send(&format!(
-            "STATUS=waiting for lock {} ({})",
+        self.unit_status = Some(format!(
+            "waiting for lock {} ({})",
             self.cfg.name,
             holder_words(busy)
         ));
@@ -424,6 +433,35 @@ mod tests {
         assert_eq!(backoff(6), Duration::from_millis(1600));
         assert_eq!(backoff(7), RETRY_CAP);
         assert_eq!(backoff(1000), RETRY_CAP);
+    }
+
+    /// The status line is the driver's to send: the waiter only names it, once.
+    #[test]
+    fn settling_down_to_wait_names_the_holder_for_the_unit_status_once() {
+        let cfg = crate::session::fake::config(Patience::Forever);
+        let mut waiter = Waiter::new(&cfg, Duration::ZERO);
+        waiter.sending(Duration::ZERO);
+        let holder = crate::backend::Holder {
+            host: Some("web-3".into()),
+            pid: Some(4242),
+            fence: Some(17),
+            ..Default::default()
+        };
+        let busy = Busy {
+            holder,
+            expiry: Expiry::In(Duration::from_secs(20)),
+        };
+        let facts = super::Facts::default();
+        let next = waiter.answered(Duration::from_millis(1), Ok(Attempt::Busy(busy)), facts);
+        assert!(matches!(next, Next::Subscribe), "{next:?}");
+        assert_eq!(waiter.unit_status(), None, "not waiting yet");
+        let next = waiter.subscribed(Duration::from_millis(2), Ok(true));
+        assert!(matches!(next, Next::Sleep(_)), "{next:?}");
+        assert_eq!(
+            waiter.unit_status().as_deref(),
+            Some("waiting for lock job (held by web-3 pid 4242, fence 17)")
+        );
+        assert_eq!(waiter.unit_status(), None, "said once");
     }
 
     #[test]
