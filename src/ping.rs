@@ -41,17 +41,18 @@ impl Pinger {
     /// yet.
     pub fn new(url: &str) -> Result<Pinger, String> {
         let base = url::Url::parse(url)
-            .map_err(|e| crate::text::message!("--ping {url}: not a URL ({e})"))?;
+            .map_err(|e| crate::text::message!("--ping {url} is not a URL ({e})"))?;
         if !matches!(base.scheme(), "http" | "https") || base.host_str().is_none() {
             return Err(crate::text::message!(
-                "--ping {url}: give an http:// or https:// URL (a healthchecks.io check's ping URL)"
+                "--ping {url} is not an http:// or https:// URL: give a healthchecks.io check's \
+                 ping URL"
             ));
         }
         let (pings, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("locked-run-ping".into())
             .spawn(move || send_all(&base, &inbox))
-            .map_err(|e| crate::text::message!("--ping: cannot start its thread: {e}"))?;
+            .map_err(|e| crate::text::message!("cannot start the --ping thread: {e}"))?;
         Ok(Pinger {
             pings: Some(pings),
             thread: Some(thread),
@@ -97,7 +98,7 @@ fn send_all(base: &url::Url, inbox: &mpsc::Receiver<Ping>) {
         .enable_all()
         .build()
     else {
-        tracing::warn!("--ping: cannot start its runtime; no ping is sent");
+        tracing::warn!("cannot start the --ping thread: its runtime failed; no ping is sent");
         return;
     };
     for ping in inbox {
@@ -135,9 +136,13 @@ fn shown(url: &url::Url) -> String {
 
 /// One GET, its answer's status a success, within [`TIMEOUT`].
 async fn get(url: &url::Url) -> Result<(), String> {
-    tokio::time::timeout(TIMEOUT, exchange(url))
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {}", crate::text::show(TIMEOUT))))
+    match tokio::time::timeout(TIMEOUT, exchange(url)).await {
+        Ok(result) => result,
+        Err(_) => {
+            let late = format!("no answer within {}", crate::text::show(TIMEOUT));
+            Err(late)
+        }
+    }
 }
 
 async fn exchange(url: &url::Url) -> Result<(), String> {
@@ -169,10 +174,11 @@ async fn exchange(url: &url::Url) -> Result<(), String> {
         }
         _ => send(stream, request).await?,
     };
-    match status.is_success() {
-        true => Ok(()),
-        false => Err(format!("it answered {status}")),
+    if status.is_success() {
+        return Ok(());
     }
+    let refused = format!("it answered {status}");
+    Err(refused)
 }
 
 /// The request on a fresh HTTP/1.1 connection; only the status is read, never the body.

@@ -255,7 +255,9 @@ fn release_force_frees_one_holder_by_its_key_or_every_holder() {
     let out = lr().args(["status", "-u", &url, "job"]).run().expect(1);
     let revision: u64 = out
         .stdout
-        .trim()
+        .lines()
+        .next()
+        .unwrap_or_default()
         .strip_prefix("job: free (no last fence kept; the next is above revision ")
         .and_then(|rest| rest.strip_suffix(')'))
         .unwrap_or_else(|| panic!("{}", out.stdout))

@@ -208,7 +208,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if path.is_dir() && name != "tests" {
             files.extend(rust_files(&path));
-        } else if name.ends_with(".rs") && name != "tests.rs" && name != "fake.rs" {
+        } else if name.ends_with(".rs") && !name.ends_with("tests.rs") && !name.starts_with("fake")
+        {
             files.push(path);
         }
     }

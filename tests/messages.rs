@@ -254,14 +254,20 @@ fn a_lock_never_taken_has_no_fence_yet() {
     let url = format!("file://{}", path_str(locks.path()));
     lr().url(&url).job(["true"]).run().expect(0);
     let out = lr().url(&url).args(["status", "never"]).run().expect(1);
-    assert_eq!(out.stdout, "never: free (no fence issued yet)\n");
+    assert_eq!(
+        out.stdout,
+        "never: free (no fence issued yet)\n  never taken (no run in its history: is the NAME right?)\n"
+    );
     let redis = Redis::start();
     let out = lr()
         .url(&redis.url())
         .args(["status", "never"])
         .run()
         .expect(1);
-    assert_eq!(out.stdout, "never: free (no fence issued yet)\n");
+    assert_eq!(
+        out.stdout,
+        "never: free (no fence issued yet)\n  never taken (no run in its history: is the NAME right?)\n"
+    );
 }
 
 /// One rule: before the command every option is locked-run's, and an unknown one is an

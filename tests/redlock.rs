@@ -325,7 +325,8 @@ fn status_shows_each_server_and_the_quorum() {
         "{}",
         text.stdout
     );
-    assert_eq!(text.stdout.lines().count(), 6);
+    // The summary, each server, and the last run's line.
+    assert_eq!(text.stdout.lines().count(), 7, "{}", text.stdout);
     signal(running.pid(), libc::SIGTERM);
     let _ = running.wait();
 }

@@ -143,13 +143,13 @@ fn shared_runs_hold_together_each_with_a_fence_of_its_own() {
     let status = status_json(&url, "job");
     assert_eq!(status["held"], false, "{status}");
     assert_eq!(status["mode"], serde_json::Value::Null, "{status}");
-    // Nothing of theirs is left in DIR but the lock file and the fence counter.
+    // Nothing of theirs is left in DIR but the lock file, the fence counter and the history.
     let mut left: Vec<String> = std::fs::read_dir(locks.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, ["job.fence", "job.lock"]);
+    assert_eq!(left, ["job.fence", "job.history", "job.lock"]);
 }
 
 #[test]

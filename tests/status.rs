@@ -18,7 +18,7 @@ fn free_held_and_free_again() {
     let out = status(&redis.url(), true).expect_with(1, "free");
     assert_eq!(
         out.json(),
-        serde_json::json!({"name": "job", "held": false, "fence": null, "ttl_ms": null, "holder": null, "holders": [], "limit": null, "mode": null, "waiters": 0})
+        serde_json::json!({"name": "job", "held": false, "fence": null, "ttl_ms": null, "holder": null, "holders": [], "limit": null, "mode": null, "waiters": 0, "last_run": null})
     );
 
     let dir = scratch();
@@ -59,7 +59,13 @@ fn free_held_and_free_again() {
     signal(holder.pid(), libc::SIGTERM);
     let _ = holder.wait();
     let out = status(&redis.url(), false).expect(1);
-    assert_eq!(out.stdout, "job: free (last fence 1)\n");
+    let (free, last) = out.stdout.split_once('\n').unwrap();
+    assert_eq!(free, "job: free (last fence 1)");
+    assert!(
+        last.starts_with("  last run: ") && last.contains("  fence 1  "),
+        "the last run's line: {}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -99,7 +105,11 @@ fn status_counts_the_waiters() {
     });
     let text = status(&redis.url(), false);
     assert!(
-        text.stdout.trim_end().ends_with("left; 1 waiting"),
+        text.stdout
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("left; 1 waiting"),
         "{}",
         text.stdout
     );

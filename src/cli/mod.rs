@@ -74,7 +74,8 @@ error.
 (null when free; -1 for no expiry), holder (null when free, else {host, pid, command, since}), \
 holders (every holder: host, pid, command, since, fence, ttl_ms, token), limit (the N of \
 --holders N while held, else null), mode (\"shared\" or \"exclusive\", null when free), waiters \
-(how many wait, or null); with several URLs (Redlock) also quorum and servers (each with url \
+(how many wait, or null), last_run (the last run in its history, as `history --json` prints it, or \
+null); with several URLs (Redlock) also quorum and servers (each with url \
 and the same fields, or error)."
     };
 }

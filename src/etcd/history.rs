@@ -23,7 +23,9 @@ impl EtcdLock {
     /// Keys sort by when the run let go of the lock (then its token), so the newest are last.
     pub(super) async fn remember(&self, run: &Run, deadline: Instant) -> Result<(), BackendError> {
         let prefix = prefix(self);
-        let key = format!("{prefix}{:016}-{}", run.ended_ms, run.token);
+        // A holder's token is its key (`NAME/<lease>`): its last part names the run here.
+        let run_id = run.token.rsplit('/').next().unwrap_or(&run.token);
+        let key = format!("{prefix}{:016}-{run_id}", run.ended_ms);
         let put = put(&key, run.to_line().as_bytes(), 0);
         self.client
             .must("/v3/kv/put", &put["request_put"], deadline)

@@ -27,9 +27,24 @@ use scenarios::{SCENARIOS, Scenario, stage};
 /// The release the fixtures were recorded from.
 const RELEASE: &str = "0.1.0";
 
-/// Keys or files (by shape: `NAME` for the lock's name) that this build writes and 0.1.0 did
-/// not. Each needs its line in docs/upgrading.md: what a 0.1.0 run makes of it.
-const NEW_SINCE_RELEASE: &[&str] = &[];
+/// Keys or files (by shape: `NAME` for the lock's name; a trailing `*`: any key so starting)
+/// that this build writes and 0.1.0 did not. Each needs its line in docs/upgrading.md: what a
+/// 0.1.0 run makes of it.
+const NEW_SINCE_RELEASE: &[&str] = &[
+    "history:{NAME}",
+    "NAME.history",
+    "locked-run/history/NAME/*",
+];
+
+/// Whether `key` is one of [`NEW_SINCE_RELEASE`].
+fn new_since_release(key: &str) -> bool {
+    NEW_SINCE_RELEASE
+        .iter()
+        .any(|new| match new.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None => key == *new,
+        })
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Backend {
@@ -159,7 +174,7 @@ fn differences(then: &Value, now: &Value, backend: Backend) -> Vec<String> {
             }
         }
         for key in new.keys().filter(|k| !old.contains_key(*k)) {
-            if !NEW_SINCE_RELEASE.contains(&key.as_str()) {
+            if !new_since_release(key) {
                 found.push(format!("{}: {key} is new ({})", s.key, new[key]));
             }
         }

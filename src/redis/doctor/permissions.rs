@@ -125,7 +125,7 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         "DEL",
     ];
     let keys = Keys::of(name);
-    let by_key: [(String, &[&str]); 8] = [
+    let by_key: [(String, &[&str]); 9] = [
         (
             keys.lock.clone(),
             &["SET x", "GET", "EXISTS", "TYPE", "PTTL", "PEXPIRE 1", "DEL"],
@@ -137,6 +137,10 @@ fn needed_commands(name: &LockName, sharded: bool) -> Vec<Vec<String>> {
         (keys.queue.clone(), sorted_set),
         (keys.queue_alive.clone(), sorted_set),
         (keys.gone.clone(), sorted_set),
+        (
+            keys.history.clone(),
+            &["LPUSH x", "LTRIM 0 1", "LRANGE 0 1", "PEXPIRE 1"],
+        ),
     ];
     let words = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
     let mut needed = vec![
