@@ -86,7 +86,8 @@ pub trait Backend: Send + Sync {
     /// Undoes whatever may still be in effect (a paused server resumed).
     fn heal(&self);
     /// What is still held, queued or locked once everything stopped: one line each (keys whose
-    /// name starts with `fence:` or `gone:` are allowed to stay).
+    /// name starts with `fence:`, `gone:` or `history:`, and etcd's histories, are allowed to
+    /// stay).
     fn leftovers(&self) -> Vec<String>;
 }
 
@@ -326,7 +327,9 @@ impl Backend for Servers {
             match server.lock().unwrap().keys() {
                 Ok(keys) => left.extend(
                     keys.into_iter()
-                        .filter(|(k, _)| !k.starts_with("fence:") && !k.starts_with("gone:"))
+                        .filter(|(k, _)| {
+                            !["fence:", "gone:", "history:"].iter().any(|p| k.starts_with(p))
+                        })
                         .map(|(k, pttl)| format!("server {i}: key {k} left (PTTL {pttl} ms)")),
                 ),
                 Err(e) => left.push(format!("server {i}: not readable: {e}")),
@@ -501,6 +504,10 @@ impl Backend for EtcdMember {
             Ok(reply) => {
                 for kv in reply["kvs"].as_array().into_iter().flatten() {
                     let key = kv["key"].as_str().map_or_else(String::new, base64_text);
+                    // The NAMEs' histories stay, as they are meant to.
+                    if key.starts_with("locked-run/history/") {
+                        continue;
+                    }
                     left.push(format!(
                         "key {key} left (create revision {}, lease {:x})",
                         kv["create_revision"].as_i64().unwrap_or(0),
