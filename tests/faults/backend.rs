@@ -328,7 +328,9 @@ impl Backend for Servers {
                 Ok(keys) => left.extend(
                     keys.into_iter()
                         .filter(|(k, _)| {
-                            !["fence:", "gone:", "history:"].iter().any(|p| k.starts_with(p))
+                            !["fence:", "gone:", "history:"]
+                                .iter()
+                                .any(|p| k.starts_with(p))
                         })
                         .map(|(k, pttl)| format!("server {i}: key {k} left (PTTL {pttl} ms)")),
                 ),
