@@ -9,7 +9,7 @@
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender};
 
 use serde_json::{Map, Value, json};
@@ -24,6 +24,8 @@ use crate::cli::{LogArgs, LogFormat};
 use crate::text::printable;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+/// `-q`: a watched wait says nothing either.
+static QUIET: AtomicBool = AtomicBool::new(false);
 static LOCK: OnceLock<String> = OnceLock::new();
 /// Log lines not written because stderr was full or the queue to it was (see `write_line`).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -32,6 +34,7 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub fn init(args: &LogArgs) {
     let format = args.log_format;
     let _ = FORMAT.set(format);
+    QUIET.store(args.quiet, Ordering::Relaxed);
     let level = match (args.quiet, args.verbose, format) {
         (true, _, _) => Level::ERROR,
         // Machines read JSON: they get every milestone, renewals included.
@@ -142,6 +145,8 @@ const QUEUED: usize = 256;
 
 enum Out {
     Line(String),
+    /// Text as it is, no newline added (a line updated in place on a terminal).
+    Raw(String),
     /// Answered once every line before it was written (or dropped).
     Flush(SyncSender<()>),
 }
@@ -173,6 +178,11 @@ fn start_writer() -> Option<SyncSender<Out>> {
             for out in lines {
                 match out {
                     Out::Line(line) => write_now(&line),
+                    Out::Raw(text) => {
+                        if stderr_writable(0) {
+                            let _ = std::io::stderr().write_all(text.as_bytes());
+                        }
+                    }
                     Out::Flush(done) => {
                         let _ = done.send(());
                     }
@@ -191,6 +201,32 @@ fn write_now(line: &str) {
     text.push_str(line);
     text.push('\n');
     let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+/// Whether a wait someone watches may say how it goes: text logs, and no `-q`.
+pub fn progress_allowed() -> bool {
+    !QUIET.load(Ordering::Relaxed) && format() == LogFormat::Text
+}
+
+/// A watched wait's line (`line` without `locked-run: `): on a terminal (`in_place`) written
+/// over the last one, else a line of its own. Through the writer thread, never waiting.
+pub fn progress(line: &str, in_place: bool) {
+    let text = format!("locked-run: {}", printable(line));
+    match (in_place, QUEUE.get_or_init(start_writer)) {
+        (true, Some(queue)) => {
+            if queue.try_send(Out::Raw(format!("\r{text}\x1b[K"))).is_err() {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        _ => write_line(text),
+    }
+}
+
+/// Ends a line updated in place, so that what follows starts on a line of its own.
+pub fn progress_done() {
+    if let Some(Some(queue)) = QUEUE.get() {
+        let _ = queue.try_send(Out::Raw("\n".into()));
+    }
 }
 
 /// Writes out the lines still queued (waiting at most a second: the lock is no longer held

@@ -44,4 +44,5 @@ mod terminal;
 mod upgrade;
 mod waiting;
 mod wakeups;
+mod watched_wait;
 mod watcher;

@@ -16,6 +16,7 @@ use crate::notify;
 use crate::signals::Signals;
 use crate::text::show;
 
+use super::progress::{Progress, Watched};
 use super::waiter::{Acquired, Facts, Next, Waiter, Woke};
 
 /// How long a give-back may take when leaving without the lock.
@@ -55,6 +56,33 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
 ) -> Result<Acquired, Failure> {
     let mut while_waiting = Some(while_waiting);
     let mut waiter = Waiter::new(cfg, clock.now());
+    let mut progress = Watched::now().map(|w| Progress::new(clock.now(), w));
+    let acquired = wait(
+        backend,
+        clock,
+        cfg,
+        interrupts,
+        &mut waiter,
+        &mut while_waiting,
+        &mut progress,
+    )
+    .await;
+    if progress.is_some_and(|p| p.said && p.watched == Watched::Terminal) {
+        crate::log::progress_done();
+    }
+    acquired
+}
+
+/// The driver's loop, until the lock is held or the wait ends.
+async fn wait<C: Clock, I: Interrupts>(
+    backend: &dyn Backend,
+    clock: &C,
+    cfg: &RunConfig,
+    interrupts: &mut I,
+    waiter: &mut Waiter<'_>,
+    while_waiting: &mut Option<impl FnOnce()>,
+    progress: &mut Option<Progress>,
+) -> Result<Acquired, Failure> {
     let mut wakeups: Option<Box<dyn Wakeups + '_>> = None;
     let mut next = Next::Try;
     loop {
@@ -97,6 +125,7 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
                 if let Some(ready) = while_waiting.take() {
                     ready();
                 }
+                let said_at = progress.as_ref().map(Progress::due);
                 let why = tokio::select! {
                     biased;
                     signal = interrupts.next_ending_wait() => {
@@ -105,6 +134,14 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
                     }
                     woke = next_for_me(backend, &mut wakeups) => woke,
                     () = clock.sleep_until(until) => Woke::Time,
+                    () = until_some(clock, said_at) => {
+                        if let Some(p) = progress.as_mut() {
+                            let line = p.line(clock.now(), &cfg.name, waiter.last_busy());
+                            crate::log::progress(&line, p.watched == Watched::Terminal);
+                        }
+                        next = Next::Sleep(until);
+                        continue;
+                    }
                 };
                 waiter.woke(clock.now(), why)
             }
@@ -118,6 +155,14 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
         if !waiter.listening() {
             wakeups = None;
         }
+    }
+}
+
+/// Sleeps until `at`; never, without it.
+async fn until_some<C: Clock>(clock: &C, at: Option<Duration>) {
+    match at {
+        Some(at) => clock.sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

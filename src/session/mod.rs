@@ -14,6 +14,7 @@
 pub mod acquire;
 pub mod ending;
 pub mod job;
+mod progress;
 mod record;
 pub mod run;
 pub mod stop;

@@ -132,6 +132,11 @@ impl<'a> Waiter<'a> {
     /// A new line for the service manager's status (`STATUS=`), once: set when the waiter
     /// settles down to wait on a busy lock, sent by the driver, so the waiter itself does no
     /// I/O.
+    /// What the last busy answer said, for a watched wait's line.
+    pub fn last_busy(&self) -> Option<&Busy> {
+        self.last_busy.as_ref()
+    }
+
     pub fn unit_status(&mut self) -> Option<String> {
         self.unit_status.take()
     }

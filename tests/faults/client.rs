@@ -118,7 +118,8 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         None => Command::new(&pass.bin),
     };
     for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" {
+        if key.to_string_lossy().starts_with("LOCKED_RUN") || key == "REDISCLI_AUTH" || key == "CI"
+        {
             cmd.env_remove(key);
         }
     }
