@@ -146,7 +146,7 @@ async fn wait<C: Clock, I: Interrupts>(
                 waiter.woke(clock.now(), why)
             }
             Next::Hold(acquired) => return Ok(acquired),
-            Next::Fail(failure) => return Err(give_back(backend, cfg, &waiter, failure).await),
+            Next::Fail(failure) => return Err(give_back(backend, cfg, waiter, failure).await),
         };
         // Said as soon as the waiter decides it, before its next step is carried out.
         if let Some(status) = waiter.unit_status() {
