@@ -24,6 +24,8 @@ mod local_files;
 mod local_trust;
 mod max_run;
 mod messages;
+mod postgres;
+mod postgres_faults;
 mod redlock;
 mod release;
 mod replicas_and_sentinel;

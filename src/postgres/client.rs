@@ -243,6 +243,7 @@ impl Client {
         let host = &conn.host;
         match tokio::time::timeout_at(deadline, answer).await {
             Err(_) => {
+                conn.cancel_in_background();
                 self.drop_connection();
                 Err(Failed::Error(BackendError::Transient(
                     crate::text::message!("PostgreSQL at {host} did not answer in time"),
@@ -314,9 +315,7 @@ impl Client {
         tracing::info!("the tables of locked-run are missing ({missing}): creating them");
         match self.exec_sql(&schema::create(), deadline).await {
             Ok(_) => Ok(()),
-            Err(Failed::Error(BackendError::Refused(why)))
-                if why.contains("permission denied") || why.contains("refused the role") =>
-            {
+            Err(Failed::Error(e)) if e.to_string().contains("permission denied") => {
                 Err(BackendError::Refused(crate::text::message!(
                     "the tables of locked-run are missing from {} and the role {} may not create \
                      them; `locked-run doctor` prints the SQL for an administrator",

@@ -314,6 +314,31 @@ impl Conn {
         }
     }
 
+    /// Asks the server, on a connection of its own and in the background, to cancel what this
+    /// connection runs: a commit waiting for a synchronous standby that does not answer waits
+    /// for ever otherwise (`statement_timeout` ends before the commit), holding the NAME's
+    /// fence row for every later attempt.
+    pub fn cancel_in_background(&self) {
+        let token = self.client.cancel_token();
+        let host = self.host.clone();
+        tokio::spawn(async move {
+            let cancel = async {
+                match &host {
+                    Host::Tcp(name, port) => {
+                        let tcp = TcpStream::connect((name.as_str(), *port)).await.ok()?;
+                        token.cancel_query_raw(tcp, NoTls).await.ok()
+                    }
+                    Host::Unix(dir, port) => {
+                        let path = dir.join(format!(".s.PGSQL.{port}"));
+                        let unix = UnixStream::connect(path).await.ok()?;
+                        token.cancel_query_raw(unix, NoTls).await.ok()
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(5), cancel).await;
+        });
+    }
+
     /// How many commits so far stopped waiting for the synchronous standby.
     pub fn unconfirmed(&self) -> u64 {
         self.shared.unconfirmed.load(Ordering::SeqCst)
