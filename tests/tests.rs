@@ -26,6 +26,7 @@ mod max_run;
 mod messages;
 mod postgres;
 mod postgres_faults;
+mod postgres_hostile;
 mod postgres_modes;
 mod redlock;
 mod release;

@@ -310,6 +310,10 @@ impl Conn {
                 code: db.code().code().to_owned(),
                 message: db.message().to_owned(),
             },
+            // Messages the client library could not read, or did not expect.
+            None if e.to_string().contains("parsing") || e.to_string().contains("unexpected") => {
+                PgError::Io(format!("a malformed reply: {e}"))
+            }
             None => PgError::Io(e.to_string()),
         }
     }
