@@ -1,6 +1,6 @@
 //! `locked-run` runs a command under a distributed lease, so that across a fleet at most one
 //! copy of a job runs at a time; the lease lives in Redis (one server, Sentinel, Cluster, or
-//! Redlock over several), an etcd cluster, or a directory of one host. This crate is its
+//! Redlock over several), an etcd cluster, a PostgreSQL database, or a directory of one host. This crate is its
 //! library: the same lock, the same protocol and the same lease clock, for Rust programs that
 //! want them without the wrapper.
 //!
@@ -41,6 +41,7 @@ mod name;
 mod notify;
 mod open;
 mod ping;
+mod postgres;
 mod redis;
 mod release;
 mod session;

@@ -1,9 +1,9 @@
 //! The one door: what the [`Endpoints`] name, opened for a lock specification (nothing is
 //! connected yet) as a run's lock ([`Backend`]) or an operator's view ([`View`]): one Redis
-//! server, Redlock over several, an etcd cluster, or a directory of this host. Every refusal of
-//! a combination (a mode a backend cannot hold, an option it has no use for, a Redlock that
-//! could not keep its promise, a NAME a store cannot take) is made here, before anything is
-//! built. The command line, the library and `doctor` all come through here; adding a backend is
+//! server, Redlock over several, an etcd cluster, a PostgreSQL database, or a directory of this
+//! host. Every refusal of a combination (a mode a backend cannot hold, an option it has no use
+//! for, a Redlock that could not keep its promise, a NAME a store cannot take) is made here,
+//! before anything is built. The command line, the library and `doctor` all come through here; adding a backend is
 //! a directory of its own and a line in [`open_store`]. Also the runtime everything runs on.
 
 use std::time::Duration;
@@ -14,6 +14,7 @@ use crate::etcd::{self, EtcdLock};
 use crate::exit::Failure;
 use crate::file::FileLock;
 use crate::name::LockName;
+use crate::postgres::{self, PgLock};
 use crate::redis::lock::ServerLock;
 use crate::redis::open::{nodes, refuse_redlock};
 use crate::redis::redlock::Redlock;
@@ -82,6 +83,8 @@ enum Kind {
     Dir,
     /// An etcd cluster (`etcd://`).
     Etcd,
+    /// A PostgreSQL database (`postgres://`).
+    Postgres,
 }
 
 impl Kind {
@@ -91,6 +94,7 @@ impl Kind {
             Store::Redis(_) => Kind::Redlock,
             Store::Dir(_) => Kind::Dir,
             Store::Etcd(_) => Kind::Etcd,
+            Store::Postgres(_) => Kind::Postgres,
         }
     }
 
@@ -108,7 +112,7 @@ impl Kind {
                      Redlock over several servers holds one lock at a time".into(),
                 );
             }
-            (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd, _) => {}
+            (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd | Kind::Postgres, _) => {}
         }
         let refused = match (self, how.wait_replicas.is_some()) {
             (Kind::Redlock, true) => Some(
@@ -121,6 +125,11 @@ impl Kind {
             (Kind::Etcd, true) => Some(
                 "--wait-replicas is for a Redis primary with replicas; etcd commits every write \
                  through Raft on a quorum of its members",
+            ),
+            (Kind::Postgres, true) => Some(
+                "--wait-replicas is for a Redis primary with replicas; on PostgreSQL a grant \
+                 commits with synchronous_commit = on, and so waits for the synchronous standbys \
+                 that synchronous_standby_names lists",
             ),
             _ => None,
         };
@@ -146,6 +155,10 @@ fn open_store(
     }
     let (name, command) = (spec.name.clone(), how.command);
     Ok(match store {
+        Store::Postgres(url) => {
+            let client = postgres::client(endpoints, &url).map_err(Failure::usage)?;
+            Box::new(PgLock::on(client, name, command).with(spec.mode, spec.fair))
+        }
         Store::Etcd(url) => {
             if !spec.fair {
                 tracing::info!(

@@ -14,10 +14,12 @@ pub struct ConnArgs {
     /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...] (TLS at every
     /// hop: rediss+sentinel://, rediss+cluster://); three or more
     /// for Redlock; etcd://[user@]host:port[,host:port...] for an etcd cluster (etcds:// for
-    /// TLS); or file:///DIR for locks on this host only, with no server
+    /// TLS); postgres://[user@]host[:port][,host[:port]...]/DB[?sslmode=verify-full] (also
+    /// postgresql://) for a PostgreSQL database (the primary found among several hosts); or
+    /// file:///DIR for locks on this host only, with no server
     /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
-    /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH, not on the command line, which `ps`
-    /// shows.
+    /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH (PGPASSWORD or ~/.pgpass for
+    /// PostgreSQL), not on the command line, which `ps` shows.
     #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
     pub url: Vec<String>,
 
@@ -25,7 +27,8 @@ pub struct ConnArgs {
     #[arg(long, value_name = "DUR", default_value = "5s", allow_hyphen_values = true, value_parser = parse_positive_duration, global = true)]
     pub connect_timeout: Duration,
 
-    /// Read the Redis (or etcd) password from FILE (its first line), for URLs that carry none
+    /// Read the Redis (etcd, PostgreSQL) password from FILE (its first line), for URLs that
+    /// carry none
     #[arg(long, value_name = "FILE", global = true)]
     pub password_file: Option<std::path::PathBuf>,
 
@@ -35,15 +38,17 @@ pub struct ConnArgs {
     #[arg(long, value_name = "FILE", global = true)]
     pub sentinel_password_file: Option<std::path::PathBuf>,
 
-    /// rediss:// and etcds://: trust the CA certificate(s) in this PEM file instead of the system's
+    /// rediss://, etcds:// and postgres://: trust the CA certificate(s) in this PEM file instead
+    /// of the system's (postgres://: means sslmode=verify-full unless the URL says otherwise)
     #[arg(long, value_name = "FILE", global = true)]
     pub tls_ca_cert: Option<std::path::PathBuf>,
 
-    /// rediss:// and etcds://: a client certificate (PEM), for servers that ask for one
+    /// rediss://, etcds:// and postgres://: a client certificate (PEM), for servers that ask for
+    /// one
     #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
     pub tls_cert: Option<std::path::PathBuf>,
 
-    /// rediss:// and etcds://: the client certificate's private key (PEM)
+    /// rediss://, etcds:// and postgres://: the client certificate's private key (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
     pub tls_key: Option<std::path::PathBuf>,
 }

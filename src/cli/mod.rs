@@ -150,7 +150,9 @@ usage error; 69 the backend could not be reached or refused."
     )]
     Release(ReleaseArgs),
     /// Check the setup the URLs name: Redis (reachability, role, memory policy, persistence,
-    /// permissions, clocks), a file:// directory, or an etcd cluster; exit 1 when a check FAILs
+    /// permissions, clocks), a file:// directory, an etcd cluster, or a PostgreSQL database
+    /// (connection, TLS, primary, tables, privileges, synchronous_commit); exit 1 when a check
+    /// FAILs
     #[command(
         after_help = "Exit status: 0 when no check FAILs (WARN lines allowed); 1 when any check \
 FAILs (an unreachable server is a FAIL); 2 usage error."

@@ -59,6 +59,8 @@ pub(crate) enum Store {
     Etcd(String),
     /// A directory of this host.
     Dir(String),
+    /// One PostgreSQL database: one URL (several hosts go in it).
+    Postgres(String),
 }
 
 impl Endpoints {
@@ -116,6 +118,22 @@ impl Endpoints {
                 );
             }
             return Ok(Store::Etcd(urls[i].clone()));
+        }
+        if let Some(i) = schemes.iter().position(|s| *s == Scheme::Postgres) {
+            if urls.len() > 1 {
+                return Err(
+                    "a postgres:// URL names one database: give one (several hosts go in it: \
+                     postgres://HOST:PORT,HOST:PORT/DB), and no other URL"
+                        .into(),
+                );
+            }
+            if self.sentinel_password_file.is_some() {
+                return Err("--sentinel-password-file is for redis+sentinel:// and \
+                            rediss+sentinel:// URLs, and a postgres:// URL is given"
+                    .into());
+            }
+            // The --tls-* files apply (sslmode says whether TLS is used).
+            return Ok(Store::Postgres(urls[i].clone()));
         }
         if tls_files && !schemes.iter().any(|s| s.tls()) {
             // Ignoring them would leave a connection believed encrypted in plain text.

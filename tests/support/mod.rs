@@ -22,6 +22,7 @@ pub mod cmd;
 pub mod etcd;
 pub mod holder;
 pub mod hostile;
+pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod redlock;

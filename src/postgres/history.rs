@@ -1,0 +1,64 @@
+//! A NAME's history in the database: one row per run in `locked_run.history` (its record, the
+//! JSON line every backend keeps), written as a transaction of its own sent in the same round
+//! trip as the release (after it, so never before the release is confirmed, and never a reason
+//! for it to fail), trimmed there to the newest runs and to 30 days after the last one.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::PgLock;
+use super::inspect::never_made;
+use super::sql::{self, Tx};
+use crate::backend::{BackendError, KEPT, Run};
+
+/// The transaction that adds `run` to the history of the NAME `n` (an SQL literal).
+pub fn record(n: &str, run: &Run, within: Duration) -> Tx {
+    let mut tx = Tx::default();
+    // History needs no standby's acknowledgement.
+    sql::prologue(&mut tx, within, false);
+    tx.push(format!(
+        "INSERT INTO locked_run.history (name, token, ended_at, run) \
+         VALUES ({n}, {t}, to_timestamp({ended} / 1000.0), {record}) \
+         ON CONFLICT (name, token) DO NOTHING",
+        t = sql::text(&run.token),
+        ended = run.ended_ms,
+        record = sql::text(&run.to_line()),
+    ));
+    tx.push(format!(
+        "DELETE FROM locked_run.history WHERE name = {n} AND (ended_at < clock_timestamp() - \
+         interval '30 days' OR token IN (SELECT token FROM locked_run.history WHERE name = {n} \
+         ORDER BY ended_at DESC, token DESC OFFSET {KEPT}))"
+    ));
+    tx
+}
+
+impl PgLock {
+    /// The NAME's last `limit` runs, newest first.
+    pub(super) async fn history_here(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut tx = Tx::default();
+        let at = tx.push(format!(
+            "SELECT run FROM locked_run.history WHERE name = {} \
+             ORDER BY ended_at DESC, token DESC LIMIT {}",
+            self.n,
+            limit.min(KEPT)
+        ));
+        let deadline = Instant::now() + self.client.connect_timeout;
+        let sets = match self.client.exec(&tx, deadline, false).await {
+            Ok(sets) => sets,
+            Err(e) if never_made(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        Ok(sets
+            .get(at)
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|row| Run::from_line(row.first()?.as_deref()?))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}

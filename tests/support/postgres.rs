@@ -1,0 +1,322 @@
+//! Real PostgreSQL for the `postgres://` tests (Debian's `postgresql` package): `initdb` runs
+//! once per test process into a template, which each server copies (initdb takes most of a
+//! second); each server runs as the `postgres` user (the server refuses root) on a free
+//! loopback port with its socket in its data directory, is SIGKILLed should the test's thread
+//! die first (PDEATHSIG), and is stopped on drop (SIGQUIT, then SIGKILL). Standbys are made
+//! with `pg_basebackup`; `psql` runs as the superuser under the hard timeout.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::sync::OnceLock;
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The server's user: the server refuses to run as root.
+const OWNER: &str = "postgres";
+
+/// The directory of the server's programs: `LOCKED_RUN_TEST_PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin`.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LOCKED_RUN_TEST_PG_BIN") {
+        return PathBuf::from(dir);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL is installed (Debian's postgresql package; see .ci/run)")
+        .filter_map(|e| Some(e.ok()?.path().join("bin")))
+        .filter(|d| d.join("postgres").exists())
+        .collect();
+    dirs.sort_by_key(|d| {
+        d.parent()
+            .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+        .expect("a /usr/lib/postgresql/N/bin with postgres")
+}
+
+fn ids() -> (u32, u32) {
+    let out = Command::new("id").args(["-u", OWNER]).output().unwrap();
+    let uid = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let out = Command::new("id").args(["-g", OWNER]).output().unwrap();
+    let gid = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    (uid, gid)
+}
+
+/// `program` of the server's, run as its user, under the hard timeout.
+fn as_owner(program: &str, args: &[&str]) -> Output {
+    let (uid, gid) = ids();
+    let mut cmd = Command::new(bin_dir().join(program));
+    cmd.args(args).uid(uid).gid(gid).current_dir("/tmp");
+    cmd.stdin(Stdio::null());
+    run(cmd)
+}
+
+/// A directory the server's user owns (mode 0700).
+fn owned_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let (uid, gid) = ids();
+    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+/// The template every server copies: one initdb per test process.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, data) = TEMPLATE.get_or_init(|| {
+        let dir = owned_dir();
+        let data = dir.path().join("data");
+        let data_str = data.to_str().unwrap();
+        as_owner(
+            "initdb",
+            &[
+                "-D",
+                data_str,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-N",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ],
+        )
+        .expect(0);
+        (dir, data)
+    });
+    data
+}
+
+/// A server.
+pub struct Postgres {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    /// Extra `-c` settings it runs with.
+    settings: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Postgres {
+    /// A server, answering, that trusts every loopback connection.
+    pub fn start() -> Postgres {
+        Postgres::start_with(&[])
+    }
+
+    /// A server with extra `-c NAME=VALUE` settings.
+    pub fn start_with(settings: &[&str]) -> Postgres {
+        let dir = owned_dir();
+        let data = dir.path().join("data");
+        let (uid, gid) = ids();
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(template())
+            .arg(&data)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        std::os::unix::fs::chown(&data, Some(uid), Some(gid)).unwrap();
+        let mut pg = Postgres {
+            port: free_port(),
+            dir,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        pg.launch();
+        pg
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// `postgres://USER@127.0.0.1:PORT/postgres`, without TLS.
+    pub fn url_as(&self, user: &str) -> String {
+        format!(
+            "postgres://{user}@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// The superuser's URL.
+    pub fn url(&self) -> String {
+        self.url_as("postgres")
+    }
+
+    /// Writes `pg_hba.conf` (then reloads, if running).
+    pub fn hba(&self, text: &str) {
+        let path = self.data().join("pg_hba.conf");
+        std::fs::write(&path, text).unwrap();
+        if self.child.is_some() {
+            self.psql("SELECT pg_reload_conf()");
+        }
+    }
+
+    /// Starts the server on its port and data, and waits until it answers.
+    pub fn launch(&mut self) {
+        let (uid, gid) = ids();
+        let port = self.port.to_string();
+        let sock = self.dir.path().to_str().unwrap().to_owned();
+        let mut cmd = Command::new(bin_dir().join("postgres"));
+        cmd.arg("-D")
+            .arg(self.data())
+            .args(["-p", &port, "-k", &sock])
+            .args(["-c", "listen_addresses=127.0.0.1,127.0.0.2"])
+            .args(["-c", "fsync=off", "-c", "max_connections=200"])
+            .args(["-c", "shared_buffers=16MB", "-c", "max_wal_senders=5"]);
+        for setting in &self.settings {
+            cmd.args(["-c", setting]);
+        }
+        cmd.uid(uid).gid(gid).current_dir("/tmp");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("log")).unwrap());
+        // SAFETY: prctl(2) only, between fork and exec: the server dies with this thread
+        // should the test die before it drops the fixture.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        self.child = Some(cmd.spawn().expect("postgres starts"));
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.psql_output("SELECT 1");
+            if out.code() == Some(0) && out.stdout.trim() == "1" {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL on {} did not start: {}",
+                self.port,
+                std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// SIGKILL (the server's processes follow their postmaster), and reaped.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            // Its backends end once they see the postmaster gone.
+            wait_until(
+                "the server's backends to end",
+                Duration::from_secs(10),
+                || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err(),
+            );
+        }
+    }
+
+    /// Stopped (SIGQUIT: an immediate shutdown), SIGKILL if it lingers.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id() as i32, libc::SIGQUIT);
+            if wait_timeout(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// `psql -tA -c SQL` as the superuser: its output.
+    pub fn psql_output(&self, sql: &str) -> Output {
+        let mut cmd = Command::new("psql");
+        cmd.args([
+            "-X",
+            "-q",
+            "-tA",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+        ])
+        .args([
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-c", sql]);
+        cmd.env_remove("PGPASSWORD").stdin(Stdio::null());
+        run(cmd)
+    }
+
+    /// `psql -tA -c SQL`, which must succeed: its stdout, trimmed.
+    #[track_caller]
+    pub fn psql(&self, sql: &str) -> String {
+        let out = self.psql_output(sql);
+        assert_eq!(out.code(), Some(0), "psql {sql}: {out:?}");
+        out.stdout.trim().to_owned()
+    }
+
+    /// A standby of this server (`pg_basebackup -R`), streaming, answering.
+    pub fn standby(&self) -> Postgres {
+        let dir = owned_dir();
+        let data = dir.path().join("data");
+        as_owner(
+            "pg_basebackup",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+            ],
+        )
+        .expect(0);
+        let mut standby = Postgres {
+            port: free_port(),
+            dir,
+            settings: vec!["cluster_name=standby".into()],
+            child: None,
+        };
+        standby.launch();
+        standby
+    }
+
+    /// Promotes a standby, and waits until it is a primary.
+    pub fn promote(&self) {
+        assert_eq!(self.psql("SELECT pg_promote(true, 30)"), "t");
+    }
+
+    /// Turns TLS on with `certs` (the server's certificate and key copied where it reads them).
+    pub fn enable_tls(&self, certs: &Certs) {
+        let (uid, gid) = ids();
+        for (from, to) in [
+            (&certs.server_cert, "server.crt"),
+            (&certs.server_key, "server.key"),
+        ] {
+            let path = self.data().join(to);
+            std::fs::copy(from, &path).unwrap();
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        self.psql("ALTER SYSTEM SET ssl = on");
+        self.psql("SELECT pg_reload_conf()");
+    }
+}
