@@ -98,11 +98,12 @@ pub fn open(label: &str) -> Option<Box<dyn Backend>> {
         "redis" => Some(Box::new(Servers::start("redis", 1))),
         "redlock" => Some(Box::new(Servers::start("redlock", 3))),
         "file" => Some(Box::new(Files::start())),
+        "postgres" => Some(Box::new(crate::pg::PgServer::start())),
         _ => None,
     }
 }
 
-pub const ALL: &[&str] = &["redis", "file", "redlock", "etcd"];
+pub const ALL: &[&str] = &["redis", "file", "redlock", "etcd", "postgres"];
 
 /// Why backend `label` cannot run here (its server is not installed), if it cannot: such a
 /// backend is skipped with a printed line, not failed.
@@ -116,6 +117,9 @@ pub fn missing(label: &str) -> Option<String> {
             .into_iter()
             .find(|bin| !on_path(bin))
             .map(|bin| format!("{bin} is not on PATH")),
+        "postgres" => std::fs::read_dir("/usr/lib/postgresql")
+            .is_err()
+            .then(|| "PostgreSQL is not installed (/usr/lib/postgresql)".to_owned()),
         _ => None,
     }
 }
@@ -199,7 +203,7 @@ fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
 }
 
 /// A connection-level fault, through `proxy` (`pick` chooses the open connection it hits).
-fn proxy_fault(proxy: &FaultProxy, fault: Fault, pick: u64, rng: &mut Rng) -> String {
+pub fn proxy_fault(proxy: &FaultProxy, fault: Fault, pick: u64, rng: &mut Rng) -> String {
     match fault {
         Fault::DelayConn => {
             let count = rng.range(1, 3) as usize;
@@ -383,12 +387,12 @@ impl EtcdMember {
 /// A thread that lives as long as the backend and starts its etcd member: the fixture gives a
 /// member PDEATHSIG, which fires when the *thread* that spawned it exits, and the nemesis's
 /// thread, which restarts it, ends with each pass, before the leftovers are read.
-struct Keeper {
+pub struct Keeper {
     jobs: Mutex<mpsc::Sender<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Keeper {
-    fn start() -> Keeper {
+    pub fn start() -> Keeper {
         let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
         std::thread::spawn(move || {
             for job in rx {
@@ -401,7 +405,7 @@ impl Keeper {
     }
 
     /// Runs `job` on the keeper's thread and returns its result (a panic there is one here).
-    fn run<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> R {
+    pub fn run<R: Send + 'static>(&self, job: impl FnOnce() -> R + Send + 'static) -> R {
         let (tx, rx) = mpsc::channel();
         self.jobs
             .lock()

@@ -37,6 +37,7 @@ mod history;
 mod liveness;
 mod monitor;
 mod nemesis;
+mod pg;
 mod plan;
 mod proxy;
 mod report;

@@ -7,10 +7,15 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-#[allow(unused_imports)]
-use super::*;
+use super::certs::Certs;
+use super::process::{Output, run, signal, wait_timeout, wait_until};
+use super::server::free_port;
+
 
 /// The server's user: the server refuses to run as root.
 const OWNER: &str = "postgres";
