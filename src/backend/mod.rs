@@ -179,6 +179,24 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The user this run runs as: its name as `/etc/passwd` says it, else its uid. Read from the
+/// file, not through NSS: this is on the way to the release, and the name service (an
+/// LDAP or a slow `nsswitch.conf`) must not hold up the next holder for a line of history.
+pub fn user_name() -> String {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split(':');
+            let name = fields.next()?;
+            let id = fields.nth(1)?.parse::<u32>().ok()?;
+            (id == uid).then(|| name.to_owned())
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
 /// Milliseconds since the Unix epoch, for holder metadata (display only, never for deadlines).
 pub fn wall_clock_ms() -> u64 {
     SystemTime::now()

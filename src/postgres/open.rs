@@ -68,10 +68,10 @@ pub fn client(endpoints: &Endpoints, url: &str) -> Result<Client, String> {
 
 /// The name of the user this runs as, libpq's default role.
 fn os_user() -> String {
-    nix::unistd::User::from_uid(nix::unistd::geteuid())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "postgres".into())
+    let name = crate::backend::user_name();
+    if name.parse::<u32>().is_ok() {
+        // A uid with no entry in /etc/passwd: libpq would fail; USER is the next best guess.
+        return std::env::var("USER").unwrap_or(name);
+    }
+    name
 }

@@ -6,7 +6,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use crate::backend::{Backend, Ended, Mode, Run, hostname, wall_clock_ms};
+use crate::backend::{Backend, Ended, Mode, Run, hostname, user_name, wall_clock_ms};
 use crate::config::RunConfig;
 
 use super::ending::{Context, ending};
@@ -41,7 +41,7 @@ pub fn record(
         token: backend.token(),
         host: hostname(),
         pid: std::process::id(),
-        user: user(),
+        user: user_name(),
         fence: acquired.fence,
         mode: match cfg.spec().mode {
             Mode::Exclusive => "exclusive".into(),
@@ -53,14 +53,5 @@ pub fn record(
         waited_ms: acquired.waited.as_millis() as u64,
         status: i32::from(exit),
         ended,
-    }
-}
-
-/// The user this run runs as: its name, else its uid.
-fn user() -> String {
-    let uid = nix::unistd::getuid();
-    match nix::unistd::User::from_uid(uid) {
-        Ok(Some(user)) => user.name,
-        _ => uid.to_string(),
     }
 }

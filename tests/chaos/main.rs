@@ -18,6 +18,7 @@ mod etcd;
 mod holders;
 mod local;
 mod network;
+mod postgres;
 mod process;
 mod safety;
 mod server;
@@ -36,6 +37,7 @@ use etcd::*;
 use holders::*;
 use local::*;
 use network::*;
+use postgres::*;
 use process::*;
 use safety::*;
 use server::*;
@@ -156,6 +158,16 @@ fn main() {
             "etcd://: the leader SIGKILLed during a hold",
             1,
             etcd_leader_killed,
+        ),
+        (
+            "postgres://: blackhole past the kill point",
+            2,
+            postgres_blackhole,
+        ),
+        (
+            "postgres://: the server's processes paused",
+            2,
+            postgres_paused,
         ),
     ];
     let scenarios: Vec<_> = scenarios

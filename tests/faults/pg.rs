@@ -36,7 +36,11 @@ impl PgServer {
         let mut pids = vec![postmaster];
         let children = format!("/proc/{postmaster}/task/{postmaster}/children");
         let listed = std::fs::read_to_string(children).unwrap_or_default();
-        pids.extend(listed.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        pids.extend(
+            listed
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
         pids
     }
 }

@@ -16,7 +16,6 @@ use super::certs::Certs;
 use super::process::{Output, run, signal, wait_timeout, wait_until};
 use super::server::free_port;
 
-
 /// The server's user: the server refuses to run as root.
 const OWNER: &str = "postgres";
 
