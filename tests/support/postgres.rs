@@ -210,6 +210,8 @@ impl Postgres {
         }
     }
 
+    /// The postmaster's pid (the chaos suite pauses the server by it).
+    #[allow(dead_code)]
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("running").id() as i32
     }
