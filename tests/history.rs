@@ -1,4 +1,4 @@
-//! What happened, in the lock's own store: every backend keeps the NAME's runs that took the
+//! What happened, in the lock's own store: every backend (Redis, Redlock, file, etcd, postgres) keeps the NAME's runs that took the
 //! lock (newest first, how each ended, lost and `--max-run` runs included, at most 100), read by
 //! `locked-run history`; a foreign holder leaves none; concurrent holders' runs are all kept;
 //! and the release's round trips are those it had without history.
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::support::postgres::Postgres;
 use crate::support::*;
 
 /// `locked-run history --json` of NAME `job`, as an array.
@@ -104,6 +105,12 @@ fn etcd_keeps_the_runs_history() {
 }
 
 #[test]
+fn postgres_keeps_the_runs_history() {
+    let pg = Postgres::start();
+    runs_are_kept_newest_first_with_how_each_ended(&["-u".into(), pg.url()], &[]);
+}
+
+#[test]
 fn redlock_keeps_the_runs_history_on_every_server_and_merges_it() {
     let five = Five::start();
     // Redlock's per-server timeout at its default (T/100) is missed on two loaded cores.
@@ -187,6 +194,14 @@ fn etcd_keeps_the_newest_hundred() {
     the_newest_hundred_are_kept(&["-u".into(), etcd.url()]);
 }
 
+#[test]
+fn postgres_keeps_the_newest_hundred() {
+    let pg = Postgres::start();
+    the_newest_hundred_are_kept(&["-u".into(), pg.url()]);
+    let rows = pg.psql("SELECT count(*) FROM locked_run.history WHERE name = 'job'");
+    assert_eq!(rows, "100");
+}
+
 /// Holders that let go together each leave their run in the history: shared holders on Redis
 /// and file://, whose releases (and appends) may meet.
 fn concurrent_holders_are_all_kept(url: &[String]) {
@@ -229,6 +244,12 @@ fn redis_keeps_the_runs_of_holders_that_let_go_together() {
 fn file_keeps_the_runs_of_holders_that_let_go_together() {
     let locks = scratch();
     concurrent_holders_are_all_kept(&["-u".into(), file_url(locks.path())]);
+}
+
+#[test]
+fn postgres_keeps_the_runs_of_holders_that_let_go_together() {
+    let pg = Postgres::start();
+    concurrent_holders_are_all_kept(&["-u".into(), pg.url()]);
 }
 
 /// A lock held only by another program using the plain protocol has a fence but no history.
