@@ -6,7 +6,9 @@
 //! every backend.
 //!
 //! See: issue 35, break 1 (the watcher killed the job's first process group only, so a
-//! SIGKILLed wrapper's `timeout 60 sleep 61` ran on beside the next holder's command).
+//! SIGKILLed wrapper's `timeout 60 sleep 61` ran on beside the next holder's command), and the
+//! review of its mend: a process whose main thread had ended looked dead in `/proc` to every
+//! kill, and any program named like a nested run's watcher (`locked-run-watchdog`) was spared.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,9 +17,12 @@ use crate::support::*;
 
 /// The job's shapes, each pid written to a file of `dir` as it starts: `timeout` (which puts
 /// itself in a new group) and its `sleep`; a `set -m` shell's `sleep`, in a group of its own;
-/// a perl that calls `setpgid` itself; and a `setsid` daemon, which is meant to live (its
-/// output goes elsewhere, so that it holds no pipe of the test's open). `ready`
-/// is written once all are there; then the script waits for them.
+/// a perl that calls `setpgid` itself; a python in a group of its own whose main thread has
+/// ended (`pthread_exit`) while another runs on, so `/proc` shows it a zombie; a program that
+/// only bears a nested watcher's name (`locked-run-watchdog`, which the kernel cuts to
+/// `locked-run-watc`) in a `set -m` group; and a `setsid` daemon, which is meant to live (its
+/// output goes elsewhere, so that it holds no pipe of the test's open). `ready` is written once
+/// all are there; then the script waits for them.
 fn job_script(dir: &Path) -> String {
     let d = path_str(dir);
     format!(
@@ -25,15 +30,27 @@ fn job_script(dir: &Path) -> String {
          bash -c 'set -m; sleep 72 & echo $! > {d}/setm.tmp; mv {d}/setm.tmp {d}/setm; wait' &
          perl -e 'setpgrp(0, 0); open my $f, \">\", \"{d}/setpgid.tmp\"; print $f \"$$\\n\"; close $f; \
                   rename \"{d}/setpgid.tmp\", \"{d}/setpgid\"; sleep 80' &
+         python3 -c '{ZOMBIE_LEADER}' {d} &
+         cp \"$(command -v sleep)\" {d}/locked-run-watchdog
+         bash -c 'set -m; {d}/locked-run-watchdog 85 & echo $! > {d}/named.tmp; mv {d}/named.tmp {d}/named; wait' &
          setsid sh -c 'echo $$ > {d}/daemon.tmp; mv {d}/daemon.tmp {d}/daemon; exec sleep 90' > /dev/null 2>&1 &
-         for f in timeout setm setpgid daemon; do while [ ! -e {d}/$f ]; do sleep 0.01; done; done
+         for f in timeout setm setpgid leaderless named daemon; do while [ ! -e {d}/$f ]; do sleep 0.01; done; done
          echo ready > {d}/ready
          wait"
     )
 }
 
-/// The pids the job wrote: the three that stayed in its session, then the daemon.
-fn job_pids(dir: &Path) -> ([i32; 3], i32) {
+/// A process in a group of its own whose main thread ends while a second thread runs on.
+const ZOMBIE_LEADER: &str = "import ctypes, os, sys, threading, time
+os.setpgid(0, 0)
+threading.Thread(target=time.sleep, args=(70,)).start()
+d = sys.argv[1]
+open(d + \"/leaderless.tmp\", \"w\").write(\"%d\\n\" % os.getpid())
+os.rename(d + \"/leaderless.tmp\", d + \"/leaderless\")
+ctypes.CDLL(None).pthread_exit(None)";
+
+/// The pids the job wrote: the five that stayed in its session, then the daemon.
+fn job_pids(dir: &Path) -> ([i32; 5], i32) {
     wait_for_file(&dir.join("ready"), Duration::from_secs(20), |t| {
         t.ends_with('\n')
     });
@@ -44,7 +61,16 @@ fn job_pids(dir: &Path) -> ([i32; 3], i32) {
             .parse()
             .unwrap()
     };
-    ([pid("timeout"), pid("setm"), pid("setpgid")], pid("daemon"))
+    (
+        [
+            pid("timeout"),
+            pid("setm"),
+            pid("setpgid"),
+            pid("leaderless"),
+            pid("named"),
+        ],
+        pid("daemon"),
+    )
 }
 
 /// Ends the daemon the test let live.
@@ -65,12 +91,13 @@ fn assert_gone(pids: &[i32], what: &str) {
     }
 }
 
-/// A command that writes to `out` which of `pids` are alive (not zombies) as it starts.
+/// A command that writes to `out` which of `pids` are alive (a thread of theirs that is not a
+/// zombie) as it starts.
 fn check_alive(pids: &[i32], out: &Path) -> String {
     let list: Vec<String> = pids.iter().map(i32::to_string).collect();
     format!(
-        "for p in {}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); \
-         case \"$s\" in ''|Z|X) ;; *) echo \"alive $p\";; esac; done > {o}.tmp; mv {o}.tmp {o}",
+        "for p in {}; do for t in /proc/$p/task/*; do s=$(cut -d' ' -f3 $t/stat 2>/dev/null); \
+         case \"$s\" in ''|Z|X) ;; *) echo \"alive $p\"; break;; esac; done; done > {o}.tmp; mv {o}.tmp {o}",
         list.join(" "),
         o = path_str(out)
     )

@@ -9,7 +9,8 @@ pub struct Process {
     pub pid: Pid,
     pub pgid: Pid,
     pub zombie: bool,
-    /// A nested `locked-run`'s watcher: waited for, never killed (see [`Process::killable`]).
+    /// A nested `locked-run`'s watcher (named as one, and running this very program file):
+    /// waited for, never killed (see [`Process::killable`]).
     pub watcher: bool,
 }
 
@@ -106,7 +107,7 @@ fn stat(pid: Pid) -> Option<(Process, Pid, Option<Pid>)> {
     // The command name may hold spaces and parentheses: parse after the last ')'.
     let close = stat.iter().rposition(|&b| b == b')')?;
     let open = stat.iter().position(|&b| b == b'(')?;
-    let watcher = stat.get(open + 1..close) == Some(crate::watcher::NAME.to_bytes());
+    let named = stat.get(open + 1..close) == Some(crate::watcher::NAME.to_bytes());
     let rest = String::from_utf8_lossy(&stat[close + 1..]);
     let mut fields = rest.split_whitespace();
     let state = fields.next()?;
@@ -116,10 +117,41 @@ fn stat(pid: Pid) -> Option<(Process, Pid, Option<Pid>)> {
         Process {
             pid,
             pgid,
-            zombie: state == "Z",
-            watcher,
+            zombie: (state == "Z" || state == "X") && !live_thread(pid),
+            watcher: named && runs_our_program(pid),
         },
         parent,
         Some(session),
     ))
+}
+
+/// Whether a process whose first thread is a zombie still has a thread that runs: its main
+/// thread called `pthread_exit` while others go on. Such a process is alive, and a kill of its
+/// pid reaches every thread.
+fn live_thread(pid: Pid) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read(task.path().join("stat")).is_ok_and(|stat| {
+            let state = stat
+                .iter()
+                .rposition(|&b| b == b')')
+                .and_then(|close| stat.get(close + 2));
+            !matches!(state, Some(b'Z' | b'X') | None)
+        })
+    })
+}
+
+/// Whether `pid` runs the very program file we do (a name alone proves nothing: any program
+/// can call itself `locked-run-watc`, and `locked-run-watchdog` is cut to that by the kernel).
+fn runs_our_program(pid: Pid) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(theirs), Ok(ours)) = (
+        std::fs::metadata(format!("/proc/{pid}/exe")),
+        std::fs::metadata("/proc/self/exe"),
+    ) else {
+        return false;
+    };
+    (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino())
 }

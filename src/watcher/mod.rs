@@ -254,8 +254,8 @@ impl Watcher {
 }
 
 /// The watcher's name (`ps -o comm`): 15 bytes, all the kernel keeps of a name. A kill of a
-/// job's session passes over a process of this name (a nested `locked-run`'s watcher) and waits
-/// for it instead: see [`kill_session`].
+/// job's session passes over a process of this name that runs our own program file (a nested
+/// `locked-run`'s watcher) and waits for it instead: see [`kill_session`].
 pub const NAME: &std::ffi::CStr = c"locked-run-watc";
 
 /// The running watcher, if any: not part of the job.

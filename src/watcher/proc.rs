@@ -78,14 +78,17 @@ unsafe fn each_number_in(path: &std::ffi::CStr, mut f: impl FnMut(u32, libc::c_i
 /// One process of the session is waited for, never killed: the watcher of a `locked-run` that
 /// the job runs itself. That run's own job is in a session of its own, which a kill of ours
 /// does not reach; once its wrapper dies with ours, its watcher is what kills that job, and it
-/// ends when that is done. A process that names itself so to be spared gains nothing: it could
-/// leave the session with `setsid` anyway, and this loop still waits for it.
+/// ends when that is done. It is known by its name and by the program file it runs, ours: a
+/// program that only bears the name (`locked-run-watchdog`, cut to 15 bytes by the kernel) is
+/// killed like the rest.
 pub(super) unsafe fn kill_session(sid: libc::pid_t) {
     let mut pause_ms = 1;
+    // SAFETY: a NUL-terminated path.
+    let ours = unsafe { program(c"/proc/self/exe".as_ptr()) };
     loop {
         // SAFETY: plain system calls.
         unsafe { libc::kill(-sid, libc::SIGKILL) };
-        if !unsafe { kill_members(sid) } {
+        if !unsafe { kill_members(sid, ours) } {
             return;
         }
         let nap = libc::timespec {
@@ -98,15 +101,15 @@ pub(super) unsafe fn kill_session(sid: libc::pid_t) {
     }
 }
 
-/// SIGKILLs each live process of session `sid` that `/proc` lists (a nested run's watcher
-/// aside), read into buffers on the stack; says whether it found any alive. If `/proc` cannot
-/// be read, the session counts as gone.
-unsafe fn kill_members(sid: libc::pid_t) -> bool {
+/// SIGKILLs each live process of session `sid` that `/proc` lists (a nested run's watcher,
+/// which runs `ours`, aside), read into buffers on the stack; says whether it found any alive.
+/// If `/proc` cannot be read, the session counts as gone.
+unsafe fn kill_members(sid: libc::pid_t, ours: Option<Program>) -> bool {
     let mut found = false;
     // SAFETY: reads /proc into buffers on the stack; kill is a plain system call.
     unsafe {
         each_number_in(c"/proc", |pid, _| {
-            if let Some(member) = member(pid, sid) {
+            if let Some(member) = member(pid, sid, ours) {
                 if !member.watcher {
                     libc::kill(pid as libc::pid_t, libc::SIGKILL);
                 }
@@ -142,19 +145,69 @@ struct Member {
     watcher: bool,
 }
 
-/// PID as a member of session `sid`, if `/proc/PID/stat` says it is one and not a zombie.
-unsafe fn member(pid: u32, sid: libc::pid_t) -> Option<Member> {
-    let mut path = [0u8; 32];
-    path[..6].copy_from_slice(b"/proc/");
+/// PID as a member of session `sid`, if `/proc/PID/stat` says it is one and it is alive: not
+/// a zombie, or a zombie first thread whose process has a thread that still runs (its main
+/// thread called `pthread_exit`). It counts as a nested run's watcher if it is named as one
+/// and runs the program `ours` (a name alone proves nothing: `locked-run-watchdog` is cut to
+/// it by the kernel).
+unsafe fn member(pid: u32, sid: libc::pid_t, ours: Option<Program>) -> Option<Member> {
+    let mut path = [0u8; 64];
+    // SAFETY: a NUL-terminated path in this frame.
+    let stat = unsafe { read_stat(proc_path(&mut path, pid, None, b"/stat"))? };
+    if stat.session != sid {
+        return None;
+    }
+    // SAFETY: plain reads of /proc.
+    if matches!(stat.state, b'Z' | b'X') && !unsafe { live_thread(pid) } {
+        return None;
+    }
+    let watcher = stat.watcher && {
+        // SAFETY: a NUL-terminated path in this frame.
+        let theirs = unsafe { program(proc_path(&mut path, pid, None, b"/exe")) };
+        theirs.is_some() && theirs == ours
+    };
+    Some(Member { watcher })
+}
+
+/// Whether any thread of process `pid` is alive (not a zombie), by its `/proc/PID/task` entries.
+unsafe fn live_thread(pid: u32) -> bool {
+    let mut dir = [0u8; 64];
+    let mut alive = false;
+    // SAFETY: NUL-terminated paths in this frame; plain reads of /proc.
+    unsafe {
+        let tasks = proc_path(&mut dir, pid, None, b"/task");
+        each_number_in(std::ffi::CStr::from_ptr(tasks), |tid, _| {
+            let mut path = [0u8; 64];
+            let stat = read_stat(proc_path(&mut path, pid, Some(tid), b"/stat"));
+            alive = stat.is_some_and(|s| !matches!(s.state, b'Z' | b'X'));
+            !alive
+        });
+    }
+    alive
+}
+
+/// Writes "/proc/PID[/task/TID]TAIL\0" into `out` (64 bytes hold the longest) and returns it.
+fn proc_path(out: &mut [u8; 64], pid: u32, tid: Option<u32>, tail: &[u8]) -> *const libc::c_char {
+    out[..6].copy_from_slice(b"/proc/");
     let mut len = 6;
-    len += write_decimal(&mut path[len..], pid);
-    path[len..len + 5].copy_from_slice(b"/stat");
-    len += 5;
-    path[len] = 0;
+    len += write_decimal(&mut out[len..], pid);
+    if let Some(tid) = tid {
+        out[len..len + 6].copy_from_slice(b"/task/");
+        len += 6;
+        len += write_decimal(&mut out[len..], tid);
+    }
+    out[len..len + tail.len()].copy_from_slice(tail);
+    len += tail.len();
+    out[len] = 0;
+    out.as_ptr().cast()
+}
+
+/// The `/proc/.../stat` file at `path`, parsed, read into a buffer on the stack.
+unsafe fn read_stat(path: *const libc::c_char) -> Option<Stat> {
     let mut stat = [0u8; 512];
     // SAFETY: a NUL-terminated path and a buffer of this frame.
     let n = unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return None;
         }
@@ -165,10 +218,27 @@ unsafe fn member(pid: u32, sid: libc::pid_t) -> Option<Member> {
     if n <= 0 {
         return None;
     }
-    let stat = parse_stat(&stat[..n as usize])?;
-    (stat.session == sid && stat.state != b'Z' && stat.state != b'X').then_some(Member {
-        watcher: stat.watcher,
-    })
+    parse_stat(&stat[..n as usize])
+}
+
+/// A program file, as `stat(2)` finds it through a `/proc/PID/exe` link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Program {
+    dev: u64,
+    ino: u64,
+}
+
+/// The program file `path` (a `/proc/PID/exe` link) leads to; none if it cannot be read (a
+/// process of another user, a kernel thread, one gone).
+unsafe fn program(path: *const libc::c_char) -> Option<Program> {
+    // SAFETY: stat fills a struct of this frame.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::stat(path, &mut st) == 0).then_some(Program {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        })
+    }
 }
 
 /// What the watcher reads of a `/proc/PID/stat` line.
@@ -269,8 +339,16 @@ mod tests {
         let session = nix::unistd::getsid(None).unwrap().as_raw();
         // SAFETY: reads /proc only.
         unsafe {
-            assert_eq!(member(me, session), Some(Member { watcher: false }));
-            assert_eq!(member(me, session + 1), None);
+            let ours = program(c"/proc/self/exe".as_ptr());
+            assert!(ours.is_some());
+            assert_eq!(member(me, session, ours), Some(Member { watcher: false }));
+            assert_eq!(member(me, session + 1, ours), None);
+            assert!(live_thread(me));
         }
+        let mut path = [0u8; 64];
+        let at = proc_path(&mut path, 4_294_967_295, Some(4_294_967_295), b"/stat");
+        // SAFETY: proc_path NUL-terminates what it writes.
+        let written = unsafe { std::ffi::CStr::from_ptr(at) };
+        assert_eq!(written.to_bytes(), b"/proc/4294967295/task/4294967295/stat");
     }
 }

@@ -225,13 +225,20 @@ pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool
 
 /// Whether a process exists (a zombie counts as gone).
 pub fn alive(pid: i32) -> bool {
+    let running = |stat: &str| {
+        let state = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().chars().next());
+        !matches!(state, Some(Some('Z')) | Some(Some('X')))
+    };
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().chars().next());
-            !matches!(state, Some(Some('Z')) | Some(Some('X')))
-        }
+        Ok(stat) if running(&stat) => true,
+        // A zombie first thread whose process lives on in another (`pthread_exit` in main).
+        Ok(_) => std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+            tasks.flatten().any(|task| {
+                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|s| running(&s))
+            })
+        }),
         Err(_) => false,
     }
 }
