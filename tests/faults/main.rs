@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Knobs: `LOCKED_RUN_FAULTS_SEED` (replay), `LOCKED_RUN_FAULTS_SECS` (per backend, default 45),
-//! `LOCKED_RUN_FAULTS_BACKENDS` (`redis,file,redlock,etcd`; etcd is skipped, with a line saying
+//! `LOCKED_RUN_FAULTS_BACKENDS` (`redis,file,redlock,etcd,postgres`; etcd and postgres are skipped, with a line saying
 //! so, when `etcd` or `etcdctl` is not on PATH), `LOCKED_RUN_FAULTS_CLIENTS` (default 6),
 //! `LOCKED_RUN_FAULTS_BIN` (another `locked-run` binary), `LOCKED_RUN_FAULTS_NESTED=0` (no
 //! nested runs), `LOCKED_RUN_FAULTS_KEEP=1` (keep each pass's history, SQLite file and the

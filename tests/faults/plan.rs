@@ -63,6 +63,11 @@ pub enum Shape {
     SetM,
     /// Calls `setpgid(0, 0)` itself.
     SetPgid,
+    /// In a group of its own, its main thread ended while another runs on (`/proc` shows its
+    /// first thread a zombie).
+    Leaderless,
+    /// In a group of its own, named as a nested run's watcher is (`locked-run-watc`).
+    Named,
     /// Calls `setsid`: a daemon meant to outlive the job, which nothing may kill.
     Daemon,
 }
@@ -153,10 +158,12 @@ impl Plan {
         let explicit_holders = holders == 1 && rng.chance(20);
         let backoff_ms = rng.range(100, 400);
         let shape = rng.chance(30).then(|| {
-            let shape = match rng.weighted(&[30, 25, 25, 20]) {
+            let shape = match rng.weighted(&[20, 15, 15, 15, 15, 20]) {
                 0 => Shape::Timeout,
                 1 => Shape::SetM,
                 2 => Shape::SetPgid,
+                3 => Shape::Leaderless,
+                4 => Shape::Named,
                 _ => Shape::Daemon,
             };
             let ms = match shape {

@@ -1,14 +1,15 @@
 //! The job's other shapes: a process the recording child starts beside itself that leaves its
 //! process group the ways real jobs' processes do (under coreutils `timeout`, from a `set -m`
-//! shell, by calling `setpgid` itself), or the job's session (`setsid`: a daemon meant to
-//! live). The process is the test binary again (`--fault-grandchild`), which records `gstart`,
+//! shell, by calling `setpgid` itself, in a group of its own with its main thread ended while
+//! another runs on, or named as a nested run's watcher is), or the job's session (`setsid`: a
+//! daemon meant to live). The process is the test binary again (`--fault-grandchild`), which records `gstart`,
 //! `gend` or `gterm`, and, through an observer of its own, `gdead`, like the command itself; the
 //! checker holds it to the command's rules (nothing of a job alive beside the next holder's
 //! command, nothing alive once its wrapper ended) unless it is a daemon, which must end by
 //! itself.
 //!
-//! argv: `--fault-grandchild HISTORY RUN NAME FENCE MODE SLEEP_MS`, MODE `plain`, `setpgid` or
-//! `daemon`.
+//! argv: `--fault-grandchild HISTORY RUN NAME FENCE MODE SLEEP_MS`, MODE `plain`, `setpgid`,
+//! `leaderless`, `named` or `daemon`.
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -50,8 +51,8 @@ pub fn start(shape: &str, sleep_ms: &str, history: &str, ident: &str) {
                 .args(grandchild("plain"));
             cmd
         }
-        "SetPgid" => {
-            let argv = grandchild("setpgid");
+        "SetPgid" | "Leaderless" | "Named" => {
+            let argv = grandchild(&shape.to_lowercase());
             let mut cmd = Command::new(&argv[0]);
             cmd.args(&argv[1..]);
             cmd
@@ -80,6 +81,11 @@ pub fn main(args: &[String]) -> ExitCode {
     let left = unsafe {
         match mode {
             "setpgid" => libc::setpgid(0, 0) == 0,
+            "leaderless" => libc::setpgid(0, 0) == 0,
+            "named" => {
+                libc::setpgid(0, 0) == 0
+                    && libc::prctl(libc::PR_SET_NAME, c"locked-run-watc".as_ptr(), 0, 0, 0) == 0
+            }
             "daemon" => libc::setsid() > 0,
             _ => true,
         }
@@ -96,7 +102,20 @@ pub fn main(args: &[String]) -> ExitCode {
     }
     install_handlers(fd, &ident, "g");
     record(fd, &format!("gstart {ident} {} {pid} {mode}", mono_ns()));
-    std::thread::sleep(Duration::from_millis(sleep_ms));
-    record(fd, &format!("gend {ident} {} {pid} 0", mono_ns()));
-    ExitCode::SUCCESS
+    let run = move || {
+        std::thread::sleep(Duration::from_millis(sleep_ms));
+        record(fd, &format!("gend {ident} {} {pid} 0", mono_ns()));
+    };
+    if mode != "leaderless" {
+        run();
+        return ExitCode::SUCCESS;
+    }
+    std::thread::spawn(move || {
+        run();
+        std::process::exit(0)
+    });
+    // The exit system call ends the calling thread only (exit_group ends the process).
+    // SAFETY: this thread holds no lock and owns nothing another thread needs.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    unreachable!("the exit system call returned")
 }
