@@ -152,3 +152,95 @@ fn in_a_terminal_a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is
         .expect_opening(76, "lost the lock job before the command could start");
     assert!(!marker.exists(), "the command started past the kill point");
 }
+
+/// The terminal's foreground, a job-control shell's part: starts `argv` in a background group
+/// of its own, and writes `DIR/state` ("stopped" once the job stopped, as a background read of
+/// the terminal stops it; "running" after 10 s without), then reads one line of the terminal
+/// into `DIR/leader-got`, then ends the job (SIGTERM, SIGCONT).
+const SHELL: &str = r#"import os, signal, sys, time
+d, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0)
+    os.execvp(argv[0], argv)
+try:
+    os.setpgid(pid, pid)
+except OSError:
+    pass
+state, deadline = "running", time.monotonic() + 10
+while time.monotonic() < deadline:
+    p, status = os.waitpid(pid, os.WUNTRACED | os.WNOHANG)
+    if p == pid and os.WIFSTOPPED(status):
+        state = "stopped"
+        break
+    time.sleep(0.01)
+open(d + "/state", "w").write(state)
+open(d + "/leader-got", "w").write(sys.stdin.readline())
+os.killpg(pid, signal.SIGTERM)
+os.killpg(pid, signal.SIGCONT)
+os.waitpid(pid, 0)
+"#;
+
+// See: the review of issue 35's mend. A run started in the background of an interactive shell
+// (`locked-run ... &`) counted as not interactive: its job got a session of its own, outside
+// the terminal's job control, and its `read` took the line the user typed to the shell.
+#[test]
+fn in_the_background_of_a_terminal_a_read_stops_the_job_and_leaves_the_line_to_the_shell() {
+    let locks = scratch();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let url = file_url(locks.path());
+    let job = format!("echo > {d}/reading; read x; echo \"$x\" > {d}/job-got");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args([
+        "-c", SHELL, &d, BIN, "-u", &url, "job", "--", "sh", "-c", &job,
+    ])
+    .stdin(Stdio::from(slave.try_clone().unwrap()))
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    // SAFETY: setsid and ioctl between fork and exec; fd 0 is the pty's slave by then.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let shell = Ended(cmd.spawn().expect("python3 starts"));
+    drop(slave);
+    let mut master = File::from(pty.master);
+    let state = wait_for_file(&file(&dir, "state"), Duration::from_secs(20), |t| {
+        !t.is_empty()
+    });
+    master.write_all(b"typed\n").unwrap();
+    wait_for_file(&file(&dir, "leader-got"), Duration::from_secs(10), |t| {
+        t.ends_with('\n')
+    });
+    assert!(
+        wait_pid_exit(shell.0.id() as i32, Duration::from_secs(10)),
+        "the shell's part did not end"
+    );
+    assert_eq!(
+        state, "stopped",
+        "the background job's read did not stop it"
+    );
+    assert_eq!(
+        std::fs::read_to_string(file(&dir, "leader-got")).unwrap(),
+        "typed\n"
+    );
+    assert!(!file(&dir, "job-got").exists(), "the job took the line");
+}
+
+/// A process SIGKILLed and reaped when the test is done with it, however it ends (closing the
+/// pty's master then hangs up whatever of the job still reads it).
+struct Ended(std::process::Child);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
