@@ -195,7 +195,7 @@ fn in_the_background_of_a_terminal_a_read_stops_the_job_and_leaves_the_line_to_t
     let job = format!("echo > {d}/reading; read x; echo \"$x\" > {d}/job-got");
     let mut cmd = std::process::Command::new("python3");
     cmd.args([
-        "-c", SHELL, &d, BIN, "-u", &url, "job", "--", "sh", "-c", &job,
+        "-c", SHELL, d, BIN, "-u", &url, "job", "--", "sh", "-c", &job,
     ])
     .stdin(Stdio::from(slave.try_clone().unwrap()))
     .stdout(Stdio::null())
