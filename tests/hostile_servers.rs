@@ -113,6 +113,41 @@ fn an_etcd_watch_that_never_ends_a_message_is_refused_at_16_mib() {
     println!("{:?}, peak {peak:?} KiB", out.elapsed);
 }
 
+// See: the review of issue 35's mend. Each one-byte chunk was kept as a frame of its own:
+// `status` reached 236-335 MB in the default 5 s, 627 MB by the 16 MiB limit.
+#[test]
+fn an_etcd_body_in_one_byte_chunks_costs_its_bytes_not_a_frame_each() {
+    let server = Hostile::start(hostile::tiny_chunks);
+    let (out, peak) = run_measured(&[
+        "status",
+        "-u",
+        &server.etcd_url(),
+        "--connect-timeout",
+        "4s",
+        "job",
+    ]);
+    let out = out.expect(69);
+    // The program and what it read of the body in these 4 s (a few MiB, one-byte chunks
+    // being slow to decode): some 14 MB in a debug build; a frame kept for each chunk took it
+    // to 38 MB here.
+    if let Some(peak) = peak {
+        assert!(peak < 28 << 10, "status peaked at {peak} KiB");
+    }
+    println!("{:?}, peak {peak:?} KiB", out.elapsed);
+}
+
+// See: the review of issue 35's mend. A watch never confirmed held `-w 1s` to the 5 s
+// connect timeout (or 15 s, with `--connect-timeout 15s`), then said it gave up "after 1s".
+#[test]
+fn a_watch_never_confirmed_does_not_stretch_the_wait() {
+    let script =
+        hostile::gateway_answering(Standing::Waits, "/v3/watch", hostile::head_then_silence);
+    let server = Hostile::start(script);
+    let (out, _) = measured(&server.etcd_url(), &["-w", "1s", "job", "--", "true"]);
+    let out = out.expect(75);
+    assert!(out.elapsed < PROMPTLY, "took {:?}", out.elapsed);
+}
+
 /// While the command runs, keep-alives whose replies never end fail like a server gone: the
 /// lease clock stops the command before the lease can lapse (76), and says why.
 #[test]

@@ -4,7 +4,7 @@
 //! (`watch.rs`). Without a bound, a server (or whatever answers on its port) announcing a
 //! 40 GB body was read into memory until the request's deadline, gigabytes of it.
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, Response, StatusCode};
@@ -109,18 +109,22 @@ pub async fn body(response: Response<Incoming>) -> Result<Bytes, Failed> {
             "it announced {announced} bytes, over the {most} MiB this client reads"
         )));
     }
-    let bytes = match Limited::new(body, MAX_REPLY_BYTES).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            return Err(match e.downcast::<hyper::Error>() {
-                Ok(e) => Failed::Http(*e),
-                // `Limited`'s own error: the body went past the limit.
-                Err(_) => Failed::TooLarge(format!("more than the {most} MiB this client reads")),
-            });
+    // Copied piece by piece into one buffer: a body sent in countless tiny chunks must cost
+    // its bytes, not a kept frame (and the read buffer it points into) for each chunk.
+    let mut body = body;
+    let mut bytes = Vec::with_capacity(announced.min(64 * 1024) as usize);
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame.map_err(Failed::Http)?.data_ref() {
+            if bytes.len() + data.len() > MAX_REPLY_BYTES {
+                return Err(Failed::TooLarge(format!(
+                    "more than the {most} MiB this client reads"
+                )));
+            }
+            bytes.extend_from_slice(data);
         }
-    };
+    }
     within_values(&bytes).map_err(Failed::TooLarge)?;
-    Ok(bytes)
+    Ok(Bytes::from(bytes))
 }
 
 /// Refuses JSON text that could hold more than [`MAX_VALUES`] values, before it is parsed.

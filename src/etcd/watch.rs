@@ -30,6 +30,8 @@ pub struct Watch {
     /// Bytes received and not yet parsed: the gateway writes each message as one line of
     /// JSON, and a line may come in pieces.
     buf: Vec<u8>,
+    /// Where in `buf` the unread part starts: lines before it were taken.
+    start: usize,
     /// How much of `buf` is known to hold no line's end: each byte is searched once.
     searched: usize,
     /// A delete came with the confirmation.
@@ -61,6 +63,7 @@ impl Watch {
             key,
             stream,
             buf: Vec::new(),
+            start: 0,
             searched: 0,
             seen: false,
         };
@@ -93,21 +96,42 @@ impl Watch {
     /// longer than [`MAX_REPLY_BYTES`] is refused: a stream that never ends a line must not
     /// fill the memory.
     async fn message(&mut self) -> Result<Value, BackendError> {
+        let mut blank = 0u32;
         loop {
             let unsearched = &self.buf[self.searched..];
             if let Some(at) = unsearched.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=self.searched + at).collect();
-                self.searched = 0;
-                if line.trim_ascii().is_empty() {
-                    continue;
+                let end = self.searched + at + 1;
+                let line = &self.buf[self.start..end];
+                let empty = line.trim_ascii().is_empty();
+                let result = if empty {
+                    None
+                } else if let Err(what) = within_values(line) {
+                    Some(Err(self.broke(&format!("a message too large: {what}"))))
+                } else {
+                    Some(self.read(line))
+                };
+                // Lines are taken from the front by moving a mark, and the buffer is cut
+                // only once most of it is read: a piece of many short lines costs linear time.
+                self.start = end;
+                self.searched = end;
+                if self.start * 2 > self.buf.len() {
+                    self.buf.drain(..self.start);
+                    self.searched -= self.start;
+                    self.start = 0;
                 }
-                if let Err(what) = within_values(&line) {
-                    return Err(self.broke(&format!("a message too large: {what}")));
+                if let Some(result) = result {
+                    return result;
                 }
-                return self.read(&line);
+                // The gateway sends no blank lines; a server that sends them without end must
+                // not keep this task from letting a signal or a deadline in.
+                blank += 1;
+                if blank % 256 == 0 {
+                    tokio::task::yield_now().await;
+                }
+                continue;
             }
             self.searched = self.buf.len();
-            if self.buf.len() > MAX_REPLY_BYTES {
+            if self.buf.len() - self.start > MAX_REPLY_BYTES {
                 return Err(self.broke(&format!(
                     "a message too large: more than the {} MiB this client reads",
                     MAX_REPLY_BYTES >> 20

@@ -111,6 +111,7 @@ async fn wait<C: Clock, I: Interrupts>(
                     });
                     waiter.subscribed(clock.now(), covered)
                 }
+                () = until(clock, waiter.deadline()) => waiter.ran_out_subscribing(),
             },
             Next::GiveBack => {
                 if let Err(e) = backend.give_back(GIVE_BACK_TIMEOUT).await {

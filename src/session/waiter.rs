@@ -256,6 +256,12 @@ impl<'a> Waiter<'a> {
         self.nap(now, &busy)
     }
 
+    /// The wait ran out while a subscription was being made (a server that never confirms
+    /// one must not stretch `--wait`): still a conflict, as the last answer said busy.
+    pub fn ran_out_subscribing(&mut self) -> Next {
+        Next::Fail(self.gave_up())
+    }
+
     /// A sleep ended.
     pub fn woke(&mut self, now: Duration, why: Woke) -> Next {
         if let Woke::Broke(e) = &why {

@@ -191,6 +191,27 @@ pub fn json_bomb(mut conn: TcpStream) {
     }
 }
 
+/// A chunked 200 whose body comes one byte a chunk, for ever: a reader that keeps a frame for
+/// each chunk pays some 40 bytes of memory for every byte of the body.
+pub fn tiny_chunks(mut conn: TcpStream) {
+    if request(&mut conn).is_some() {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                     Transfer-Encoding: chunked\r\n\r\n";
+        if conn.write_all(head).is_ok() {
+            forever(&mut conn, &b"1\r\n \r\n".repeat(8 << 10));
+        }
+    }
+}
+
+/// A chunked 200 head, then nothing: a watch that is never confirmed.
+pub fn head_then_silence(conn: &mut TcpStream) {
+    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n";
+    if conn.write_all(head).is_ok() {
+        let _ = conn.read(&mut [0u8; 1]);
+    }
+}
+
 /// Bytes that are no HTTP reply, then a hang-up.
 pub fn not_http(mut conn: TcpStream) {
     if request(&mut conn).is_some() {
@@ -242,10 +263,19 @@ pub enum Standing {
 /// and revokes answered; the request to `hostile_path` (`/v3/watch`, `/v3/lease/keepalive`)
 /// is answered with a JSON message that never ends ([`endless_json`]).
 pub fn gateway(standing: Standing, hostile_path: &'static str) -> impl Fn(TcpStream) {
+    gateway_answering(standing, hostile_path, endless_json)
+}
+
+/// The same fake gateway, answering `hostile_path` with `answer`.
+pub fn gateway_answering(
+    standing: Standing,
+    hostile_path: &'static str,
+    answer: fn(&mut TcpStream),
+) -> impl Fn(TcpStream) {
     move |mut conn| {
         while let Some(path) = request(&mut conn) {
             if path == hostile_path {
-                return endless_json(&mut conn);
+                return answer(&mut conn);
             }
             let body = match path.as_str() {
                 "/v3/lease/grant" => r#"{"ID":"7","TTL":"60"}"#.to_owned(),

@@ -22,8 +22,10 @@ use super::{Reply, limit_error, protocol_error};
 pub(super) const MAX_REPLY_BYTES: usize = 16 << 20;
 /// The values one reply may hold, counting every element of every aggregate in it (a map's
 /// entries count twice, as they fold into a flat array): the parsed tree's arrays then take
-/// at most some 64 MiB (32 bytes an element, twice that while a `Vec` grows by doubling).
-pub(super) const MAX_VALUES: usize = 1_000_000;
+/// at most some 6.4 MiB (32 bytes an element, twice that while a `Vec` grows by doubling),
+/// and with each short string's own allocation the whole tree stays near 10 MiB; a million
+/// eight-byte strings took the wrapper to 125 MB.
+pub(super) const MAX_VALUES: usize = 100_000;
 /// How deep aggregates may nest. Each level takes stack (a frame of `build`, a few KiB in a
 /// debug build); real replies nest a handful deep (CLUSTER SHARDS, the deepest, four).
 pub(super) const MAX_DEPTH: usize = 64;
@@ -196,9 +198,15 @@ impl Parser {
         let elements = elements(kind, count)
             .filter(|&elements| elements <= self.values)
             .ok_or_else(|| {
+                let before = MAX_VALUES - self.values;
+                let after = if before == 0 {
+                    String::new()
+                } else {
+                    format!(" after {before} values")
+                };
                 limit_error(&format!(
-                    "an aggregate of {count} entries, over the {MAX_VALUES} values a reply \
-                     may hold"
+                    "an aggregate of {count} entries{after}, over the {MAX_VALUES} values a \
+                     reply may hold"
                 ))
             })?;
         self.values -= elements;

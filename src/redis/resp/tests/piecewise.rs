@@ -20,25 +20,25 @@ fn array_of_strings(n: usize, each: usize) -> Vec<u8> {
 #[test]
 fn reading_a_big_reply_looks_at_each_byte_about_once() {
     let long_line = [&b"+"[..], &vec![b'x'; 4 << 20], b"\r\n"].concat();
-    let mut integers = b"*1000000\r\n".to_vec();
-    integers.extend_from_slice(&b":7\r\n".repeat(1_000_000));
+    let mut integers = b"*100000\r\n".to_vec();
+    integers.extend_from_slice(&b":7\r\n".repeat(100_000));
     let nested = [
-        &b"*1\r\n*100000\r\n"[..],
+        &b"*1\r\n*10000\r\n"[..],
         &b"%1\r\n$1\r\nk\r\n|1\r\n+a\r\n:1\r\n$30\r\nabcdefghijabcdefghijabcdefghij\r\n"
-            .repeat(100_000),
+            .repeat(10_000),
     ]
     .concat();
     let cases = [
         (
-            "an array of 100 000 bulk strings",
-            array_of_strings(100_000, 32),
+            "an array of 50 000 bulk strings",
+            array_of_strings(50_000, 64),
         ),
         (
             "one 4 MB bulk string",
             array_of_strings(1, 4 << 20)[4..].to_vec(),
         ),
         ("a 4 MB status line", long_line),
-        ("an array of a million integers", integers),
+        ("an array of 100 000 integers", integers),
         ("nested maps with attributes", nested),
     ];
     for (what, bytes) in cases {
@@ -80,11 +80,11 @@ fn limits_refuse_a_reply_as_soon_as_its_header_is_in() {
     let small: [(&[u8], &str); 8] = [
         (b"$2000000000\r\n", "longer than the 16 MiB"),
         (b"*2\r\n$3\r\nabc\r\n=16777200\r\n", "longer than"),
-        (b"*1000001\r\n", "over the 1000000 values"),
-        (b"%500001\r\n", "over the 1000000 values"),
+        (b"*100001\r\n", "over the 100000 values"),
+        (b"%50001\r\n", "over the 100000 values"),
         (
-            b"*2\r\n|1\r\n+a\r\n+b\r\n*999998\r\n",
-            "over the 1000000 values",
+            b"*2\r\n|1\r\n+a\r\n+b\r\n*99998\r\n",
+            "after 4 values, over the 100000 values",
         ),
         (&b"*1\r\n".repeat(MAX_DEPTH + 1), "nested more than 64 deep"),
         (&too_deep, "nested more than 64 deep"),
@@ -97,14 +97,14 @@ fn limits_refuse_a_reply_as_soon_as_its_header_is_in() {
     }
 
     // Headers that break a limit only with what came before them, megabytes of it.
-    let mut values = b"*3\r\n*500000\r\n".to_vec();
-    values.extend_from_slice(&b":1\r\n".repeat(500_000));
-    values.extend_from_slice(b"*499998\r\n");
+    let mut values = b"*3\r\n*50000\r\n".to_vec();
+    values.extend_from_slice(&b":1\r\n".repeat(50_000));
+    values.extend_from_slice(b"*49998\r\n");
     let mut bytes = array_of_strings(2, 12 << 20);
     bytes.truncate(bytes.len() - (12 << 20) - 2);
     bytes.truncate(bytes.len() - format!("${}\r\n", 12 << 20).len());
     bytes.extend_from_slice(b"$5000000\r\n");
-    for (bytes, what) in [(values, "over the 1000000 values"), (bytes, "longer than")] {
+    for (bytes, what) in [(values, "over the 100000 values"), (bytes, "longer than")] {
         refused_piecewise(&bytes, vec![4096], what);
     }
 }
