@@ -252,3 +252,64 @@ fn links_planted_under_any_of_a_locks_names_in_a_sticky_directory_are_refused() 
     link_refused(out, &link);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
+
+// See: the review of issue 35's mend. A place nobody planted with the largest ticket ended the
+// tickets: every new place got the same one, readers queued behind a writer found no writer
+// before them and went ahead of it, and the counter kept the value after the file was gone.
+#[test]
+fn a_place_planted_by_another_user_does_not_end_the_queues_order() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let sticky = directory(&parent, 0o1777, 0);
+    let url = file_url(&sticky);
+    let evidence = scratch();
+    let d = evidence.path();
+    as_nobody(&sticky, ": > job.wait.18446744073709551615.shared").expect(0);
+    let r0 = logged(&url, d, "r0", &["--shared"]);
+    wait_until("r0 holds", Duration::from_secs(10), || {
+        log_of(d).contains("start r0 ")
+    });
+    let w = logged(&url, d, "w", &[]);
+    wait_until("the writer queues", Duration::from_secs(10), || {
+        list(&sticky).iter().any(|n| n.ends_with(".exclusive"))
+    });
+    let r1 = logged(&url, d, "r1", &["--shared"]);
+    wait_until("the reader queues", Duration::from_secs(10), || {
+        list(&sticky)
+            .iter()
+            .filter(|n| n.ends_with(".shared"))
+            .count()
+            == 2
+    });
+    let places = list(&sticky);
+    assert!(
+        places.contains(&"job.wait.1.exclusive".to_owned())
+            && places.contains(&"job.wait.2.shared".to_owned()),
+        "tickets counted from the planted place: {places:?}"
+    );
+    go(d, "r0");
+    r0.wait().expect(0);
+    wait_until("the writer starts", Duration::from_secs(10), || {
+        log_of(d).contains("start w ")
+    });
+    go(d, "w");
+    w.wait().expect(0);
+    go(d, "r1");
+    r1.wait().expect(0);
+    let log = log_of(d);
+    assert!(
+        log.find("end w").unwrap() < log.find("start r1 ").unwrap(),
+        "the reader went ahead of the writer queued before it:\n{log}"
+    );
+}
+
+/// The queue's places in `dir`, by name.
+fn list(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("job.wait."))
+        .collect()
+}

@@ -22,7 +22,8 @@
 //!   Busy means an exclusive run waits: a `-n` run is refused (75), another takes a place.
 //! - An exclusive newcomer that finds the lock file free takes it, with no look at the queue:
 //!   the lock file is free while runs wait only in the instant between a release and the next
-//!   waiter's wake-up, and an exclusive run on a free lock costs one `flock`, as before.
+//!   waiter's wake-up (longer, up to [`PLACE_RECHECK`], when the head of the queue is stopped),
+//!   and an exclusive run on a free lock costs one `flock`, as before.
 //! - `flock(1)` knows nothing of the queue: a `flock -s` may pass an exclusive waiter, and
 //!   waiters of `flock` are served in the kernel's order.
 //! - `STEM.queue` is never removed: a run that had opened it would test a file nobody locks.
@@ -133,16 +134,26 @@ impl Paths {
         let locks = ProcLocks::read();
         let mut last = read_ticket(&counter);
         for seen in self.places()? {
+            // Only a place that opens as ours counts: another user's in a sticky directory
+            // counts for nothing, also for the tickets (one planted with the largest ticket
+            // would otherwise end them, and with them the order). Of ours, one that nobody
+            // holds is removed.
+            let Ok(file) = open_existing(&seen.path, false) else {
+                continue;
+            };
             last = last.max(seen.ticket);
-            // Only a place that opens as ours and that nobody holds: another user's in a sticky
-            // directory (which counts for nothing) is not ours to remove.
-            let gone = open_existing(&seen.path, false)
-                .is_ok_and(|file| !locked_in(locks.as_ref(), &file).unwrap_or(true));
-            if gone {
+            if !locked_in(locks.as_ref(), &file).unwrap_or(true) {
                 let _ = fs::remove_file(&seen.path);
             }
         }
-        let ticket = last.saturating_add(1);
+        let ticket = last.checked_add(1).ok_or_else(|| {
+            BackendError::Refused(format!(
+                "the queue's tickets in {} have run out (a place or {} says {last}); remove \
+                 the NAME's .wait.* files and its .queue file while nothing waits",
+                self.dir.display(),
+                queue.display()
+            ))
+        })?;
         let text = format!("{ticket}\n");
         // No fsync: a queue does not outlive its waiters' processes, nor a reboot.
         let written = counter
