@@ -39,6 +39,19 @@ pub fn without_our_settings(program: &str) -> Command {
         }
     }
     cmd.stdin(Stdio::null());
+    // A test process started in the background of a script (`cargo test &`) has SIGINT and
+    // SIGQUIT ignored, and would pass that on: the runs the tests make start with the
+    // defaults, as from a terminal or a CI runner (a test that wants one ignored says so in a
+    // hook of its own, which runs after this one).
+    // SAFETY: signal(2) only, between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 
