@@ -313,3 +313,27 @@ fn list(dir: &Path) -> Vec<String> {
         .filter(|n| n.starts_with("job.wait."))
         .collect()
 }
+
+// See: the review of issue 35's mend. A directory another user owns (made first by them, as
+// under /tmp) lets that user rename root's lock file away and a second run in; `doctor` said
+// only that it was under /tmp.
+#[test]
+fn doctor_warns_of_a_lock_directory_another_user_owns() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let dir = directory(&parent, 0o755, 0);
+    let url = file_url(&dir);
+    let warned = |out: &Output| {
+        out.stdout.lines().any(|l| {
+            l.starts_with("WARN")
+                && l.contains("belongs to user nobody (uid 65534), who can rename")
+        })
+    };
+    let out = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    assert!(!warned(&out), "root's own directory: {}", out.stdout);
+    std::os::unix::fs::chown(&dir, Some(NOBODY), None).unwrap();
+    let out = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    assert!(warned(&out), "{}", out.stdout);
+}

@@ -1,8 +1,9 @@
 //! `doctor` for `file://`: the directory can be used, and its filesystem suits locks.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use super::trust::other_owner;
 use crate::backend::{Check, Level};
 use crate::file;
 use crate::name::LockName;
@@ -80,6 +81,20 @@ pub fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
             Level::Warn,
             format!("cannot tell the filesystem: {e}"),
         ),
+    }
+    // The directory's owner may swap any file in it, sticky bit or not.
+    let owner = existing.metadata().ok().and_then(|m| other_owner(m.uid()));
+    if let Some(owner) = owner.filter(|_| existing == dir) {
+        add(
+            "owner",
+            Level::Warn,
+            format!(
+                "{} belongs to {owner}, who can rename or replace any lock file in it, also while \
+                 a run holds it, and let a second run in: give it to root or to this user (for a \
+                 team: root's, of one group, mode 2770)",
+                dir.display()
+            ),
+        );
     }
     // Who else may write there.
     let mode = existing.metadata().map_or(0, |m| m.permissions().mode());

@@ -80,6 +80,12 @@ pub fn owners_may_swap(path: &Path) -> bool {
         .is_some_and(|m| m.mode() & 0o1000 != 0 && m.mode() & 0o022 != 0)
 }
 
+/// The owner of a directory or file, `user NAME (uid N)`, if it is neither this user nor root:
+/// one who can rename or replace every file in a directory of theirs, whatever its mode.
+pub fn other_owner(uid: u32) -> Option<String> {
+    (uid != euid() && uid != 0).then(|| owner(uid))
+}
+
 /// `user NAME (uid N)`, or `uid N` for a uid with no name on this host.
 fn owner(uid: u32) -> String {
     match user_name(uid) {
