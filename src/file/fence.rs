@@ -94,8 +94,8 @@ impl Paths {
     }
 
     /// Issues `top + 1`, the first token of a new block, once the block's top is on disk: a
-    /// temporary file (its record set, so that the runs after count from it), fsync, rename
-    /// over the counter, fsync of the directory.
+    /// temporary file, fsync, rename over the counter, fsync of the directory; then the count
+    /// is set, for the runs after to count from.
     fn reserve_block(&self, dir: &File, top: u64) -> Result<u64, BackendError> {
         let next = top.checked_add(1).ok_or_else(|| {
             BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
@@ -113,8 +113,13 @@ impl Paths {
                 .mode(0o666)
                 .open(&self.fence_tmp)?;
             tmp.write_all(format!("{new_top}\n").as_bytes())?;
+            tmp.sync_all()?;
+            fs::rename(&self.fence_tmp, &self.fence)?;
+            dir.sync_all()?;
+            // Counted only once the block is on disk: a run killed before this line leaves a
+            // counter without a count, and the run after it reserves (and syncs) again.
+            // Without a count (no user extended attributes here), the next run reserves too.
             if let Some(epoch) = Epoch::of(&tmp) {
-                // Without it (no user extended attributes here), the next run reserves too.
                 let record = Record {
                     epoch,
                     top: new_top,
@@ -122,9 +127,7 @@ impl Paths {
                 };
                 let _ = record.write(&tmp);
             }
-            tmp.sync_all()?;
-            fs::rename(&self.fence_tmp, &self.fence)?;
-            dir.sync_all()
+            Ok(())
         };
         write().map_err(|e| {
             // Not left behind for the next user to trip over (in a sticky directory, it
