@@ -107,7 +107,7 @@ fn shared_runs_hold_together_each_with_a_fence_of_its_own() {
     let (fb, _) = up(d, "b");
     // Both are up, and neither was told to go.
     assert!(fb > fa, "fences grow across shared holders: {fa} then {fb}");
-    assert_eq!(status_json(&url, "job")["fence"], fb.parse::<u64>().unwrap());
+    assert_eq!(status_json(&url, "job")["fence"], fb);
 
     let status = status_json(&url, "job");
     assert_eq!(status["held"], true, "{status}");

@@ -78,13 +78,11 @@ impl Paths {
                 if let Some(next) = record.next(top, &now) {
                     // Counted before the token is used; a count that cannot be set is a block
                     // reserved instead.
-                    if (Record {
+                    let counted = Record {
                         last: next,
                         ..record
-                    })
-                    .write(file)
-                    .is_ok()
-                    {
+                    };
+                    if counted.write(file).is_ok() {
                         return Ok(next);
                     }
                 }
