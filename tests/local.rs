@@ -30,8 +30,8 @@ fn processes_contending_on_one_directory_never_overlap() {
     });
     assert_eq!(check_log(&log), 32);
     assert_eq!(
-        fence_file(locks.path(), "shared"),
-        "32\n",
+        status_json(&url, "shared")["fence"],
+        32,
         "one token per run"
     );
 }
@@ -95,7 +95,7 @@ fn a_holder_killed_mid_run_frees_the_lock_at_once_and_its_fence_is_kept() {
         .run()
         .expect(0);
     assert_eq!(out.stdout, "4\n", "fences 1..3 were issued before, durably");
-    assert_eq!(fence_file(locks.path(), "job"), "4\n");
+    assert_eq!(status_json(&url, "job")["fence"], 4);
     let _ = holder.wait();
 }
 

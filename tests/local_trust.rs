@@ -129,7 +129,7 @@ fn files_another_user_owns_are_refused_in_a_sticky_directory_and_used_in_a_group
         .with(|c| c.uid(NOBODY).gid(NOBODY))
         .run()
         .expect_with(0, "nobody, after root");
-    assert_eq!(fence_file(&shared, "job"), "3\n");
+    assert_eq!(status_json(&url, "job")["fence"], 3);
     let out = lr()
         .args(["doctor", "--name", "job", "-u", &url])
         .run()

@@ -107,7 +107,7 @@ fn shared_runs_hold_together_each_with_a_fence_of_its_own() {
     let (fb, _) = up(d, "b");
     // Both are up, and neither was told to go.
     assert!(fb > fa, "fences grow across shared holders: {fa} then {fb}");
-    assert_eq!(fence_file(locks.path(), "job"), format!("{fb}\n"));
+    assert_eq!(status_json(&url, "job")["fence"], fb);
 
     let status = status_json(&url, "job");
     assert_eq!(status["held"], true, "{status}");
@@ -313,7 +313,7 @@ fn a_shared_min_hold_keeps_exclusive_runs_out_until_released_by_force() {
         .run()
         .expect(0);
     lr().url(&url).args(["-n"]).job(["true"]).run().expect(0);
-    assert_eq!(fence_file(locks.path(), "job"), "3\n");
+    assert_eq!(status_json(&url, "job")["fence"], 3);
 }
 
 #[test]

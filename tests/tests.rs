@@ -13,6 +13,7 @@ mod etcd_modes;
 mod fair;
 mod faq;
 mod fencing;
+mod file_crash;
 mod first_contact;
 mod history;
 mod holders;

@@ -1,5 +1,6 @@
-//! The fence counter of a `file://` lock: `DIR/STEM.fence`, the last token issued, raised
-//! under the lock (and a brief flock on DIR) and written durably before the command starts.
+//! The fence counter of a `file://` lock: `DIR/STEM.fence`, the top of the block of tokens last
+//! reserved, written durably before any token of it is issued; the tokens are issued under the
+//! lock (and a brief flock on DIR), counted in the block as `reserve` says.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
@@ -7,31 +8,48 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use super::files::{Paths, flock, open_existing, refused};
+use super::reserve::{BLOCK, Epoch, Record};
 use crate::backend::BackendError;
 
 impl Paths {
-    /// The last fence token issued, if any.
-    pub fn read_fence(&self) -> Result<Option<u64>, BackendError> {
-        let read = || -> io::Result<String> {
-            let mut text = String::new();
-            // A counter is a number and a newline: what is beyond 64 bytes is not one.
-            open_existing(&self.fence, false)?
-                .take(64)
-                .read_to_string(&mut text)?;
-            Ok(text)
-        };
-        match read() {
-            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-                BackendError::Refused(format!(
-                    "{} holds {:?}, not a fence counter: it was changed by hand? Write the \
-                     largest token ever issued into it (or remove it to restart at 1)",
-                    self.fence.display(),
-                    text.chars().take(40).collect::<String>()
-                ))
-            }),
+    /// The counter file, open for reading, if it exists.
+    fn open_counter(&self) -> Result<Option<File>, BackendError> {
+        match open_existing(&self.fence, false) {
+            Ok(file) => Ok(Some(file)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(refused(&self.fence, "read", &e)),
         }
+    }
+
+    /// What the counter file says: the top of the last block reserved (the last token issued,
+    /// when the previous release wrote it).
+    fn counter_value(&self, file: &File) -> Result<u64, BackendError> {
+        let mut text = String::new();
+        // A counter is a number and a newline: what is beyond 64 bytes is not one.
+        file.take(64)
+            .read_to_string(&mut text)
+            .map_err(|e| refused(&self.fence, "read", &e))?;
+        text.trim().parse().map_err(|_| {
+            BackendError::Refused(format!(
+                "{} holds {:?}, not a fence counter: it was changed by hand? Write the \
+                 largest token ever issued into it (or remove it to restart at 1)",
+                self.fence.display(),
+                text.chars().take(40).collect::<String>()
+            ))
+        })
+    }
+
+    /// The last fence token issued, if any: the count of the block, while it holds (see
+    /// `reserve`); else the counter file's value, above which the next token goes.
+    pub fn read_fence(&self) -> Result<Option<u64>, BackendError> {
+        let Some(file) = self.open_counter()? else {
+            return Ok(None);
+        };
+        let top = self.counter_value(&file)?;
+        let counted = Epoch::of(&file)
+            .zip(Record::read(&file))
+            .filter(|(now, record)| record.holds(top, now));
+        Ok(Some(counted.map_or(top, |(_, record)| record.last)))
     }
 
     /// A brief exclusive flock on DIR itself, held until the returned file is dropped: what
@@ -44,18 +62,43 @@ impl Paths {
         Ok(dir)
     }
 
-    /// Raises the fence counter by one, durably: a temporary file, fsync, rename over the
-    /// counter, fsync of the directory. Called under the lock, and under the flock on the directory
-    /// itself ([`Paths::lock_dir`]): should two processes ever both hold NAME (its lock file deleted
-    /// while held), they still never get the same token.
+    /// Issues the next fence token. Called under the lock, and under the flock on the
+    /// directory itself ([`Paths::lock_dir`]): should two processes ever both hold NAME (its
+    /// lock file deleted while held), they still never get the same token. From the block the
+    /// counter file reserves, without a write to disk, while its record holds (see `reserve`);
+    /// else from a new block, reserved durably first.
     pub fn raise_fence_locked(&self, dir: &File) -> Result<u64, BackendError> {
-        let next = self
-            .read_fence()?
-            .unwrap_or(0)
-            .checked_add(1)
-            .ok_or_else(|| {
-                BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
-            })?;
+        let counter = self.open_counter()?;
+        let top = match &counter {
+            Some(file) => self.counter_value(file)?,
+            None => 0,
+        };
+        if let Some(file) = &counter {
+            if let (Some(now), Some(record)) = (Epoch::of(file), Record::read(file)) {
+                if let Some(next) = record.next(top, &now) {
+                    // Counted before the token is used; a count that cannot be set is a block
+                    // reserved instead.
+                    let counted = Record {
+                        last: next,
+                        ..record
+                    };
+                    if counted.write(file).is_ok() {
+                        return Ok(next);
+                    }
+                }
+            }
+        }
+        self.reserve_block(dir, top)
+    }
+
+    /// Issues `top + 1`, the first token of a new block, once the block's top is on disk: a
+    /// temporary file, fsync, rename over the counter, fsync of the directory; then the count
+    /// is set, for the runs after to count from.
+    fn reserve_block(&self, dir: &File, top: u64) -> Result<u64, BackendError> {
+        let next = top.checked_add(1).ok_or_else(|| {
+            BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
+        })?;
+        let new_top = top.saturating_add(BLOCK);
         let write = || -> io::Result<()> {
             // A fresh file (O_EXCL): never one that a link planted under this name points at.
             match fs::remove_file(&self.fence_tmp) {
@@ -67,10 +110,22 @@ impl Paths {
                 .create_new(true)
                 .mode(0o666)
                 .open(&self.fence_tmp)?;
-            tmp.write_all(format!("{next}\n").as_bytes())?;
+            tmp.write_all(format!("{new_top}\n").as_bytes())?;
             tmp.sync_all()?;
             fs::rename(&self.fence_tmp, &self.fence)?;
-            dir.sync_all()
+            dir.sync_all()?;
+            // Counted only once the block is on disk: a run killed before this line leaves a
+            // counter without a count, and the run after it reserves (and syncs) again.
+            // Without a count (no user extended attributes here), the next run reserves too.
+            if let Some(epoch) = Epoch::of(&tmp) {
+                let record = Record {
+                    epoch,
+                    top: new_top,
+                    last: next,
+                };
+                let _ = record.write(&tmp);
+            }
+            Ok(())
         };
         write().map_err(|e| {
             // Not left behind for the next user to trip over (in a sticky directory, it

@@ -4,6 +4,7 @@
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::backend::{Holder, wall_clock_ms};
@@ -22,7 +23,7 @@ impl NotBefore {
     pub fn after(hold: Duration) -> NotBefore {
         let hold_ms = hold.as_millis() as u64;
         NotBefore {
-            boot_id: boot_id(),
+            boot_id: boot_id().to_owned(),
             boot_ms: BootClock.now().as_millis() as u64 + hold_ms,
             wall_ms: wall_clock_ms() + hold_ms,
         }
@@ -39,11 +40,15 @@ impl NotBefore {
     }
 }
 
-/// This boot's id: `CLOCK_BOOTTIME` readings compare only within one boot.
-fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
+/// This boot's id (empty when it cannot be read): `CLOCK_BOOTTIME` readings, and the count of a
+/// block of fence tokens, hold only within one boot.
+pub(super) fn boot_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    })
 }
 
 /// What the lock file says: `key=value` lines.

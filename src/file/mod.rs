@@ -6,9 +6,12 @@
 //!   frees it the moment the holding process dies. The descriptor is close-on-exec, so the
 //!   command never holds the lock on its own. The file is never unlinked: a waiter that had
 //!   opened it would then lock a file that nobody else sees.
-//! - Fencing: `DIR/STEM.fence` holds the last token issued, in decimal. It is raised under the
-//!   lock and written durably (a temporary file, fsync, rename, fsync of the directory) before
-//!   the command starts, so no token is issued twice, even when a holder is SIGKILLed.
+//! - Fencing: `DIR/STEM.fence` holds, in decimal, the top of a block of tokens reserved
+//!   durably (a temporary file, fsync, rename, fsync of the directory) before any of them is
+//!   issued; the tokens are issued under the lock and counted in an extended attribute of that
+//!   file, in memory, which counts only in the boot and mount it was written in (see
+//!   `reserve`). So most runs write nothing to disk before the command starts, and no token is
+//!   issued twice, even when a holder is SIGKILLed or the host loses power.
 //! - Holder metadata, for `status` and a waiter's messages: `key=value` lines in the lock file,
 //!   written under the lock, emptied on release.
 //! - `--shared`: `flock(LOCK_SH)` on the same lock file, as `flock -s` takes it; each shared
@@ -42,6 +45,7 @@ mod lockfile;
 mod meta;
 mod proc_locks;
 mod queue;
+mod reserve;
 mod shared;
 mod slots;
 mod stem;
@@ -408,9 +412,11 @@ mod tests {
             a.try_acquire(&t, false).await,
             Ok(Attempt::Acquired { fence: 3 })
         );
+        // The counter file holds the top of the block the three came from.
         assert_eq!(
             std::fs::read_to_string(dir.path().join("db.migrate-v2.fence")).unwrap(),
-            "3\n"
+            format!("{}\n", reserve::BLOCK)
         );
+        assert_eq!(looker.inspect().await.unwrap().fence, Some(3));
     }
 }

@@ -45,7 +45,8 @@ pub(super) struct Member {
 /// The shared holders' files of NAME, each as it stands, in the order of their fences. A file
 /// that cannot be opened as ours (a link, a FIFO, one removed meanwhile) is passed over.
 pub(super) fn members(paths: &Paths) -> io::Result<Vec<Member>> {
-    let locks = ProcLocks::read();
+    // Read once a file is found: reading `/proc/locks` can wait for an RCU grace period (ms).
+    let mut locks: Option<Option<ProcLocks>> = None;
     let mut members = Vec::new();
     for entry in fs::read_dir(&paths.dir)? {
         let entry = entry?;
@@ -61,6 +62,7 @@ pub(super) fn members(paths: &Paths) -> io::Result<Vec<Member>> {
             continue;
         };
         let meta = Meta::read(&file);
+        let locks = locks.get_or_insert_with(ProcLocks::read);
         let expiry = if locked_in(locks.as_ref(), &file)? {
             Some(Expiry::WithHolder)
         } else {

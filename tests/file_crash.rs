@@ -1,0 +1,278 @@
+//! The host-local backend's fence across crashes: a run SIGKILLed at each step of issuing its
+//! token (strace kills it on entry to the system call that would take the next step), and a
+//! power cut of the whole file system (the device's content copied while the runs' writes that
+//! were never synced sit in memory, then mounted again). Either way, a later run gets a larger
+//! token than any run was given before; and a run writes nothing durably before its command
+//! starts, but once per block of tokens.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::*;
+
+/// One run of `job` at `url`, its command printing its fence: the token.
+fn fence_of_a_run(url: &str) -> u64 {
+    let out = lr()
+        .url(url)
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
+    out.stdout.trim().parse().unwrap()
+}
+
+/// A run of `job` traced by strace, SIGKILLed on entry to the `when`-th call of `syscall`: its
+/// command (which would write a file) must never start.
+fn killed_at(url: &str, dir: &Path, syscall: &str, when: u32) {
+    let started = dir.join(format!("started-{syscall}-{when}"));
+    let mut cmd = without_our_settings("strace");
+    cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
+        .arg(format!("trace={syscall}"))
+        .arg("-e")
+        .arg(format!("inject={syscall}:signal=SIGKILL:when={when}"))
+        .args([BIN, "-u", url, "job", "--", "touch"])
+        .arg(&started);
+    let out = run(cmd);
+    assert!(
+        !out.status.success() && !started.exists(),
+        "not killed before its command at {syscall} #{when} (strace installed?): {out:?}"
+    );
+}
+
+/// The token a killed run wrote into the lock file, if it got that far.
+fn left_in_lock_file(locks: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(locks.join("job.lock")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("fence="))
+        .map(|f| f.parse().unwrap())
+}
+
+/// The counter file replaced by a fresh one with the same value, as the previous release
+/// writes it: the next run reserves a block (durably) instead of counting in the last one.
+fn as_the_previous_release_left_it(locks: &Path) {
+    let value = fence_file(locks, "job");
+    let tmp = locks.join(".job.fence.tmp");
+    std::fs::write(&tmp, value).unwrap();
+    std::fs::rename(&tmp, locks.join("job.fence")).unwrap();
+}
+
+#[test]
+fn a_run_killed_at_any_step_of_taking_its_fence_never_lets_a_later_run_have_it_again() {
+    let locks = scratch();
+    let logs = scratch();
+    let url = file_url(locks.path());
+    let mut highest = 0;
+    for _ in 0..3 {
+        let fence = fence_of_a_run(&url);
+        assert!(fence > highest, "{fence} after {highest}");
+        highest = fence;
+    }
+    // (reserving: whether the run reserves a block, system call, which call of it)
+    let steps = [
+        // Counting in the block: before it is read, before the count is raised, before the
+        // lock file names the holder, before the command is started.
+        (false, "fgetxattr", 1),
+        (false, "fsetxattr", 1),
+        (false, "pwrite64", 1),
+        (false, "clone", 1),
+        // Reserving a block: the old temporary file not yet removed, the new one written but
+        // not synced, not renamed, its directory entry not synced (the new block is seen, not
+        // yet on disk: it must not be counted from), its count not set, the lock file not
+        // written, the command not started.
+        (true, "unlink", 1),
+        (true, "fsync", 1),
+        (true, "rename", 1),
+        (true, "fsync", 2),
+        (true, "fsetxattr", 1),
+        (true, "pwrite64", 1),
+        (true, "clone", 1),
+    ];
+    for (reserving, syscall, when) in steps {
+        if reserving {
+            as_the_previous_release_left_it(locks.path());
+        }
+        killed_at(&url, logs.path(), syscall, when);
+        if (reserving, syscall, when) == (true, "fsync", 2) {
+            // Renamed, perhaps not on disk: a run that counted from it could give, after a
+            // crash, a token the block on disk also holds.
+            assert_eq!(counted(&locks.path().join("job.fence")), None);
+        }
+        let issued = left_in_lock_file(locks.path()).unwrap_or(0).max(highest);
+        let fence = fence_of_a_run(&url);
+        assert!(
+            fence > issued,
+            "killed at {syscall} #{when}: {fence} after {issued}"
+        );
+        highest = fence;
+        // The counter still reads as one for the previous release: a number and a newline.
+        let counter = fence_file(locks.path(), "job");
+        assert!(
+            counter.trim().parse::<u64>().unwrap() >= fence,
+            "{counter:?}"
+        );
+    }
+}
+
+#[test]
+fn a_run_writes_nothing_durably_before_its_command_but_once_per_block() {
+    let locks = scratch();
+    let trace_dir = scratch();
+    let url = file_url(locks.path());
+    let traced = |n: u32| -> Vec<String> {
+        let trace = trace_dir.path().join(format!("trace-{n}"));
+        let mut cmd = without_our_settings("strace");
+        cmd.args(["-f", "-qq", "-o", path_str(&trace)])
+            .args([
+                "-e",
+                "trace=fsync,fdatasync,sync_file_range,rename,renameat2,execve",
+            ])
+            .args([BIN, "-u", &url, "job", "--", "true"]);
+        run(cmd).expect(0);
+        let text = std::fs::read_to_string(&trace).expect("strace is installed (see .ci/run)");
+        // Up to the command's exec (the first execve is the wrapper's own).
+        let calls: Vec<String> = text.lines().map(str::to_owned).collect();
+        let command = calls
+            .iter()
+            .skip(1)
+            .position(|c| c.contains("execve(") && c.contains("true"))
+            .unwrap_or_else(|| panic!("the command never started: {calls:#?}"));
+        calls[1..=command].to_vec()
+    };
+    let first = traced(0);
+    assert!(
+        first.iter().any(|c| c.contains("fsync(")) && first.iter().any(|c| c.contains("rename")),
+        "the first run reserves a block durably: {first:#?}"
+    );
+    for n in 1..4 {
+        let calls = traced(n);
+        let durable: Vec<_> = calls.iter().filter(|c| !c.contains("execve(")).collect();
+        assert!(durable.is_empty(), "run {n}: {durable:#?}");
+    }
+}
+
+/// A file system of its own on a loop device (root only), unmounted and detached when dropped.
+struct LoopFs {
+    image: PathBuf,
+    device: String,
+    mount: PathBuf,
+}
+
+impl LoopFs {
+    fn mount(image: &Path, mount: &Path) -> LoopFs {
+        let device = checked(
+            "losetup",
+            ["-f".as_ref(), "--show".as_ref(), image.as_os_str()],
+        );
+        std::fs::create_dir_all(mount).unwrap();
+        // Journal commits only when something syncs: what the runs did not sync stays in memory.
+        let options = ["-o", "commit=300", device.trim()];
+        checked(
+            "mount",
+            options
+                .iter()
+                .map(|o| o.as_ref())
+                .chain([mount.as_os_str()]),
+        );
+        LoopFs {
+            image: image.to_owned(),
+            device: device.trim().to_owned(),
+            mount: mount.to_owned(),
+        }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Runs `program ARGS...` to success, under the hard timeout; its stdout.
+fn checked<S: AsRef<std::ffi::OsStr>>(program: &str, args: impl IntoIterator<Item = S>) -> String {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    let out = run(cmd);
+    assert!(out.status.success(), "{program}: {out:?}");
+    out.stdout
+}
+
+/// The count of tokens issued that the counter file's extended attribute says (its last word).
+fn counted(counter: &Path) -> Option<u64> {
+    let path = std::ffi::CString::new(path_str(counter)).unwrap();
+    let mut buf = [0u8; 128];
+    // SAFETY: the path and name are NUL-terminated; the buffer is live and as long as said.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"user.locked-run".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let text = std::str::from_utf8(&buf[..usize::try_from(n).ok()?]).ok()?;
+    text.rsplit(' ').next()?.parse().ok()
+}
+
+#[test]
+fn after_a_power_cut_the_next_run_goes_above_every_fence_issued_before_it() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let tools = ["losetup", "mkfs.ext4", "mount"].iter().all(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if skip_unless(
+        root && tools && Path::new("/dev/loop-control").exists(),
+        "needs root and loop devices",
+    ) {
+        return;
+    }
+    let scratch = scratch();
+    let image = scratch.path().join("disk.img");
+    checked(
+        "truncate",
+        ["-s".as_ref(), "64M".as_ref(), image.as_os_str()],
+    );
+    checked(
+        "mkfs.ext4",
+        ["-q".as_ref(), "-F".as_ref(), image.as_os_str()],
+    );
+    let disk = LoopFs::mount(&image, &scratch.path().join("disk"));
+    let locks = disk.mount.join("locks");
+    let url = file_url(&locks);
+    // Three runs, then everything synced (the count included), then five runs more whose
+    // count is in memory only.
+    for want in 1..=3 {
+        assert_eq!(fence_of_a_run(&url), want);
+    }
+    checked("sync", ["-f".as_ref(), locks.as_os_str()]);
+    let mut highest = 0;
+    for _ in 0..5 {
+        highest = fence_of_a_run(&url);
+    }
+    assert_eq!(highest, 8);
+
+    // The power cut: what the device holds now, mounted again (the journal replayed).
+    let copy = scratch.path().join("after-the-cut.img");
+    checked("cp", [image.as_os_str(), copy.as_os_str()]);
+    let after = LoopFs::mount(&copy, &scratch.path().join("after"));
+    let locks_after = after.mount.join("locks");
+    // What the test is for: the device counts fewer tokens than were issued (the count in
+    // memory is lost), yet the next run goes above them all.
+    let count = counted(&locks_after.join("job.fence"));
+    assert!(
+        count.is_none_or(|c| c < highest),
+        "the device counts {count:?}: the count in memory reached it before the cut"
+    );
+    let fence = fence_of_a_run(&file_url(&locks_after));
+    assert!(
+        fence > highest,
+        "{fence} after {highest}, issued before the cut"
+    );
+    assert_eq!(fence_of_a_run(&file_url(&locks_after)), fence + 1);
+    drop(after);
+    drop(disk);
+}
