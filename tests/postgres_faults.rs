@@ -319,3 +319,40 @@ fn a_grant_the_synchronous_standby_never_confirmed_is_no_grant() {
         .expect(69);
     println!("{}", out.stderr.trim());
 }
+
+// See: the review of the postgres backend. Its SQL named operators and functions unqualified:
+// `N * interval '1 millisecond'` has no operator of PostgreSQL's own for those exact types, so
+// one a role made in `public` won, and four runs held the lock at once. Every string of
+// statements now pins the search_path to pg_catalog, and intervals are typed literals.
+#[test]
+fn operators_made_in_public_by_another_role_change_nothing() {
+    let pg = Postgres::start();
+    pg.psql(
+        "CREATE FUNCTION public.evil_ms(integer, interval) RETURNS interval LANGUAGE sql \
+           AS $$ SELECT interval '-1 day' $$; \
+         CREATE OPERATOR public.* (leftarg = integer, rightarg = interval, function = public.evil_ms); \
+         CREATE FUNCTION public.evil_num(numeric, integer) RETURNS numeric LANGUAGE sql \
+           AS $$ SELECT 0::numeric $$; \
+         CREATE OPERATOR public.* (leftarg = numeric, rightarg = integer, function = public.evil_num)",
+    );
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let holder = lr()
+        .url(&pg.url())
+        .args(["--ttl", "2s"])
+        .name("job")
+        .sh(&format!(
+            "touch {d}/up; while [ ! -e {d}/go ]; do sleep 0.01; done"
+        ))
+        .spawn();
+    wait_for_file(&dir.path().join("up"), Duration::from_secs(10), |_| true);
+    lr().url(&pg.url())
+        .args(["-n", "job", "--", "true"])
+        .run()
+        .expect_with(75, "held: a second run must not get in");
+    let live =
+        pg.psql("SELECT expires_at > clock_timestamp() FROM locked_run.holder WHERE name = 'job'");
+    assert_eq!(live, "t", "the holder's row is expired");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    holder.wait().expect(0);
+}

@@ -260,6 +260,12 @@ async fn negotiate(
     }
 }
 
+/// Sent ahead of every string of statements, in its implicit transaction: names in them (a
+/// function, an operator such as `integer * interval`, a type) resolve in `pg_catalog` only,
+/// whatever the role's search_path, so no role that may create objects in a schema on it (as
+/// anyone once could in `public`) can put its own in their place.
+const PINNED_PATH: &str = "SET LOCAL search_path = pg_catalog, pg_temp";
+
 impl Conn {
     /// Runs `sql` (one or more statements, one round trip): each statement's rows, in order.
     pub async fn run(&self, sql: &str) -> Result<Vec<Vec<Row>>, PgError> {
@@ -271,7 +277,7 @@ impl Conn {
     /// out in the same write (a pipeline).
     pub async fn send(&self, sql: &str) -> Result<SimpleQueryStream, PgError> {
         self.client
-            .simple_query_raw(sql)
+            .simple_query_raw(&format!("{PINNED_PATH};\n{sql}"))
             .await
             .map_err(|e| self.error(e))
     }
@@ -298,6 +304,10 @@ impl Conn {
             }
         }
         sets.pop();
+        // The first answer is the pinned search_path's.
+        if !sets.is_empty() {
+            sets.remove(0);
+        }
         Ok(sets)
     }
 

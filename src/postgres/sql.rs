@@ -43,9 +43,9 @@ pub fn text(value: &str) -> String {
     out
 }
 
-/// A duration as an SQL interval.
+/// A duration as an SQL interval: a typed literal, which no operator of anyone's can change.
 pub fn interval(d: Duration) -> String {
-    format!("({} * interval '1 millisecond')", d.as_millis().max(1))
+    format!("interval '{} milliseconds'", d.as_millis().max(1))
 }
 
 /// Milliseconds from now until the timestamptz `t` (negative once past), as bigint.
