@@ -356,3 +356,42 @@ fn operators_made_in_public_by_another_role_change_nothing() {
     std::fs::write(dir.path().join("go"), "").unwrap();
     holder.wait().expect(0);
 }
+
+// See: the review of the postgres backend. A server that takes connections but refuses them
+// for now (starting up after a crash, 57P03) was a refusal: a waiter ended with 69 instead of
+// waiting through the restart. Here the server refuses so for as long as the test likes.
+#[test]
+fn a_waiter_waits_through_a_server_that_refuses_connections_for_a_while() {
+    let mut pg = Postgres::start();
+    let dir = scratch();
+    let d = path_str(dir.path());
+    let holder = lr()
+        .url(&pg.url())
+        .args(["--ttl", "2s"])
+        .name("job")
+        .sh(&format!("touch {d}/up; sleep 60"))
+        .spawn();
+    wait_for_file(&dir.path().join("up"), Duration::from_secs(10), |_| true);
+    let waiter = lr()
+        .url(&pg.url())
+        .args(["--ttl", "2s", "-w", "60s", "job"])
+        .sh(&format!("touch {d}/waiter-ran"))
+        .spawn();
+    wait_until("the waiter queues", Duration::from_secs(10), || {
+        pg.psql("SELECT count(*) FROM locked_run.queue WHERE name = 'job'") == "1"
+    });
+    pg.stop();
+    pg.launch_refusing();
+    holder.wait().expect_with(76, "the holder could not renew");
+    // The waiter keeps asking the refusing server.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        alive(waiter.pid()),
+        "the waiter gave up on a server starting up"
+    );
+    pg.relaunch_as_primary();
+    waiter
+        .wait()
+        .expect_with(0, "the waiter ran once the server answered");
+    assert!(dir.path().join("waiter-ran").exists());
+}

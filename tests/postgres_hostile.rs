@@ -174,3 +174,44 @@ fn endless_postgres_notices_are_refused_at_1_mib() {
         "sent a reply too large: more than the 1 MiB of notices",
     );
 }
+
+/// The start-up answered with `code` and `text`, as a server starting up or out of
+/// connections answers, or one that sends an error of megabytes with lines and escapes in it.
+fn startup_error(conn: &mut TcpStream, code: &str, text: &str) {
+    if startup(conn).is_some() {
+        let mut body = Vec::new();
+        for (field, value) in [(b'S', "FATAL"), (b'C', code), (b'M', text)] {
+            body.push(field);
+            body.extend(value.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let _ = conn.write_all(&message(b'E', &body));
+    }
+}
+
+fn forged_error(mut conn: TcpStream) {
+    let text = format!(
+        "no\nlocked-run: forged line \x1b[31m{}",
+        "x".repeat(1 << 20)
+    );
+    startup_error(&mut conn, "28000", &text);
+}
+
+// See: the review of the postgres backend. `doctor` printed a server's start-up error whole:
+// 15 MB, a forged `locked-run:` line and raw escape sequences.
+#[test]
+fn doctor_prints_a_servers_error_on_one_cut_line() {
+    let server = Hostile::start(forged_error);
+    let port = server.redis_url().rsplit(':').next().unwrap().to_owned();
+    let url = format!("postgres://app@127.0.0.1:{port}/db?sslmode=disable");
+    let (out, _) = run_measured(&["doctor", "-u", &url, "--name", "job"]);
+    assert!(out.stdout.len() < 8 << 10, "{} bytes", out.stdout.len());
+    assert!(!out.stdout.contains('\x1b'), "{}", out.stdout);
+    assert!(
+        !out.stdout.lines().any(|l| l.starts_with("locked-run:")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("forged line"), "{}", out.stdout);
+}

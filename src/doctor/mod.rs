@@ -44,12 +44,14 @@ fn report(checks: &[Check], as_json: bool) -> Exit {
     } else {
         let width = checks.iter().map(|c| c.server.len()).max().unwrap_or(0);
         for c in checks {
+            // A detail may quote a server's own words: one line each, cut, nothing it could
+            // forge (a newline, a terminal's escape sequences).
             out!(
                 "{:<4} {:<width$}  {}: {}",
                 c.level.word(),
                 c.server,
                 c.check,
-                c.detail
+                crate::text::printable(&c.detail)
             );
         }
         let count = |l: Level| checks.iter().filter(|c| c.level == l).count();

@@ -173,7 +173,12 @@ async fn connect_now(host: &Host, login: &Login, password: Option<&str>) -> Resu
             let reason = refusal.lock().ok().and_then(|r| r.clone());
             return Err(match (reason, e.as_db_error()) {
                 (Some(reason), _) => PgError::Io(reason),
-                (None, Some(db)) => PgError::Setup(db.message().to_owned()),
+                // A server starting up or shutting down, or out of connections: worth asking
+                // again (a waiter goes on waiting through a restart), not a refusal.
+                (None, Some(db)) if PASSING.contains(&db.code().code()) => {
+                    PgError::Io(crate::text::printable(db.message()))
+                }
+                (None, Some(db)) => PgError::Setup(crate::text::printable(db.message())),
                 (None, None) => PgError::Io(e.to_string()),
             });
         }
@@ -259,6 +264,10 @@ async fn negotiate(
         Err(e) => Err(PgError::Setup(crate::text::message!("TLS: {e}"))),
     }
 }
+
+/// The start-up refusals that pass: `cannot_connect_now` (starting up, shutting down, in
+/// recovery), `too_many_connections`, `admin_shutdown`, `crash_shutdown`.
+const PASSING: [&str; 4] = ["57P03", "53300", "57P01", "57P02"];
 
 /// Sent ahead of every string of statements, in its implicit transaction: names in them (a
 /// function, an operator such as `integer * interval`, a type) resolve in `pg_catalog` only,

@@ -6,7 +6,7 @@
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::conn::{self, Row};
+use super::conn::{self, PgError, Row};
 use super::schema::{self, TABLE_NAMES};
 use super::url::Host;
 use crate::backend::{BackendError, Check, Level};
@@ -91,7 +91,11 @@ async fn check_host(client: &Client, host: &Host) -> Vec<Check> {
             .and_then(|rows| rows.into_iter().next())
             .unwrap_or_default(),
         Ok(Err(e)) => {
-            checks.push(line("server", Level::Fail, format!("{e:?}")));
+            let said = match e {
+                PgError::Db { code, message } => format!("{message} (SQLSTATE {code})"),
+                PgError::Io(why) | PgError::Setup(why) => why,
+            };
+            checks.push(line("server", Level::Fail, said));
             return checks;
         }
         Err(_) => {

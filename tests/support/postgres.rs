@@ -164,6 +164,41 @@ impl Postgres {
 
     /// Starts the server on its port and data, and waits until it answers.
     pub fn launch(&mut self) {
+        self.spawn(&[]);
+        self.wait_ready();
+    }
+
+    /// Starts the server as a standby with `hot_standby = off`, which takes connections and
+    /// refuses each (57P03, "not accepting connections", as a server starting up does), and
+    /// waits until it does. [`Postgres::relaunch_as_primary`] ends that.
+    #[allow(dead_code)]
+    pub fn launch_refusing(&mut self) {
+        let signal_file = self.data().join("standby.signal");
+        std::fs::write(&signal_file, "").unwrap();
+        let (uid, gid) = ids();
+        std::os::unix::fs::chown(&signal_file, Some(uid), Some(gid)).unwrap();
+        self.spawn(&["hot_standby=off"]);
+        wait_until(
+            "the server refuses connections",
+            Duration::from_secs(30),
+            || {
+                self.psql_output("SELECT 1")
+                    .stderr
+                    .contains("not accepting connections")
+            },
+        );
+    }
+
+    /// Stopped, and started again as a primary that answers.
+    #[allow(dead_code)]
+    pub fn relaunch_as_primary(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(self.data().join("standby.signal"));
+        self.launch();
+    }
+
+    /// Starts the server, with `extra` settings beside its own, without waiting.
+    fn spawn(&mut self, extra: &[&str]) {
         let (uid, gid) = ids();
         let port = self.port.to_string();
         let sock = self.dir.path().to_str().unwrap().to_owned();
@@ -174,7 +209,12 @@ impl Postgres {
             .args(["-c", "listen_addresses=127.0.0.1,127.0.0.2"])
             .args(["-c", "fsync=off", "-c", "max_connections=200"])
             .args(["-c", "shared_buffers=16MB", "-c", "max_wal_senders=5"]);
-        for setting in &self.settings {
+        for setting in self
+            .settings
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+        {
             cmd.args(["-c", setting]);
         }
         cmd.uid(uid).gid(gid).current_dir("/tmp");
@@ -190,7 +230,6 @@ impl Postgres {
             });
         }
         self.child = Some(cmd.spawn().expect("postgres starts"));
-        self.wait_ready();
     }
 
     fn wait_ready(&self) {
