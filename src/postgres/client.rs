@@ -243,7 +243,7 @@ impl Client {
         let host = &conn.host;
         match tokio::time::timeout_at(deadline, answer).await {
             Err(_) => {
-                conn.cancel_in_background();
+                conn.cancel().await;
                 self.drop_connection();
                 Err(Failed::Error(BackendError::Transient(
                     crate::text::message!("PostgreSQL at {host} did not answer in time"),

@@ -269,6 +269,10 @@ async fn negotiate(
 /// recovery), `too_many_connections`, `admin_shutdown`, `crash_shutdown`.
 const PASSING: [&str; 4] = ["57P03", "53300", "57P01", "57P02"];
 
+/// How long a cancel request may take: a connect and one message (about a millisecond on a
+/// LAN); a server that is unreachable costs this much once more.
+const CANCEL_WITHIN: Duration = Duration::from_millis(500);
+
 /// Sent ahead of every string of statements, in its implicit transaction: names in them (a
 /// function, an operator such as `integer * interval`, a type) resolve in `pg_catalog` only,
 /// whatever the role's search_path, so no role that may create objects in a schema on it (as
@@ -337,14 +341,16 @@ impl Conn {
         }
     }
 
-    /// Asks the server, on a connection of its own and in the background, to cancel what this
-    /// connection runs: a commit waiting for a synchronous standby that does not answer waits
-    /// for ever otherwise (`statement_timeout` ends before the commit), holding the NAME's
-    /// fence row for every later attempt.
-    pub fn cancel_in_background(&self) {
+    /// Asks the server, on a connection of its own, to cancel what this connection runs: a
+    /// commit waiting for a synchronous standby that does not answer waits for ever otherwise
+    /// (`statement_timeout` ends before the commit), holding the NAME's fence row for every
+    /// later attempt, and its backend stays (a `-n` run from cron each time: one more, until
+    /// the role's connection limit). Awaited, within [`CANCEL_WITHIN`]: a task left in the
+    /// background dies with a run that ends at once, before it has sent anything.
+    pub async fn cancel(&self) {
         let token = self.client.cancel_token();
         let host = self.host.clone();
-        tokio::spawn(async move {
+        {
             let cancel = async {
                 match &host {
                     Host::Tcp(name, port) => {
@@ -358,8 +364,8 @@ impl Conn {
                     }
                 }
             };
-            let _ = tokio::time::timeout(Duration::from_secs(5), cancel).await;
-        });
+            let _ = tokio::time::timeout(CANCEL_WITHIN, cancel).await;
+        }
     }
 
     /// How many commits so far stopped waiting for the synchronous standby.
