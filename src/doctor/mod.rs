@@ -44,14 +44,16 @@ fn report(checks: &[Check], as_json: bool) -> Exit {
     } else {
         let width = checks.iter().map(|c| c.server.len()).max().unwrap_or(0);
         for c in checks {
-            // A detail may quote a server's own words: one line each, cut, nothing it could
-            // forge (a newline, a terminal's escape sequences).
+            // A detail may quote a server's own words: each line cut, with no terminal escape
+            // sequence (what a server sent is made one line where it is quoted; the lines
+            // here are doctor's own, such as the SQL it prints for an administrator).
+            let detail: Vec<String> = c.detail.lines().map(crate::text::printable).collect();
             out!(
                 "{:<4} {:<width$}  {}: {}",
                 c.level.word(),
                 c.server,
                 c.check,
-                crate::text::printable(&c.detail)
+                detail.join("\n")
             );
         }
         let count = |l: Level| checks.iter().filter(|c| c.level == l).count();

@@ -9,7 +9,7 @@ mod scheme;
 mod secrets;
 mod tls;
 
-pub use scheme::{Scheme, has_password, printable};
+pub use scheme::{Scheme, authority, has_password, printable};
 pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};
 pub use tls::{TlsOptions, connector};
 

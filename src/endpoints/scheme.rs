@@ -55,10 +55,13 @@ impl Scheme {
 /// (sentinels, a Cluster's seeds, etcd's members, PostgreSQL's hosts) is cut by hand, its user
 /// part ending at the last `@` (a password may hold a `/`, and must never be taken for the path).
 pub fn printable(url: &str) -> String {
-    let several = url
-        .split_once("://")
-        .is_some_and(|(_, rest)| authority(rest).1.contains(','));
-    if !several {
+    // The url crate ends the user part at a `?` or `#`: a password holding one would be
+    // read as a host, a port and a query, and printed.
+    let plain = url.split_once("://").is_some_and(|(_, rest)| {
+        let (auth, hosts, _) = authority(rest);
+        !hosts.contains(',') && !auth.is_some_and(|a| a.contains(['?', '#']))
+    });
+    if plain {
         if let Ok(parsed) = ::url::Url::parse(url) {
             return redact(&parsed);
         }
@@ -88,19 +91,23 @@ pub fn has_password(url: &str) -> bool {
     };
     let (auth, _, tail) = authority(rest);
     let in_user = auth.is_some_and(|a| a.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
-    let in_query = tail.split_once('?').is_some_and(|(_, query)| {
-        query
-            .split('&')
-            .any(|pair| matches!(pair.split('=').next(), Some("pass" | "password")))
-    });
+    let in_query = tail
+        .split_once('?')
+        .is_some_and(|(_, query)| query.split('&').any(|pair| secret(pair.split('=').next())));
     in_user || in_query
 }
 
-/// What follows `scheme://`, cut into the user part (up to the last `@` before the query), the
-/// hosts, and the rest (path and query, with their leading `/` or `?`).
-fn authority(rest: &str) -> (Option<&str>, &str, &str) {
-    let before_query = rest.find('?').unwrap_or(rest.len());
-    let (auth, after) = match rest[..before_query].rfind('@') {
+/// What follows `scheme://`, cut into the user part, the hosts, and the rest (path and query,
+/// with their leading `/` or `?`). The user part ends at the last `@` before the first `/`
+/// that follows an `@`: a password may hold a `/`, `?` or `#` that its writer did not encode
+/// (libpq reads a `?` there as part of it too). A URL whose authority is empty
+/// (`redis+unix:///run/redis.sock`) has none.
+pub fn authority(rest: &str) -> (Option<&str>, &str, &str) {
+    let end = match rest.find('@').filter(|_| !rest.starts_with('/')) {
+        Some(first) => rest[first..].find('/').map_or(rest.len(), |i| first + i),
+        None => 0,
+    };
+    let (auth, after) = match rest[..end].rfind('@') {
         Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
         None => (None, rest),
     };
@@ -108,13 +115,23 @@ fn authority(rest: &str) -> (Option<&str>, &str, &str) {
     (auth, &after[..hosts_end], &after[hosts_end..])
 }
 
-/// A query without its `pass` and `password` parameters.
+/// A query without its `pass`, `password` and `sslpassword` parameters (in any case: a
+/// parameter a store refuses by name is still a secret its writer meant).
 fn without_passwords(query: &str) -> String {
     query
         .split('&')
-        .filter(|pair| !matches!(pair.split('=').next(), Some("pass" | "password")))
+        .filter(|pair| !secret(pair.split('=').next()))
         .collect::<Vec<_>>()
         .join("&")
+}
+
+/// Whether a query parameter's name says it holds a secret.
+fn secret(key: Option<&str>) -> bool {
+    key.is_some_and(|key| {
+        ["pass", "password", "sslpassword"]
+            .iter()
+            .any(|s| key.eq_ignore_ascii_case(s))
+    })
 }
 
 /// A parsed URL with any password removed, so it can be printed.
@@ -126,7 +143,7 @@ pub fn redact(url: &::url::Url) -> String {
     if url.query().is_some() {
         let pairs: Vec<(String, String)> = url
             .query_pairs()
-            .filter(|(k, _)| k != "pass" && k != "password")
+            .filter(|(k, _)| !secret(Some(k)))
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();
         if pairs.is_empty() {
@@ -182,6 +199,18 @@ mod tests {
                 "postgres://app@a:5432,b:5432/db?sslmode=require",
             ),
             ("file:///var/lib/locks", "file:///var/lib/locks"),
+            // A `?` in a password its writer did not encode (libpq takes it as the password's).
+            ("postgres://u:p?w@h/db", "postgres://u@h/db"),
+            ("postgres://u:12?pw@h/db", "postgres://u@h/db"),
+            // A secret parameter whatever its case, also one the store refuses by name.
+            (
+                "postgres://u@h/db?sslmode=require&Password=pw",
+                "postgres://u@h/db?sslmode=require",
+            ),
+            (
+                "redis+unix:///run/r.sock?password=pw",
+                "redis+unix:///run/r.sock",
+            ),
         ] {
             assert_eq!(printable(url), shown, "{url}");
             assert!(!printable(url).contains("pw"), "{url}");

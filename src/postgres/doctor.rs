@@ -92,7 +92,9 @@ async fn check_host(client: &Client, host: &Host) -> Vec<Check> {
             .unwrap_or_default(),
         Ok(Err(e)) => {
             let said = match e {
-                PgError::Db { code, message } => format!("{message} (SQLSTATE {code})"),
+                PgError::Db { code, message } => {
+                    format!("{} (SQLSTATE {code})", crate::text::printable(&message))
+                }
                 PgError::Io(why) | PgError::Setup(why) => why,
             };
             checks.push(line("server", Level::Fail, said));

@@ -134,19 +134,14 @@ pub fn parse(url: &str) -> Result<PgUrl, String> {
                 .map(|_| &url[scheme.len()..])
         })
         .ok_or_else(|| bad("not a postgres:// URL".into()))?;
-    let (before_query, query) = match rest.split_once('?') {
-        Some((before, query)) => (before, Some(query)),
-        None => (rest, None),
+    // The user part ends at the last `@` before the path, as libpq reads it: a password may
+    // hold a `?` its writer did not encode.
+    let (auth, hosts, tail) = crate::endpoints::authority(rest);
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (tail, None),
     };
-    // The user part ends at the last `@` before the query: a password may hold any character.
-    let (auth, after) = match before_query.rsplit_once('@') {
-        Some((auth, after)) => (Some(auth), after),
-        None => (None, before_query),
-    };
-    let (hosts, path) = match after.find('/') {
-        Some(i) => (&after[..i], Some(&after[i + 1..])),
-        None => (after, None),
-    };
+    let path = path.strip_prefix('/');
     let mut parsed = PgUrl {
         shown: shown.clone(),
         hosts: Vec::new(),
@@ -308,6 +303,12 @@ mod tests {
         assert_eq!(u.dbname.as_deref(), Some("d b"));
         let u = parse("postgres://h?connect_timeout=1").unwrap();
         assert_eq!(u.connect_timeout, Some(Duration::from_secs(2)));
+        // A `?` in a password, not encoded: libpq reads it as the password's, and so do we.
+        let u = parse("postgres://pw:pa?ss@h/postgres?sslmode=disable").unwrap();
+        assert_eq!(u.user.as_deref(), Some("pw"));
+        assert_eq!(u.password.as_deref(), Some("pa?ss"));
+        assert_eq!(u.hosts, [Host::Tcp("h".into(), 5432)]);
+        assert_eq!(u.sslmode, Some(SslMode::Disable));
     }
 
     #[test]
@@ -321,10 +322,16 @@ mod tests {
                 "standby",
             ),
             ("postgres://[::1/db", "closing ]"),
+            // A refused parameter's line shows none of the secrets beside it.
+            (
+                "postgres://u:pw@h/db?Password=pw&sslmode=require",
+                "the parameter Password",
+            ),
+            ("postgres://u:p?w@h/db?x=1", "the parameter x"),
         ] {
             let e = parse(url).unwrap_err();
             assert!(e.contains(why), "{url}: {e}");
-            assert!(!e.contains("pw@"), "{e}");
+            assert!(!e.contains("pw") && !e.contains("p?w"), "{e}");
         }
     }
 }
