@@ -405,3 +405,25 @@ fn a_waiter_waits_through_a_server_that_refuses_connections_for_a_while() {
         .expect_with(0, "the waiter ran once the server answered");
     assert!(dir.path().join("waiter-ran").exists());
 }
+
+// See: the review of the postgres backend. PGPASSFILE naming a FIFO blocked the run in a read
+// that no signal ended; libpq reads a regular file only.
+#[test]
+fn a_password_file_that_is_a_fifo_is_ignored_not_waited_on() {
+    let pg = Postgres::start();
+    let dir = scratch();
+    let fifo = dir.path().join("pgpass");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let out = lr()
+        .url(&pg.url())
+        .env("PGPASSFILE", &fifo)
+        .job(["true"])
+        .run()
+        .expect(0);
+    assert!(
+        out.stderr.contains("is not a regular file"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
+}

@@ -157,13 +157,14 @@ impl PgLock {
             .client
             .exec_then(&tx, record.as_ref(), deadline, then_by)
             .await;
+        let sets = released?;
+        // Said only of a release that was confirmed: one that failed says so itself.
         if let Some(Err(e)) = remembered {
             tracing::warn!(
                 "could not add this run to lock {}'s history ({e}); the lock is released",
                 self.name
             );
         }
-        let sets = released?;
         Ok(client::first(&sets[at..]) == Some("true"))
     }
 

@@ -4,6 +4,7 @@
 //! does, a password file that its group or others may read is ignored, with a warning.
 
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use crate::endpoints::PasswordFrom;
@@ -21,7 +22,22 @@ pub fn file() -> Option<(PathBuf, &'static str)> {
 /// line, as libpq reads it.
 pub fn lookup(host: &str, port: u16, database: &str, user: &str) -> Option<(String, PasswordFrom)> {
     let (path, option) = file()?;
-    let meta = std::fs::metadata(&path).ok()?;
+    // Opened without blocking (a FIFO would wait for a writer, beyond any signal), then
+    // judged by what was opened.
+    let mut opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .ok()?;
+    let meta = opened.metadata().ok()?;
+    if !meta.is_file() {
+        // libpq reads a regular file only: a FIFO would block the run, beyond any signal.
+        tracing::warn!(
+            "the password file {} is not a regular file: it is ignored, as libpq ignores it",
+            path.display()
+        );
+        return None;
+    }
     if meta.mode() & 0o077 != 0 {
         tracing::warn!(
             "the password file {} may be read by its group or others: it is ignored, as libpq \
@@ -30,7 +46,8 @@ pub fn lookup(host: &str, port: u16, database: &str, user: &str) -> Option<(Stri
         );
         return None;
     }
-    let text = std::fs::read_to_string(&path).ok()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut opened, &mut text).ok()?;
     let port = port.to_string();
     let wanted = [host, port.as_str(), database, user];
     text.lines().find_map(|line| {
