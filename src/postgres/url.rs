@@ -212,17 +212,19 @@ pub fn parse(url: &str) -> Result<PgUrl, String> {
             }
         }
     }
-    let hosts_text = match host_param {
-        Some(param) => param,
-        None => decode(hosts),
-    };
-    parsed.hosts = parse_hosts(&hosts_text, port_param.as_deref()).map_err(bad)?;
+    // The URL's own hosts are decoded each once its port is split off: a socket directory
+    // is written percent-encoded, and its `:PORT` after it.
+    parsed.hosts = match host_param {
+        Some(param) => parse_hosts(&param, port_param.as_deref(), false),
+        None => parse_hosts(hosts, port_param.as_deref(), true),
+    }
+    .map_err(bad)?;
     Ok(parsed)
 }
 
 /// `h1:p1,h2:p2` (a host may be `[v6]`, or a socket directory starting with `/`); `ports`,
 /// from a `port=` parameter, gives one port for all or one per host.
-fn parse_hosts(text: &str, ports: Option<&str>) -> Result<Vec<Host>, String> {
+fn parse_hosts(text: &str, ports: Option<&str>, encoded: bool) -> Result<Vec<Host>, String> {
     let ports: Vec<&str> = ports.map(|p| p.split(',').collect()).unwrap_or_default();
     let port_of = |i: usize, own: Option<&str>| -> Result<u16, String> {
         let given = own.or_else(|| match ports.len() {
@@ -251,6 +253,14 @@ fn parse_hosts(text: &str, ports: Option<&str>) -> Result<Vec<Host>, String> {
     }
     let mut hosts = Vec::new();
     for (i, part) in text.split(',').enumerate() {
+        if encoded && (part.starts_with("%2F") || part.starts_with("%2f")) {
+            let (dir, port) = match part.rsplit_once(':') {
+                Some((dir, port)) => (dir, Some(port)),
+                None => (part, None),
+            };
+            hosts.push(Host::Unix(PathBuf::from(decode(dir)), port_of(i, port)?));
+            continue;
+        }
         if part.starts_with('/') {
             hosts.push(Host::Unix(PathBuf::from(part), port_of(i, None)?));
             continue;
@@ -269,7 +279,11 @@ fn parse_hosts(text: &str, ports: Option<&str>) -> Result<Vec<Host>, String> {
         if host.is_empty() {
             return Err(crate::text::message!("an empty host in {text}"));
         }
-        hosts.push(Host::Tcp(host.to_owned(), port_of(i, port)?));
+        let host = match encoded {
+            true => decode(host),
+            false => host.to_owned(),
+        };
+        hosts.push(Host::Tcp(host, port_of(i, port)?));
     }
     Ok(hosts)
 }
@@ -301,6 +315,8 @@ mod tests {
         assert_eq!(u.user.as_deref(), Some("a@b"));
         assert_eq!(u.password.as_deref(), Some("p/w"));
         assert_eq!(u.dbname.as_deref(), Some("d b"));
+        let u = parse("postgresql://postgres@%2Frun%2Fpg:5444/db").unwrap();
+        assert_eq!(u.hosts, [Host::Unix("/run/pg".into(), 5444)]);
         let u = parse("postgres://h?connect_timeout=1").unwrap();
         assert_eq!(u.connect_timeout, Some(Duration::from_secs(2)));
         // A `?` in a password, not encoded: libpq reads it as the password's, and so do we.
