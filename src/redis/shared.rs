@@ -119,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "f7716832404d0601224d35830ff1d18434ef3133",
+    sha1: "2a9830c599e54be76429a84ea2cf07fcaa2e566e",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -148,7 +148,7 @@ keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "97cc992c30c00d752ae25a2d2cac22ffde9946bd",
+    sha1: "398b59b39e3d5ef1e39b576244ed05d69b660b84",
 };
 
 /// KEYS: holders, holders-meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms
@@ -212,5 +212,5 @@ end)
 return 1
 "#
     ),
-    sha1: "b5d6868615d57fe1cce2c19c7e48a2379d8fdce6",
+    sha1: "38d75e5b741a1e89056d7c974f1bc98e7fecdbbe",
 };
