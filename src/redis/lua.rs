@@ -215,7 +215,7 @@ local function wake(command, channel, queue, free)
   if command == '' or free < 1 then
     return
   end
-  local first = redis.call('ZRANGE', queue, 0, math.max(free, RACE_SCAN) - 1)
+  local first = redis.call('ZRANGE', queue, 0, free - 1)
   if #first == 0 then
     announce(command, channel, 'released')
     return
@@ -223,6 +223,15 @@ local function wake(command, channel, queue, free)
   if is_shared(first[1]) then
     wake_shared(command, channel, queue)
     return
+  end
+  -- Racers further back may take a place only when one is among the first `free`.
+  for _, m in ipairs(first) do
+    if is_racer(m) then
+      if #first == free and free < RACE_SCAN then
+        first = redis.call('ZRANGE', queue, 0, RACE_SCAN - 1)
+      end
+      break
+    end
   end
   -- The fair waiters among the first `free` are told, each on its own channel; the racers
   -- that may take a place (fewer than `free` others came before them) race for what is left,

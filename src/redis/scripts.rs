@@ -123,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "d3bb3bf9ab7c2654f19b736e9068ffb3501a8881",
+    sha1: "29a52bf8a0573cf76926a5c59b89d7a65ab30c7c",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -222,7 +222,7 @@ end)
 return 1
 "#
     ),
-    sha1: "8b12b073508edcba97cf22f44dd36421b5547a76",
+    sha1: "b14ec8bf64de6699432c731103011c6e86b53180",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -309,7 +309,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "5fc8f71beef1c6dedf38f2f506d7a578e2a55381",
+    sha1: "bdeeaa22bac3e6473882ab4ad5f55eb68a6309fd",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -380,5 +380,5 @@ end
 return released
 "#
     ),
-    sha1: "1e5ad82d8082f413d4361b14dd7c84a1b9c3d68d",
+    sha1: "9cc24dc069240bfb382447b718cadda0291fafd0",
 };

@@ -101,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "446d3531bc24e858915e56142813103f4cb773d9",
+    sha1: "8835607b51a26024cbbc16bb578271345f8ead1e",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,7 +121,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "8787dddc9e77cf58622432d40b37348d5d68db25",
+    sha1: "77f99ab5cc76fa6bd4aad82a967cdfc990139c84",
 };
 
 /// KEYS: holders, meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms (0: free
@@ -163,5 +163,5 @@ end)
 return 1
 "#
     ),
-    sha1: "6eff967a158744f6f4b12a2a9e2d71eb3f17e80b",
+    sha1: "348f9c3af82e768f206961b23e4a0dc3b250f0d5",
 };

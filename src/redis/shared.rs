@@ -119,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "2a9830c599e54be76429a84ea2cf07fcaa2e566e",
+    sha1: "8cd9867b9cb0804f0a32c3ce784571fd87864482",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -148,7 +148,7 @@ keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "398b59b39e3d5ef1e39b576244ed05d69b660b84",
+    sha1: "4ee7ae5171efe7796ae18b0d9338a9df125127a2",
 };
 
 /// KEYS: holders, holders-meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms
@@ -212,5 +212,5 @@ end)
 return 1
 "#
     ),
-    sha1: "38d75e5b741a1e89056d7c974f1bc98e7fecdbbe",
+    sha1: "8491c242f2dec3f575f17cf6f4426fb752b99254",
 };
