@@ -292,3 +292,57 @@ fn a_no_fair_waiter_is_not_passed_by_fair_waiters_that_came_after_it() {
         "served in arrival order"
     );
 }
+
+/// Racers go in any order among themselves, but a fair waiter that came first goes before
+/// all of them, and one that came after them waits for them all: a release wakes only racers
+/// that may take the lock, and a racer that is woken never takes it past a fair waiter.
+#[test]
+fn racers_between_fair_waiters_go_in_any_order_but_never_past_one() {
+    let redis = Redis::start();
+    let dir = scratch();
+    let log = dir.path().join("log");
+    let holder = Holder::start(&redis, "job", &[]);
+    let arrivals = [
+        ("fair-1", &[][..]),
+        ("racer-1", &["--no-fair"][..]),
+        ("racer-2", &["--no-fair"]),
+        ("racer-3", &["--no-fair"]),
+        ("racer-4", &["--no-fair"]),
+        ("fair-2", &[]),
+        ("racer-5", &["--no-fair"]),
+        ("racer-6", &["--no-fair"]),
+    ];
+    let mut waiting = Vec::new();
+    for (i, (who, extra)) in arrivals.iter().enumerate() {
+        waiting.push(
+            lr().url(&redis.url())
+                .args(*extra)
+                .name("job")
+                .sh(&format!("echo {who} >> {}", path_str(&log)))
+                .spawn(),
+        );
+        wait_until("the waiter queued", Duration::from_secs(10), || {
+            queued(&redis) == i as i64 + 1
+        });
+    }
+    holder.finish().expect(0);
+    for running in waiting {
+        running.wait().expect(0);
+    }
+    let order = std::fs::read_to_string(&log).unwrap();
+    let order: Vec<&str> = order.lines().collect();
+    let mut between = order[1..5].to_vec();
+    between.sort();
+    let mut last = order[6..].to_vec();
+    last.sort();
+    assert_eq!(
+        (order[0], between, order[5], last),
+        (
+            "fair-1",
+            vec!["racer-1", "racer-2", "racer-3", "racer-4"],
+            "fair-2",
+            vec!["racer-5", "racer-6"]
+        ),
+        "{order:?}"
+    );
+}

@@ -33,6 +33,7 @@ mod postgres;
 mod postgres_faults;
 mod postgres_hostile;
 mod postgres_modes;
+mod racing;
 mod redlock;
 mod release;
 mod replicas_and_sentinel;

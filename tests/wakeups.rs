@@ -12,7 +12,7 @@ use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
 
 /// Every message published on a release channel of `job`, as (channel, payload), in order.
-struct Observer {
+pub(crate) struct Observer {
     seen: Arc<Mutex<Vec<(String, String)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -20,7 +20,7 @@ struct Observer {
 
 impl Observer {
     /// Returns once the server confirmed the pattern subscription.
-    fn start(redis: &Redis) -> Observer {
+    pub(crate) fn start(redis: &Redis) -> Observer {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let mut conn = redis.conn();
@@ -53,12 +53,15 @@ impl Observer {
         }
     }
 
-    fn seen(&self) -> Vec<(String, String)> {
+    pub(crate) fn seen(&self) -> Vec<(String, String)> {
         self.seen.lock().unwrap().clone()
     }
 
     /// What was seen once `done` holds of it (within 10 s).
-    fn until(&self, done: impl Fn(&[(String, String)]) -> bool) -> Vec<(String, String)> {
+    pub(crate) fn until(
+        &self,
+        done: impl Fn(&[(String, String)]) -> bool,
+    ) -> Vec<(String, String)> {
         wait_until("the release messages", Duration::from_secs(10), || {
             done(&self.seen())
         });

@@ -409,11 +409,12 @@ impl ServerLock {
         }
     }
 
-    /// The channel this run's waiter listens on: a fair waiter's own (`released:{NAME}:TOKEN`,
-    /// where a release names it alone when its turn comes), else the NAME's (`race` and
-    /// `released` messages, for racers and Redlock's waiters).
+    /// The channel this run's waiter listens on: its own (`released:{NAME}:TOKEN`, where a
+    /// release names it alone when its turn comes, or, for a racer, when it is among the few
+    /// racers a release wakes), else the NAME's (`released` messages, for Redlock's waiters,
+    /// which keep no place in a queue).
     fn listen_channel(&self, token: &str) -> String {
-        match self.queueing && self.fair {
+        match self.queueing {
             true => format!("{}:{token}", self.keys.channel),
             false => self.keys.channel.clone(),
         }

@@ -24,13 +24,14 @@
 ///   then set) lasts at least `ms` more; `fit_marker(lock, holders, now)`: it lasts exactly as long as
 ///   the longest live share in `holders`;
 /// - `wake(command, channel, queue, free)`: announces a release to those whose turn it is, one
-///   message each: of the first `free` waiters, each fair one on a channel of its own,
-///   `channel:TOKEN`, with its token as the message (so a release wakes one waiter process, not
-///   every waiter of the NAME); `race` on `channel` when a racer is among them (every racer
-///   before the first fair waiter may ask); `released` on `channel` when nobody is queued (for
-///   waiters that keep no place: Redlock's); the shared waiters at the head of the queue
-///   together, when the first is one (`wake_shared`); nothing when `free` is 0 or `command`
-///   empty;
+///   message each, on each one's own channel, `channel:TOKEN`, with its token as the message (so
+///   a release wakes a waiter process or two, not every waiter of the NAME): of the first `free`
+///   waiters, each fair one; of the racers that may take a place (fewer than `free` fair
+///   waiters came before them; looked for among the first `RACE_SCAN` of the queue), as many
+///   as places are left, and `RACE_SPARE` more, chosen at random (`pick`), not by arrival;
+///   `released` on `channel` when nobody is queued (for waiters that keep no place:
+///   Redlock's); the shared waiters at the head of the queue together, when the first is one
+///   (`wake_shared`); nothing when `free` is 0 or `command` empty;
 /// - `drop_lapsed(holders, meta, now)`: drops the semaphore holders whose lease ended (a
 ///   SIGKILLed holder), from both keys;
 /// - `fields(meta)`: a semaphore holder's packed metadata, `host pid command since fence`;
@@ -193,6 +194,23 @@ local function wake_shared(command, channel, queue)
     from = from + 100
   end
 end
+-- A few of `racers` at random: `n` of them, or all when fewer. The server's clock seeds the
+-- choice (a script's own `math.random` repeats itself call after call).
+local function pick(racers, n)
+  if n >= #racers then
+    return racers
+  end
+  local t = redis.call('TIME')
+  local x = (tonumber(t[1]) % 2147 * 1000000 + tonumber(t[2])) % 2147483646 + 1
+  for i = 1, n do
+    x = x * 16807 % 2147483647
+    local j = i + x % (#racers - i + 1)
+    racers[i], racers[j] = racers[j], racers[i]
+  end
+  return {unpack(racers, 1, n)}
+end
+local RACE_SCAN = 100
+local RACE_SPARE = 1
 local function wake(command, channel, queue, free)
   if command == '' or free < 1 then
     return
@@ -206,16 +224,42 @@ local function wake(command, channel, queue, free)
     wake_shared(command, channel, queue)
     return
   end
-  local race = false
+  -- Racers further back may take a place only when one is among the first `free`.
   for _, m in ipairs(first) do
     if is_racer(m) then
-      race = true
-    elseif not is_shared(m) then
-      announce(command, channel .. ':' .. m, m)
+      if #first == free and free < RACE_SCAN then
+        first = redis.call('ZRANGE', queue, 0, RACE_SCAN - 1)
+      end
+      break
     end
   end
-  if race then
-    announce(command, channel, 'race')
+  -- The fair waiters among the first `free` are told, each on its own channel; the racers
+  -- that may take a place (fewer than `free` others came before them) race for what is left,
+  -- RACE_SPARE more of them than places, so that one that died after its wake-up costs
+  -- nothing: racers chosen at random, not by arrival.
+  local others, told, racers = 0, 0, {}
+  for i, m in ipairs(first) do
+    if is_racer(m) then
+      table.insert(racers, m)
+    else
+      if i <= free then
+        told = told + 1
+        if not is_shared(m) then
+          announce(command, channel .. ':' .. m, m)
+        end
+      end
+      others = others + 1
+      if others >= free then
+        break
+      end
+    end
+  end
+  if #racers == 0 then
+    return
+  end
+  for _, m in ipairs(pick(racers, free - told + RACE_SPARE)) do
+    local token = string.sub(m, 2)
+    announce(command, channel .. ':' .. token, token)
   end
 end
 "#

@@ -123,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "843d70290d5ae3634bace341937d87601148c330",
+    sha1: "29a52bf8a0573cf76926a5c59b89d7a65ab30c7c",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -222,7 +222,7 @@ end)
 return 1
 "#
     ),
-    sha1: "080cbb7c132cd3e218470156cd776249258798b0",
+    sha1: "b14ec8bf64de6699432c731103011c6e86b53180",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -309,7 +309,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "56290b0b170dd6747bc2716214a4e8bfff285921",
+    sha1: "bdeeaa22bac3e6473882ab4ad5f55eb68a6309fd",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -327,14 +327,14 @@ pub const GIVE_BACK: Script = Script {
 local now = clock()
 local token = ARGV[1]
 bury(KEYS[8], token, now, tonumber(ARGV[4]))
--- Whether its place was among the first N (N: the run's --holders): those a release may have
--- woken, whose places the ones behind them now take.
+-- Whether its place was among the first N (N: the run's --holders), or it was a racer that
+-- may take a place: those a release may have woken, whose wake-up now goes to others.
 local was_first = false
 if redis.call('EXISTS', KEYS[6]) == 1 then
   local first = math.max(tonumber(ARGV[5]), 1)
   for _, m in ipairs({token, member(token, true), '^' .. token}) do
     local rank = redis.call('ZRANK', KEYS[6], m)
-    if rank and rank < first then
+    if rank and (rank < first or (is_racer(m) and rank < RACE_SCAN and may_take(KEYS[6], m, first))) then
       was_first = true
     end
     dequeue(KEYS[6], KEYS[7], m)
@@ -380,5 +380,5 @@ end
 return released
 "#
     ),
-    sha1: "118c81d4e9710867fb3953dc1469b919be049281",
+    sha1: "9cc24dc069240bfb382447b718cadda0291fafd0",
 };

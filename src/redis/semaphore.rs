@@ -101,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "18a8ad1f3aa29e4aa30866ce5997de857d994f67",
+    sha1: "8835607b51a26024cbbc16bb578271345f8ead1e",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,7 +121,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "b52e21f0395481c1bc4a06ab9deeb5a67e6934ed",
+    sha1: "77f99ab5cc76fa6bd4aad82a967cdfc990139c84",
 };
 
 /// KEYS: holders, meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms (0: free
@@ -163,5 +163,5 @@ end)
 return 1
 "#
     ),
-    sha1: "1ede764df09147c5072a2fcbc40fc0f202433b99",
+    sha1: "348f9c3af82e768f206961b23e4a0dc3b250f0d5",
 };

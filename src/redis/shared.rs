@@ -119,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "f7716832404d0601224d35830ff1d18434ef3133",
+    sha1: "8cd9867b9cb0804f0a32c3ce784571fd87864482",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -148,7 +148,7 @@ keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "97cc992c30c00d752ae25a2d2cac22ffde9946bd",
+    sha1: "4ee7ae5171efe7796ae18b0d9338a9df125127a2",
 };
 
 /// KEYS: holders, holders-meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms
@@ -212,5 +212,5 @@ end)
 return 1
 "#
     ),
-    sha1: "b5d6868615d57fe1cce2c19c7e48a2379d8fdce6",
+    sha1: "8491c242f2dec3f575f17cf6f4426fb752b99254",
 };
