@@ -81,8 +81,9 @@ impl<S> Bounded<S> {
     }
 
     fn check(&mut self, tag: u8, length: u32) -> Result<(), String> {
-        // The backend's message tags (protocol 3.0).
-        const TAGS: &[u8] = b"RKSZTDCEINAnst123GHWcdV";
+        // The backend's message tags (protocol 3.0), but COPY's (G, H, W, c, d): the lock never
+        // copies, and an `HTTP/1.1` answer would otherwise read as a CopyOutResponse.
+        const TAGS: &[u8] = b"RKSZTDCEINAnst123V";
         if !TAGS.contains(&tag) {
             return Err(format!(
                 "a malformed reply: a message tagged {:?} is no PostgreSQL message",
