@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """locked-run against flock and `etcdctl lock`, on one machine, in one run; its Redis, etcd:// and
-postgres:// backends side by side (bench/postgres.py starts the PostgreSQL server).
+postgres:// backends side by side (bench/postgres.py starts the PostgreSQL server, and a PgBouncer
+in front of it for one more overhead row).
 
 Measures (docs/how-it-works.md's Performance section explains each): the wrapper's own overhead, the
 handoff latency from one holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
-from postgres import Postgres, bin_dir
+from postgres import Bouncer, Postgres, bin_dir
 from scale import postgres_table, readers, scale, scale_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +87,7 @@ class Servers:
             ["etcdctl", f"--endpoints={self.etcd}", "endpoint", "health"],
             capture_output=True).returncode == 0)
         self.pg = Postgres(free_port())
+        self.bouncer = Bouncer(self.pg, free_port())
 
     def redis(self, *args):
         out = subprocess.run(["redis-cli", "-p", str(self.redis_port), *args],
@@ -96,6 +98,7 @@ class Servers:
         for p in self.procs:
             p.kill()
             p.wait()
+        self.bouncer.stop()
         self.pg.stop()
 
 
@@ -128,6 +131,9 @@ class Tools:
     def postgres(self, name, *cmd):
         return [str(self.binary), "-u", self.servers.pg.url, name, "--", *cmd]
 
+    def pooled(self, name, *cmd):
+        return [str(self.binary), "-u", self.servers.bouncer.url, name, "--", *cmd]
+
     def etcdctl(self, name, *cmd):
         return ["etcdctl", f"--endpoints={self.servers.etcd}", "lock", name, "--", *cmd]
 
@@ -148,7 +154,8 @@ class Tools:
     def overheads(self):
         """What the overhead measures: every tool, a semaphore's run (`--holders 3`) and a
         shared one (`--shared`)."""
-        return self.all() + [("--holders 3", self.holders), ("--shared", self.shared)]
+        return self.all() + [("--holders 3", self.holders), ("--shared", self.shared),
+                             ("postgres via PgBouncer", self.pooled)]
 
 
 def ms(seconds):
@@ -391,7 +398,7 @@ def main():
                         help="only the scale section: W waiters on one NAME (with --smoke: W = 1, 8)")
     args = parser.parse_args()
 
-    for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine", "psql"):
+    for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine", "psql", "pgbouncer"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is not installed (bench/run installs it)")
     client_binary = build_client_cost()
@@ -465,6 +472,9 @@ def main():
     pg = o["postgres"]
     say(f"| overhead, `postgres://` (one server, fsync off) | {ms(pg)} ({pg / lr:.2f}x the Redis backend, "
         f"{pg / fl:.2f}x flock) | - | - | <= 1.5x the Redis backend | {verdict(pg <= 1.5 * lr)} |")
+    pb = o["postgres via PgBouncer"]
+    say(f"| overhead, `postgres://` through PgBouncer (transaction pooling: no fork, warm sessions) | {ms(pb)} "
+        f"({pb / lr:.2f}x the Redis backend) | - | - | (measured) | - |")
     lh = o["--holders 3"]
     say(f"| overhead, `--holders 3` | {ms(lh)} ({lh / lr:.2f}x one holder's) | - | - | <= 1.1x one holder's "
         f"| {verdict(lh <= 1.1 * lr)} |")
