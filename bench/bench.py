@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
+from disk import busy_disk
 from postgres import Bouncer, Postgres, bin_dir
 from scale import postgres_table, readers, scale, scale_table
 
@@ -174,43 +175,6 @@ def overhead(tools, rounds, runs, warmup):
         for (name, _), result in zip(tools.overheads(), json.loads(out.read_text())["results"]):
             times[name].extend(result["times"])
     return {name: statistics.median(t) for name, t in times.items()}
-
-
-def busy_disk(tools, rounds, runs, warmup):
-    """`file://` and flock uncontended, as `overhead` measures them, while a thread of this
-    process writes 1 MiB to a file in the same directory and syncs it, again and again; and how
-    many syncs it made a second."""
-    stop = threading.Event()
-    syncs = [0]
-
-    def sync():
-        block = os.urandom(1 << 20)
-        with open(tools.scratch / "busy-disk", "wb") as f:
-            while not stop.is_set():
-                f.seek(0)
-                f.write(block)
-                f.flush()
-                os.fsync(f.fileno())
-                syncs[0] += 1
-
-    contenders = (("file", tools.file), ("flock", tools.flock))
-    out = tools.scratch / "busy.json"
-    times = {name: [] for name, _ in contenders}
-    syncer = threading.Thread(target=sync)
-    started = time.monotonic()
-    syncer.start()
-    try:
-        for _ in range(rounds):
-            subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
-                            "--export-json", str(out), *(" ".join(make("bench-busy", "true")) for _, make in contenders)],
-                           check=True, stdout=subprocess.DEVNULL)
-            for (name, _), result in zip(contenders, json.loads(out.read_text())["results"]):
-                times[name].extend(result["times"])
-    finally:
-        stop.set()
-        syncer.join()
-    rate = syncs[0] / (time.monotonic() - started)
-    return {name: statistics.median(t) for name, t in times.items()}, rate
 
 
 def handoff(tools, runs):
@@ -466,9 +430,10 @@ def main():
     le = o["locked-run etcd"]
     say(f"| overhead, `etcd://` (one member) | {ms(le)} ({le / fl:.2f}x flock, {le / et:.2f}x etcdctl lock) | - "
         f"| - | < etcdctl lock | {verdict(le < et)} |")
-    bf, bl = busy["file"], busy["flock"]
+    (bf, bl), (idf, idl) = (busy["file", True], busy["flock", True]), (busy["file", False], busy["flock", False])
     say(f"| overhead, `file://` on a busy disk ({syncs:.0f} syncs/s of 1 MiB beside it) | {ms(bf)} ({bf / bl:.2f}x "
-        f"flock on it; {bf / lf:.1f}x `file://` idle) | {ms(bl)} | - | (measured) | - |")
+        f"flock on it; idle in the rounds between: {ms(idf)}, {idf / idl:.2f}x flock's {ms(idl)}) | {ms(bl)} | - "
+        f"| (measured) | - |")
     pg = o["postgres"]
     say(f"| overhead, `postgres://` (one server, fsync off) | {ms(pg)} ({pg / lr:.2f}x the Redis backend, "
         f"{pg / fl:.2f}x flock) | - | - | <= 1.5x the Redis backend | {verdict(pg <= 1.5 * lr)} |")
