@@ -325,10 +325,12 @@ def scale_verdicts(say, results, smoke):
     if smoke or not pg:
         say("Targets: (smoke run: no verdict)")
         return
-    times = [t for _, t, _ in pg]
-    wakes = max(w for _, _, w in pg)
-    say(f"Targets: postgres:// one wake-up per handoff (at most {wakes:.2f} at any W): "
-        f"{verdict(wakes <= 1.5)}; time per handoff flat in W (max <= 1.5x min: "
+    # W = 1 is one handoff: the last run's end (its release, its history, its exit) is not shared
+    # out over several, as it is from W = 8 on.
+    times = [t for w, t, _ in pg if w >= 8]
+    wakes = max(n for _, _, n in pg)
+    say(f"Targets: postgres:// one wake-up per handoff (at most {wakes:.2f} notifications per handoff at any W): "
+        f"{verdict(wakes <= 1.05)}; time per handoff flat in W from W = 8 (max <= 1.5x min: "
         f"{max(times) * 1000:.2f} / {min(times) * 1000:.2f} ms): {verdict(max(times) <= 1.5 * min(times))}.")
 
 

@@ -96,14 +96,16 @@ class Postgres:
         return self.query("SHOW server_version", db="postgres").split(" ")[0]
 
     def counts(self):
-        """(statements, grant attempts, lock transactions) the lock's role ran so far: every
-        statement; the grant's verdict statement (one per attempt, known by its column
-        `exclusive_ahead`: pg_stat_statements shows constants as `$1`); the statements that open
-        each of its transactions (the prologue's first `SET LOCAL`)."""
+        """(statements, grant attempts, lock transactions, notifications) the lock's role ran so
+        far: every statement; the grant's verdict statement (one per attempt, known by its
+        column `exclusive_ahead`: pg_stat_statements shows constants as `$1`); the statements
+        that open each of its transactions (the prologue's first `SET LOCAL`); the rows of the
+        release's wake statement (one per `pg_notify`, each waking one waiter)."""
         out = self.query(
             "SELECT coalesce(sum(calls), 0), "
             "coalesce(sum(calls) FILTER (WHERE query LIKE '%AS exclusive_ahead%'), 0), "
-            "coalesce(sum(calls) FILTER (WHERE query LIKE 'SET LOCAL statement_timeout%'), 0) "
+            "coalesce(sum(calls) FILTER (WHERE query LIKE 'SET LOCAL statement_timeout%'), 0), "
+            "coalesce(sum(rows) FILTER (WHERE query LIKE '%pg_notify(%'), 0) "
             f"FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname = '{ROLE}'")
         return tuple(int(x) for x in out.split("|"))
 
