@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""locked-run against flock and `etcdctl lock`, on one machine, in one run.
+"""locked-run against flock and `etcdctl lock`, on one machine, in one run; its Redis, etcd:// and
+postgres:// backends side by side (bench/postgres.py starts the PostgreSQL server, and a PgBouncer
+in front of it for one more overhead row).
 
 Measures (docs/how-it-works.md's Performance section explains each): the wrapper's own overhead, the
 handoff latency from one holder's end to the next waiter's start, peak RSS, the idle cost of a long hold (CPU time and
 Redis commands), and a contention loop. Starts its own redis-server and etcd on loopback and
 stops them. `--smoke` runs one short iteration of each, for CI: figures, no verdicts on time.
-The scale section (bench/scale.py): W = 1, 8, 32, 96 waiters queued on one NAME, time,
-server commands and context switches per handoff; `--scale` runs it alone. One 4 MB reply read
+The scale section (bench/scale.py): W = 1, 8, 32, 96 (and 300 for Redis) waiters queued on one
+NAME, time, server commands or statements and context switches per handoff; `--scale` runs it
+alone. `file://` and flock uncontended on a busy disk (a thread writing and syncing a file on the
+same filesystem all along). One 4 MB reply read
 by the own client and by the redis crate's parser (examples/resp_parse.rs). Then the redis
 crate against the own client (examples/client_cost.rs, built here): one uncontended run on
 each, side by side; `--clients` runs that comparison alone.
@@ -28,7 +32,9 @@ import time
 from pathlib import Path
 
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
-from scale import readers, scale, scale_table
+from disk import busy_disk
+from postgres import Bouncer, Postgres, bin_dir
+from scale import postgres_table, readers, scale, scale_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,7 +54,7 @@ def wait_until(what, check, timeout=15.0):
 
 
 class Servers:
-    """A redis-server and an etcd on free loopback ports, in a scratch directory."""
+    """A redis-server, an etcd and a PostgreSQL server on free loopback ports, in scratch directories."""
 
     def __init__(self, scratch):
         self.scratch = scratch
@@ -81,6 +87,8 @@ class Servers:
         wait_until("etcd", lambda: subprocess.run(
             ["etcdctl", f"--endpoints={self.etcd}", "endpoint", "health"],
             capture_output=True).returncode == 0)
+        self.pg = Postgres(free_port())
+        self.bouncer = Bouncer(self.pg, free_port())
 
     def redis(self, *args):
         out = subprocess.run(["redis-cli", "-p", str(self.redis_port), *args],
@@ -91,6 +99,8 @@ class Servers:
         for p in self.procs:
             p.kill()
             p.wait()
+        self.bouncer.stop()
+        self.pg.stop()
 
 
 class Tools:
@@ -119,6 +129,12 @@ class Tools:
         url = self.servers.etcd.replace("http://", "etcd://")
         return [str(self.binary), "-u", url, name, "--", *cmd]
 
+    def postgres(self, name, *cmd):
+        return [str(self.binary), "-u", self.servers.pg.url, name, "--", *cmd]
+
+    def pooled(self, name, *cmd):
+        return [str(self.binary), "-u", self.servers.bouncer.url, name, "--", *cmd]
+
     def etcdctl(self, name, *cmd):
         return ["etcdctl", f"--endpoints={self.servers.etcd}", "lock", name, "--", *cmd]
 
@@ -133,12 +149,14 @@ class Tools:
 
     def all(self):
         return [("locked-run", self.locked_run), ("flock", self.flock), ("etcdctl lock", self.etcdctl),
-                ("Redlock, 5 servers", self.redlock), ("file", self.file), ("locked-run etcd", self.etcd)]
+                ("Redlock, 5 servers", self.redlock), ("file", self.file), ("locked-run etcd", self.etcd),
+                ("postgres", self.postgres)]
 
     def overheads(self):
         """What the overhead measures: every tool, a semaphore's run (`--holders 3`) and a
         shared one (`--shared`)."""
-        return self.all() + [("--holders 3", self.holders), ("--shared", self.shared)]
+        return self.all() + [("--holders 3", self.holders), ("--shared", self.shared),
+                             ("postgres via PgBouncer", self.pooled)]
 
 
 def ms(seconds):
@@ -286,6 +304,8 @@ def machine():
     for tool, args in (("redis-server", ["--version"]), ("etcd", ["--version"]), ("hyperfine", ["--version"])):
         out = subprocess.run([tool, *args], capture_output=True, text=True).stdout.split("\n")[0]
         versions.append(out.strip())
+    versions.append(subprocess.run([str(bin_dir() / "postgres"), "--version"], capture_output=True,
+                                   text=True).stdout.strip())
     return f"{os.cpu_count()} cores, {cpu}, Linux {platform.release()}; " + "; ".join(versions)
 
 
@@ -294,13 +314,33 @@ def scale_verdicts(say, results, smoke):
     say()
     if smoke:
         say("Targets: (smoke run: no verdict)")
+    else:
+        redis_verdicts(say, rows)
+    say()
+    say("postgres:// in the same rounds (fair waiting; statements counted by pg_stat_statements, each of a "
+        "transaction's string on its own):")
+    say()
+    pg = postgres_table(say, results)
+    say()
+    if smoke or not pg:
+        say("Targets: (smoke run: no verdict)")
         return
+    # W = 1 is one handoff: the last run's end (its release, its history, its exit) is not shared
+    # out over several, as it is from W = 8 on.
+    times = [t for w, t, _ in pg if w >= 8]
+    wakes = max(n for _, _, n in pg)
+    say(f"Targets: postgres:// one wake-up per handoff (at most {wakes:.2f} notifications per handoff at any W): "
+        f"{verdict(wakes <= 1.05)}; time per handoff flat in W from W = 8 (max <= 1.5x min: "
+        f"{max(times) * 1000:.2f} / {min(times) * 1000:.2f} ms): {verdict(max(times) <= 1.5 * min(times))}.")
+
+
+def redis_verdicts(say, rows):
     time_ok = all(fa[0] <= 1.3 * fl[0] for _, fa, _, fl, _ in rows)
     w1 = next((fa[0] <= nf[0] for w, fa, nf, _, _ in rows if w == 1), True)
     # The commands the clients send (a script counts once); the server's own count adds every
     # command the scripts run, which no layout of the lock's keys brings near 12 (see docs/how-it-works.md).
     commands_ok = all(fa[2][1] <= 12 for _, fa, _, _, _ in rows)
-    etcd_ok = all(fa[0] < et[0] for _, fa, _, _, et in rows)
+    etcd_ok = all(fa[0] < et[0] for _, fa, _, _, et in rows if et)
     wakes = [fa[1] for _, fa, _, _, _ in rows]
     flat = max(wakes) <= 1.5 * min(wakes)
     say(f"Targets: fair <= 1.3x flock at every W: {verdict(time_ok)}; fair no slower than `--no-fair` at W = 1: "
@@ -324,13 +364,15 @@ def main():
                         help="only the scale section: W waiters on one NAME (with --smoke: W = 1, 8)")
     args = parser.parse_args()
 
-    for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine"):
+    for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine", "psql", "pgbouncer"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is not installed (bench/run installs it)")
     client_binary = build_client_cost()
     scratch = Path(tempfile.mkdtemp(prefix="locked-run-bench-"))
     servers = Servers(scratch)
     tools = Tools(Path(args.binary), servers, scratch)
+    # The first run makes postgres://'s tables (no later round pays for it).
+    subprocess.run(tools.postgres("bench-init", "true"), check=True)
     lines = []
 
     def say(line=""):
@@ -338,7 +380,7 @@ def main():
         lines.append(line)
 
     smoke = args.smoke
-    widths, scale_rounds = ((1, 8), 1) if smoke else ((1, 8, 32, 96), 2)
+    widths, scale_rounds = ((1, 8), 1) if smoke else ((1, 8, 32, 96, 300), 2)
     try:
         if args.scale:
             s = scale(tools, widths, scale_rounds)
@@ -360,6 +402,7 @@ def main():
                 Path(args.results).write_text("\n".join(lines) + "\n")
             return
         o = overhead(tools, rounds=1 if smoke else 10, runs=3 if smoke else 50, warmup=1 if smoke else 5)
+        busy, syncs = busy_disk(tools, rounds=1 if smoke else 5, runs=3 if smoke else 30, warmup=1 if smoke else 3)
         h = handoff(tools, runs=1 if smoke else 20)
         r = peak_rss(tools)
         hold, ttl = (3, 3) if smoke else (30, 30)
@@ -389,6 +432,16 @@ def main():
     le = o["locked-run etcd"]
     say(f"| overhead, `etcd://` (one member) | {ms(le)} ({le / fl:.2f}x flock, {le / et:.2f}x etcdctl lock) | - "
         f"| - | < etcdctl lock | {verdict(le < et)} |")
+    (bf, bl), (idf, idl) = (busy["file", True], busy["flock", True]), (busy["file", False], busy["flock", False])
+    say(f"| overhead, `file://` on a busy disk ({syncs:.0f} syncs/s of 1 MiB beside it) | {ms(bf)} ({bf / bl:.2f}x "
+        f"flock on it; idle in the rounds between: {ms(idf)}, {idf / idl:.2f}x flock's {ms(idl)}) | {ms(bl)} | - "
+        f"| (measured) | - |")
+    pg = o["postgres"]
+    say(f"| overhead, `postgres://` (one server, fsync off) | {ms(pg)} ({pg / lr:.2f}x the Redis backend, "
+        f"{pg / fl:.2f}x flock) | - | - | <= 1.5x the Redis backend | {verdict(pg <= 1.5 * lr)} |")
+    pb = o["postgres via PgBouncer"]
+    say(f"| overhead, `postgres://` through PgBouncer (transaction pooling: no fork, warm sessions) | {ms(pb)} "
+        f"({pb / lr:.2f}x the Redis backend) | - | - | (measured) | - |")
     lh = o["--holders 3"]
     say(f"| overhead, `--holders 3` | {ms(lh)} ({lh / lr:.2f}x one holder's) | - | - | <= 1.1x one holder's "
         f"| {verdict(lh <= 1.1 * lr)} |")
@@ -407,6 +460,9 @@ def main():
     he, hep = h["locked-run etcd"]
     say(f"| handoff, `etcd://` | {ms(he)} / {ms(hep)} ({he / fm:.2f}x flock) | - | - | < etcdctl lock "
         f"| {verdict(he < em)} |")
+    hp, hpp = h["postgres"]
+    say(f"| handoff, `postgres://` | {ms(hp)} / {ms(hpp)} ({hp / fm:.2f}x flock, {hp / lm:.2f}x the Redis backend) "
+        f"| - | - | (measured) | - |")
     say(f"| peak RSS of the wrapper | {r['locked-run'] / 1024:.1f} MiB | - | {r['etcdctl lock'] / 1024:.1f} MiB "
         f"| <= 5 MiB | {verdict(r['locked-run'] <= 5 * 1024)} |")
     # Besides the scripts: HELLO when connecting, SUBSCRIBE/UNSUBSCRIBE around the acquire.

@@ -7,6 +7,12 @@ runs until the last waiter has ended. Per handoff: the total over W, the server 
 ones the clients sent), and the waiters' voluntary context switches (wait4), which count how
 often each waiter process was woken: flat in W when a release wakes one waiter, growing with W
 when every release reaches every waiter.
+
+The Redis backends also run W = 300 (the full run only; fair, `--no-fair` and flock), and one more
+round per W counts the commands the clients send by MONITOR (which shows a script's own calls
+apart, as `lua`): fair and `--no-fair`, untimed, since MONITOR slows the server. postgres://
+runs W = 1, 8, 32, 96 beside them, counted by pg_stat_statements (bench/postgres.py): the
+statements of the lock's role, its grant attempts and its transactions, per handoff.
 """
 
 import os
@@ -37,8 +43,39 @@ def redis_counts(tools):
     return total, client
 
 
+def counts(tools, how):
+    """The server's counters a round reads before and after, or None."""
+    if how == "redis":
+        return redis_counts(tools)
+    if how == "postgres":
+        return tools.servers.pg.counts()
+    return None
+
+
+# What the benchmark itself sends while a round runs (its connections are left out of MONITOR's count).
+OWN = {"ZCARD", "EXISTS", "INFO", "MONITOR"}
+
+
+def client_commands(path):
+    """The commands clients sent, from MONITOR's output (a script's calls, `[0 lua]`, left out;
+    so are the benchmark's own connections)."""
+    sent = {}
+    own = set()
+    for line in Path(path).read_text().splitlines():
+        if "[" not in line or " lua]" in line:
+            continue
+        who, rest = line.split("[", 1)[1].split("] ", 1)
+        command = rest.split(" ", 1)[0].strip('"').upper()
+        if command in OWN:
+            own.add(who)
+        sent.setdefault(who, []).append(command)
+    return sum(len(commands) for who, commands in sent.items() if who not in own)
+
+
 def queued(tools, name, how, count):
     """Whether `count` waiters wait for `name`, by the evidence each tool leaves."""
+    if how == "postgres":
+        return tools.servers.pg.queued(name, count)
     if how == "redis":
         out = subprocess.run(["redis-cli", "-p", str(tools.servers.redis_port), "ZCARD", f"queue:{{{name}}}"],
                              capture_output=True, text=True).stdout.strip()
@@ -53,8 +90,10 @@ def queued(tools, name, how, count):
     raise ValueError(how)
 
 
-def one_round(tools, label, make, how, width, serial, hold=None, work=("true",)):
-    """One round: `hold` (default `make`) holds, W waiters made by `make` queue and run `work`."""
+def one_round(tools, label, make, how, width, serial, hold=None, work=("true",), monitor=False):
+    """One round: `hold` (default `make`) holds, W waiters made by `make` queue and run `work`.
+    With `monitor`, the commands the clients sent from the holder's hold on, by MONITOR, take
+    the place of the server's counters."""
     name = f"bench-scale-{label.replace(' ', '-')}-{width}-{serial}"
     fifo = tools.scratch / f"{name}.fifo"
     os.mkfifo(fifo)
@@ -65,7 +104,17 @@ def one_round(tools, label, make, how, width, serial, hold=None, work=("true",))
         if time.monotonic() > deadline or holder.poll() is not None:
             sys.exit(f"bench: {label} holder did not take {name}")
         time.sleep(0.005)
-    before = redis_counts(tools)
+    watch = None
+    if monitor:
+        out = tools.scratch / f"{name}.monitor"
+        watch = subprocess.Popen(["redis-cli", "-p", str(tools.servers.redis_port), "MONITOR"],
+                                 stdout=open(out, "w"))
+        deadline = time.monotonic() + 10
+        while "OK" not in out.read_text():
+            if time.monotonic() > deadline:
+                sys.exit("bench: MONITOR did not start")
+            time.sleep(0.005)
+    before = counts(tools, how)
     waiters = [os.posix_spawnp(cmd[0], cmd, os.environ) for cmd in [make(name, *work)] * width]
     deadline = time.monotonic() + 60
     while not queued(tools, name, how, width):
@@ -83,13 +132,21 @@ def one_round(tools, label, make, how, width, serial, hold=None, work=("true",))
         switches.append(usage.ru_nvcsw)
     total = time.perf_counter() - started
     holder.wait(timeout=30)
-    after = redis_counts(tools)
+    after = counts(tools, how)
     fifo.unlink()
-    commands = [(a - b) / width for a, b in zip(after, before)] if how == "redis" else None
+    commands = [(a - b) / width for a, b in zip(after, before)] if before is not None else None
+    if watch:
+        time.sleep(0.1)  # what the server wrote reaches the file
+        watch.terminate()
+        watch.wait(timeout=10)
+        commands = [client_commands(out) / width]
+        out.unlink()
     return total / width, statistics.mean(switches), commands
 
 
 def holds(tools, name, how):
+    if how == "postgres":
+        return tools.servers.pg.holds(name)
     if how == "redis":
         out = subprocess.run(["redis-cli", "-p", str(tools.servers.redis_port), "EXISTS", f"lock:{{{name}}}"],
                              capture_output=True, text=True).stdout.strip()
@@ -98,15 +155,18 @@ def holds(tools, name, how):
 
 
 def scale(tools, widths, rounds):
-    """{W: {tool: (ms per handoff, context switches per waiter, (commands, clients') per
-    handoff or None)}}, medians over `rounds` rounds (more for small W) in which the tools
-    take turns."""
-    contenders = [("fair", tools.locked_run, "redis"), ("--no-fair", tools.no_fair, "redis"),
-                  ("flock", tools.flock, "flock"), ("etcdctl lock", tools.etcdctl, "etcd"),
-                  ("locked-run etcd", tools.etcd, "etcd")]
+    """{W: {tool: (ms per handoff, context switches per waiter, counts per handoff or None)}},
+    medians over `rounds` rounds (more for small W) in which the tools take turns; the counts:
+    Redis's (commands, clients'), postgres's (statements, grant attempts, transactions), and
+    under "sent fair" / "sent --no-fair" MONITOR's count of the commands clients sent. W above
+    96: the Redis backends and flock only."""
+    every = [("fair", tools.locked_run, "redis"), ("--no-fair", tools.no_fair, "redis"),
+             ("flock", tools.flock, "flock"), ("etcdctl lock", tools.etcdctl, "etcd"),
+             ("locked-run etcd", tools.etcd, "etcd"), ("postgres", tools.postgres, "postgres")]
     results = {}
     serial = 0
     for width in widths:
+        contenders = [c for c in every if width <= 96 or c[2] in ("redis", "flock")]
         samples = {label: [] for label, _, _ in contenders}
         # A narrow round is one handoff or a few, within the noise of one process start: more
         # of them, so that the median says something (at least 16 handoffs a tool).
@@ -120,25 +180,60 @@ def scale(tools, widths, rounds):
             wakes = statistics.median(s[1] for s in found)
             commands = None
             if found[0][2] is not None:
-                commands = tuple(statistics.median(s[2][i] for s in found) for i in range(2))
+                commands = tuple(statistics.median(s[2][i] for s in found) for i in range(len(found[0][2])))
             results[width][label] = (per, wakes, commands)
+        for label, make in (("fair", tools.locked_run), ("--no-fair", tools.no_fair)):
+            serial += 1
+            _, _, sent = one_round(tools, label, make, "redis", width, serial, monitor=True)
+            results[width][f"sent {label}"] = sent[0]
     return results
 
 
 def scale_table(say, results):
+    """The Redis backends against flock and etcd; `-` where a tool did not run at that W."""
     say("| W | fair ms/handoff (x flock) | `--no-fair` | flock | etcdctl lock | `etcd://` "
-        "| commands/handoff fair: sent (with the scripts') | `--no-fair` | context switches/waiter fair "
+        "| commands/handoff fair: sent (with the scripts') | `--no-fair` "
+        "| sent by MONITOR: fair | `--no-fair` | context switches/waiter fair "
         "| `--no-fair` | flock | etcdctl | `etcd://` |")
-    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     verdicts = []
+
+    def cell(r, label, i, form="{:.1f}", scale=1):
+        return form.format(r[label][i] * scale) if label in r else "-"
+
     for width, r in results.items():
-        fa, nf, fl, et, ed = r["fair"], r["--no-fair"], r["flock"], r["etcdctl lock"], r["locked-run etcd"]
+        fa, nf, fl = r["fair"], r["--no-fair"], r["flock"]
         say(f"| {width} | {fa[0] * 1000:.2f} ({fa[0] / fl[0]:.2f}x) | {nf[0] * 1000:.2f} ({nf[0] / fl[0]:.2f}x) "
-            f"| {fl[0] * 1000:.2f} | {et[0] * 1000:.2f} | {ed[0] * 1000:.2f} "
+            f"| {fl[0] * 1000:.2f} | {cell(r, 'etcdctl lock', 0, '{:.2f}', 1000)} "
+            f"| {cell(r, 'locked-run etcd', 0, '{:.2f}', 1000)} "
             f"| {fa[2][1]:.1f} ({fa[2][0]:.1f}) | {nf[2][1]:.1f} ({nf[2][0]:.1f}) "
-            f"| {fa[1]:.1f} | {nf[1]:.1f} | {fl[1]:.1f} | {et[1]:.1f} | {ed[1]:.1f} |")
-        verdicts.append((width, fa, nf, fl, et))
+            f"| {r['sent fair']:.1f} | {r['sent --no-fair']:.1f} "
+            f"| {fa[1]:.1f} | {nf[1]:.1f} | {fl[1]:.1f} | {cell(r, 'etcdctl lock', 1)} "
+            f"| {cell(r, 'locked-run etcd', 1)} |")
+        verdicts.append((width, fa, nf, fl, r.get("etcdctl lock")))
     return verdicts
+
+
+def postgres_table(say, results):
+    """postgres:// beside Redis's fair waiters: time, and what the server ran, per handoff.
+    Every waiter's first attempt queues it; each later one follows a notification (a wake-up: a
+    release names the one waiter whose turn it is) or the keep-alive's re-ask every 2/3 s, which
+    a round longer than that brings in whatever the releases do."""
+    say("| W | `postgres://` ms/handoff (x Redis fair, x flock) | statements/handoff | transactions/handoff "
+        "| grant attempts/handoff | wake-ups (notifications)/handoff | keep-alive re-asks/handoff "
+        "| context switches/waiter |")
+    say("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for width, r in results.items():
+        if "postgres" not in r:
+            continue
+        pg, fa, fl = r["postgres"], r["fair"], r["flock"]
+        statements, attempts, transactions, notified = pg[2]
+        say(f"| {width} | {pg[0] * 1000:.2f} ({pg[0] / fa[0]:.2f}x, {pg[0] / fl[0]:.2f}x) | {statements:.1f} "
+            f"| {transactions:.1f} | {attempts:.2f} | {notified:.2f} | {max(attempts - 1 - notified, 0):.2f} "
+            f"| {pg[1]:.1f} |")
+        rows.append((width, pg[0], notified))
+    return rows
 
 
 def readers(tools, width, rounds):

@@ -1,7 +1,8 @@
 //! One acquisition attempt: the grant transaction (`sql::grant`), with the waiter's `LISTEN`
 //! committed in it when the connection does not listen yet (the release that would hand it the
-//! lock takes the fence lock after it, so cannot commit unheard in between), and its one row
-//! read back as an [`Attempt`].
+//! lock takes the fence lock after it, so cannot commit unheard in between), and its one row,
+//! the verdict and the fence, read back as an [`Attempt`]; an attempt not granted then reads
+//! who holds and who waits (`sql::report`), in a round trip of its own.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use tokio::time::Instant;
 use super::PgLock;
 use super::conn::Row;
 use super::schema::quote_ident;
-use super::sql::{self, Ask, Tx};
+use super::sql::{self, Ask, Commit, Tx};
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, KEEP_ALIVE, Mode};
 use crate::lease::Timings;
 
@@ -34,7 +35,7 @@ impl PgLock {
         sql::prologue(
             &mut tx,
             deadline.saturating_duration_since(Instant::now()),
-            true,
+            Commit::Standby,
         );
         let channel = sql::channel(&token);
         let listening = conn.listening.borrow().clone();
@@ -84,7 +85,24 @@ impl PgLock {
             .and_then(|rows| rows.first())
             .ok_or_else(|| self.unexpected("no answer row"))?;
         let reply = Reply(row);
-        self.queued.set(reply.flag(9));
+        match reply.text(0) {
+            Some("grant" | "ours") => self.queued.set(false),
+            Some(verdict @ ("busy" | "mismatch")) => {
+                let mut tx = Tx::default();
+                let within = deadline.saturating_duration_since(Instant::now());
+                sql::prologue(&mut tx, within, Commit::Local);
+                let at = sql::report(&mut tx, &ask, verdict);
+                let sets = self.client.exec(&tx, deadline, false).await?;
+                let row = sets
+                    .get(at)
+                    .and_then(|rows| rows.first())
+                    .ok_or_else(|| self.unexpected("no report row"))?;
+                let report = Reply(row);
+                self.queued.set(report.flag(9));
+                return self.answer(&report);
+            }
+            _ => {}
+        }
         self.answer(&reply)
     }
 

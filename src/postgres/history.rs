@@ -1,7 +1,8 @@
 //! A NAME's history in the database: one row per run in `locked_run.history` (its record, the
 //! JSON line every backend keeps), written as a transaction of its own sent in the same round
 //! trip as the release (after it, so never before the release is confirmed, and never a reason
-//! for it to fail), trimmed there to the newest runs and to 30 days after the last one.
+//! for it to fail), trimmed there to the newest runs and to 30 days after the last one. It
+//! commits unflushed (`synchronous_commit = off`): a server crash just after may lose it.
 
 use std::time::Duration;
 
@@ -9,14 +10,16 @@ use tokio::time::Instant;
 
 use super::PgLock;
 use super::inspect::never_made;
-use super::sql::{self, Tx};
+use super::sql::{self, Commit, Tx};
 use crate::backend::{BackendError, KEPT, Run};
 
 /// The transaction that adds `run` to the history of the NAME `n` (an SQL literal).
 pub fn record(n: &str, run: &Run, within: Duration) -> Tx {
     let mut tx = Tx::default();
-    // History needs no standby's acknowledgement.
-    sql::prologue(&mut tx, within, false);
+    // History needs no standby's acknowledgement, nor the server's flush: a crash right after
+    // may lose the newest rows, never anything the lock decides (and the run's end waits for
+    // this answer, so a flush here would lengthen every run).
+    sql::prologue(&mut tx, within, Commit::Unflushed);
     tx.push(format!(
         "INSERT INTO locked_run.history (name, token, ended_at, run) \
          VALUES ({n}, {t}, to_timestamp({ended} / 1000.0), {record}) \

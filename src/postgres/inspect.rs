@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::PgLock;
 use super::client;
 use super::conn::Row;
-use super::sql::{self, Tx};
+use super::sql::{self, Commit, Tx};
 use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Slot};
 
 impl PgLock {
@@ -76,7 +76,7 @@ impl PgLock {
     pub(super) async fn force(&self, token: Option<&str>) -> Result<Freed, BackendError> {
         let timeout = self.client.connect_timeout;
         let mut tx = Tx::default();
-        sql::prologue(&mut tx, timeout, true);
+        sql::prologue(&mut tx, timeout, Commit::Standby);
         sql::lock(&mut tx, &self.n);
         let released = sql::force(&mut tx, &self.n, token);
         sql::expire(&mut tx, &self.n);

@@ -45,7 +45,7 @@ use crate::backend::{
 use crate::lease::Timings;
 use crate::name::LockName;
 use client::Client;
-use sql::Tx;
+use sql::{Commit, Tx};
 
 /// How long a token given back stays buried: an attempt of it that reaches the server later
 /// than this (held up in a proxy, a stalled network) could still take the lock.
@@ -120,7 +120,7 @@ impl PgLock {
 
     async fn renew_within(&self, ttl: Duration, timeout: Duration) -> Result<bool, BackendError> {
         let mut tx = Tx::default();
-        sql::prologue(&mut tx, timeout, true);
+        sql::prologue(&mut tx, timeout, Commit::Standby);
         let at = sql::renew(&mut tx, &self.n, &self.token_now(), ttl);
         let sets = self
             .client
@@ -139,7 +139,7 @@ impl PgLock {
     ) -> Result<bool, BackendError> {
         let token = self.token_now();
         let mut tx = Tx::default();
-        sql::prologue(&mut tx, timeout, true);
+        sql::prologue(&mut tx, timeout, Commit::Standby);
         sql::lock(&mut tx, &self.n);
         if self.stray.get() {
             sql::bury(&mut tx, &self.n, &token, BURY_FOR);
@@ -171,7 +171,7 @@ impl PgLock {
     async fn give_back_within(&self, timeout: Duration) -> Result<bool, BackendError> {
         let token = self.token_now();
         let mut tx = Tx::default();
-        sql::prologue(&mut tx, timeout, true);
+        sql::prologue(&mut tx, timeout, Commit::Standby);
         sql::lock(&mut tx, &self.n);
         sql::bury(&mut tx, &self.n, &token, BURY_FOR);
         sql::leave_queue(&mut tx, &self.n, &token);

@@ -89,13 +89,29 @@ impl Tx {
     }
 }
 
-/// The settings of a transaction that has `within` to finish; `sync` for one whose commit must
-/// reach a synchronous standby before it counts.
-pub fn prologue(tx: &mut Tx, within: Duration, sync: bool) {
+/// When a transaction's commit counts (its `synchronous_commit`).
+#[derive(Clone, Copy)]
+pub enum Commit {
+    /// Once a synchronous standby has it too: who holds or waits (`on`).
+    Standby,
+    /// Once this server has flushed it (`local`).
+    Local,
+    /// At once, flushed soon after (`off`): a server crash may lose the last moments' commits,
+    /// which only the history may afford (its rows are records, never a decision).
+    Unflushed,
+}
+
+/// The settings of a transaction that has `within` to finish, whose commit counts as `commit`
+/// says.
+pub fn prologue(tx: &mut Tx, within: Duration, commit: Commit) {
     let ms = within.as_millis().max(1);
     tx.push(format!("SET LOCAL statement_timeout = {ms}"));
     tx.push(format!("SET LOCAL lock_timeout = {ms}"));
-    let commit = if sync { "on" } else { "local" };
+    let commit = match commit {
+        Commit::Standby => "on",
+        Commit::Local => "local",
+        Commit::Unflushed => "off",
+    };
     tx.push(format!("SET LOCAL synchronous_commit = {commit}"));
 }
 
@@ -160,22 +176,33 @@ pub struct Ask<'a> {
     pub command: &'a str,
 }
 
+/// The queue places before the asking token's (all of them while it has none).
+fn before(n: &str, t: &str) -> String {
+    format!(
+        "place < coalesce((SELECT place FROM locked_run.queue WHERE name = {n} AND token = {t}), \
+         9223372036854775807)"
+    )
+}
+
+/// The holder rows whose mode the asking mode does not match.
+fn theirs(ask: &Ask) -> String {
+    match ask.mode {
+        "holders" => format!("NOT ({KIND} = 'holders' AND h.holders = {})", ask.holders),
+        _ => format!("{KIND} = 'holders'"),
+    }
+}
+
 /// The grant: decides (buried, ours, mismatch, grant, busy), acts on the verdict, and answers
-/// one row ([`super::grant`] reads it). The index of that row's result.
+/// one row, the verdict and the fence held after it ([`super::grant`] reads it; an attempt
+/// not granted reads the rest by [`report`]). The index of that row's result.
 pub fn grant(tx: &mut Tx, ask: &Ask) -> usize {
     let (n, t) = (ask.n, text(ask.token));
     let nh = ask.holders;
     let ttl = interval(ask.ttl);
-    let before = format!(
-        "place < coalesce((SELECT place FROM locked_run.queue WHERE name = {n} AND token = {t}), \
-         9223372036854775807)"
-    );
-    let (mismatch, theirs) = match ask.mode {
-        "holders" => (
-            "h.other > 0".to_owned(),
-            format!("NOT ({KIND} = 'holders' AND h.holders = {nh})"),
-        ),
-        _ => ("h.semaphore > 0".to_owned(), format!("{KIND} = 'holders'")),
+    let before = before(n, &t);
+    let mismatch = match ask.mode {
+        "holders" => "h.other > 0",
+        _ => "h.semaphore > 0",
     };
     let admit = match (ask.mode, ask.how) {
         ("shared", "peek") => "h.not_shared = 0 AND q.exclusive_waiting = 0".to_owned(),
@@ -251,8 +278,22 @@ pub fn grant(tx: &mut Tx, ask: &Ask) -> usize {
          CASE WHEN {verdict} IN ('grant', 'ours') THEN 'on' ELSE 'local' END, true)"
     ));
     tx.push(format!(
-        "SELECT {verdict}, \
-           (SELECT fence FROM locked_run.holder WHERE name = {n} AND token = {t}), \
+        "SELECT {verdict}, (SELECT fence FROM locked_run.holder WHERE name = {n} AND token = {t})"
+    ))
+}
+
+/// What an attempt that was not granted (`verdict`) reports, read after it committed: who
+/// holds (the other mode's holders for a mismatch; else the one whose lease ends first, an
+/// exclusive one before shared ones) and until when, whether the token keeps a queue place,
+/// how many places are before it, when the head's keep-alive ends, and how many hold. The
+/// grant leaves this out of its own transaction: planned afresh on each new connection, it
+/// cost an uncontended run more than the decision itself. The index of its one row.
+pub fn report(tx: &mut Tx, ask: &Ask, verdict: &str) -> usize {
+    let (n, t) = (ask.n, text(ask.token));
+    let before = before(n, &t);
+    let theirs = theirs(ask);
+    tx.push(format!(
+        "SELECT {verdict}, NULL, \
            (SELECT {KIND} || ' ' || h.holders FROM locked_run.holder h WHERE h.name = {n} AND {theirs} LIMIT 1), \
            b.host, b.pid, b.command, {since}, b.fence, {left}, \
            EXISTS (SELECT FROM locked_run.queue WHERE name = {n} AND token = {t}), \
@@ -262,6 +303,7 @@ pub fn grant(tx: &mut Tx, ask: &Ask) -> usize {
            (SELECT count(*) FROM locked_run.holder h WHERE h.name = {n} AND {KIND} <> 'shared') \
          FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT * FROM locked_run.holder h WHERE h.name = {n} \
            ORDER BY ({KIND} = 'shared'), h.expires_at NULLS LAST LIMIT 1) AS b ON true",
+        verdict = text(verdict),
         since = epoch_ms("b.since"),
         left = ms_until("b.expires_at"),
         head = ms_until("alive_until"),
