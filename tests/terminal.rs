@@ -154,10 +154,8 @@ fn in_a_terminal_a_blocked_exec_is_killed_at_the_kill_point_while_the_wrapper_is
 }
 
 /// The terminal's foreground, a job-control shell's part: starts `argv` in a background group
-/// of its own, and writes `DIR/state` ("stopped" once the job stopped, as a background read of
-/// the terminal stops it; "running" after 10 s without), then reads one line of the terminal
-/// into `DIR/leader-got`, then ends the job (SIGTERM, SIGCONT).
-const SHELL: &str = r#"import os, signal, sys, time
+/// of its own and writes its pid to `DIR/wrapper`, then waits for it.
+const SHELL: &str = r#"import os, sys
 d, argv = sys.argv[1], sys.argv[2:]
 pid = os.fork()
 if pid == 0:
@@ -167,32 +165,28 @@ try:
     os.setpgid(pid, pid)
 except OSError:
     pass
-state, deadline = "running", time.monotonic() + 10
-while time.monotonic() < deadline:
-    p, status = os.waitpid(pid, os.WUNTRACED | os.WNOHANG)
-    if p == pid and os.WIFSTOPPED(status):
-        state = "stopped"
-        break
-    time.sleep(0.01)
-open(d + "/state", "w").write(state)
-open(d + "/leader-got", "w").write(sys.stdin.readline())
-os.killpg(pid, signal.SIGTERM)
-os.killpg(pid, signal.SIGCONT)
+open(d + "/wrapper.tmp", "w").write("%d\n" % pid)
+os.rename(d + "/wrapper.tmp", d + "/wrapper")
 os.waitpid(pid, 0)
 "#;
 
-// See: the review of issue 35's mend. A run started in the background of an interactive shell
-// (`locked-run ... &`) counted as not interactive: its job got a session of its own, outside
-// the terminal's job control, and its `read` took the line the user typed to the shell.
+// See: the review of this round's mends. A run in the background of an interactive shell
+// (`locked-run ... &`, the terminal on its stdin) was made to keep its job in its own group,
+// as in the foreground: then a SIGKILLed wrapper (`kill -9 %1`, the OOM killer) left the job's
+// grandchild running, and a file:// lock free beside it. Such a run is not interactive
+// (DESIGN, The child: it does not own the terminal's foreground): its job has a session of
+// its own, and the watcher kills all of it.
 #[test]
-fn in_the_background_of_a_terminal_a_read_stops_the_job_and_leaves_the_line_to_the_shell() {
+fn in_the_background_of_a_terminal_the_whole_job_dies_with_a_sigkilled_wrapper() {
     let locks = scratch();
     let dir = scratch();
     let d = path_str(dir.path());
     let pty = nix::pty::openpty(None, None).expect("openpty");
     let slave: OwnedFd = pty.slave;
     let url = file_url(locks.path());
-    let job = format!("echo > {d}/reading; read x; echo \"$x\" > {d}/job-got");
+    let job = format!(
+        "sleep 300 & echo $! > {d}/grandchild.tmp; mv {d}/grandchild.tmp {d}/grandchild; wait"
+    );
     let mut cmd = std::process::Command::new("python3");
     cmd.args([
         "-c", SHELL, d, BIN, "-u", &url, "job", "--", "sh", "-c", &job,
@@ -211,27 +205,37 @@ fn in_the_background_of_a_terminal_a_read_stops_the_job_and_leaves_the_line_to_t
     }
     let shell = Ended(cmd.spawn().expect("python3 starts"));
     drop(slave);
-    let mut master = File::from(pty.master);
-    let state = wait_for_file(&file(&dir, "state"), Duration::from_secs(20), |t| {
-        !t.is_empty()
-    });
-    master.write_all(b"typed\n").unwrap();
-    wait_for_file(&file(&dir, "leader-got"), Duration::from_secs(10), |t| {
-        t.ends_with('\n')
-    });
+    let _master = File::from(pty.master);
+    let pid = |name: &str| -> i32 {
+        wait_for_file(&file(&dir, name), Duration::from_secs(20), |t| {
+            t.ends_with('\n')
+        })
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    let (wrapper, grandchild) = (pid("wrapper"), pid("grandchild"));
+    let _grandchild = Ended2(grandchild);
+    signal(wrapper, libc::SIGKILL);
     assert!(
-        wait_pid_exit(shell.0.id() as i32, Duration::from_secs(10)),
-        "the shell's part did not end"
+        wait_pid_exit(grandchild, Duration::from_secs(10)),
+        "the background job's grandchild outlived its SIGKILLed wrapper"
     );
-    assert_eq!(
-        state, "stopped",
-        "the background job's read did not stop it"
-    );
-    assert_eq!(
-        std::fs::read_to_string(file(&dir, "leader-got")).unwrap(),
-        "typed\n"
-    );
-    assert!(!file(&dir, "job-got").exists(), "the job took the line");
+    lr().url(&url)
+        .arg("-n")
+        .job(["true"])
+        .run()
+        .expect_with(0, "the lock is free once the job is gone");
+    assert!(wait_pid_exit(shell.0.id() as i32, Duration::from_secs(10)));
+}
+
+/// A pid SIGKILLed when the test is done, should it still live.
+struct Ended2(i32);
+
+impl Drop for Ended2 {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGKILL);
+    }
 }
 
 /// A process SIGKILLed and reaped when the test is done with it, however it ends (closing the

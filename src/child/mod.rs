@@ -96,14 +96,11 @@ fn not_executable(shown: &str, why: &str) -> Failure {
     )
 }
 
-/// Whether `locked-run` runs in a terminal's session with that terminal on stdin: in its
-/// foreground (`tcgetpgrp(0) == getpgrp()`), or in the background of a job-control shell
-/// (`locked-run ... &`). Then the child stays in our group, as with `timeout --foreground`, so
-/// Ctrl-C, Ctrl-Z and tty reads behave as without the wrapper: in the background, a read of
-/// the terminal stops the job (SIGTTIN) until `fg`, where a session of its own would have let
-/// it take the line the user typed to the shell.
+/// Whether `locked-run` owns the terminal's foreground (`tcgetpgrp(0) == getpgrp()`): then the
+/// child stays in our group, as with `timeout --foreground`, so Ctrl-C, Ctrl-Z and tty reads
+/// behave as without the wrapper.
 pub fn interactive() -> bool {
-    nix::unistd::tcgetpgrp(io::stdin()).is_ok()
+    nix::unistd::tcgetpgrp(io::stdin()).is_ok_and(|fg| fg == nix::unistd::getpgrp())
 }
 
 /// Makes orphaned descendants our children, so we can reap them and know when the job's
