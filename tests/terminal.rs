@@ -215,7 +215,7 @@ fn in_the_background_of_a_terminal_the_whole_job_dies_with_a_sigkilled_wrapper()
         .unwrap()
     };
     let (wrapper, grandchild) = (pid("wrapper"), pid("grandchild"));
-    let _grandchild = Ended2(grandchild);
+    let _grandchild = Killed(grandchild);
     signal(wrapper, libc::SIGKILL);
     assert!(
         wait_pid_exit(grandchild, Duration::from_secs(10)),
@@ -230,9 +230,9 @@ fn in_the_background_of_a_terminal_the_whole_job_dies_with_a_sigkilled_wrapper()
 }
 
 /// A pid SIGKILLed when the test is done, should it still live.
-struct Ended2(i32);
+struct Killed(i32);
 
-impl Drop for Ended2 {
+impl Drop for Killed {
     fn drop(&mut self) {
         signal(self.0, libc::SIGKILL);
     }

@@ -9,7 +9,7 @@ pub struct Process {
     pub pid: Pid,
     pub pgid: Pid,
     pub zombie: bool,
-    /// A nested `locked-run`'s watcher (named as one, and running this very program file):
+    /// A nested `locked-run`'s watcher (named as one, and blocking every signal it can):
     /// waited for, never killed (see [`Process::killable`]).
     pub watcher: bool,
 }
@@ -118,7 +118,7 @@ fn stat(pid: Pid) -> Option<(Process, Pid, Option<Pid>)> {
             pid,
             pgid,
             zombie: (state == "Z" || state == "X") && !live_thread(pid),
-            watcher: named && runs_our_program(pid),
+            watcher: named && blocks_every_signal(pid),
         },
         parent,
         Some(session),
@@ -143,15 +143,16 @@ fn live_thread(pid: Pid) -> bool {
     })
 }
 
-/// Whether `pid` runs the very program file we do (a name alone proves nothing: any program
-/// can call itself `locked-run-watc`, and `locked-run-watchdog` is cut to that by the kernel).
-fn runs_our_program(pid: Pid) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(theirs), Ok(ours)) = (
-        std::fs::metadata(format!("/proc/{pid}/exe")),
-        std::fs::metadata("/proc/self/exe"),
-    ) else {
-        return false;
-    };
-    (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino())
+/// Whether `pid` blocks every signal it can (all but SIGKILL and SIGSTOP), as a watcher does
+/// from its first instruction: a name alone proves nothing (`locked-run-watchdog` is cut to a
+/// watcher's by the kernel), and a watcher of another build of `locked-run` (one a package
+/// upgrade put in place during a long job) runs another program file.
+fn blocks_every_signal(pid: Pid) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("SigBlk:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(crate::watcher::blocks_every_signal)
+    })
 }

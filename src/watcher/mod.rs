@@ -254,9 +254,16 @@ impl Watcher {
 }
 
 /// The watcher's name (`ps -o comm`): 15 bytes, all the kernel keeps of a name. A kill of a
-/// job's session passes over a process of this name that runs our own program file (a nested
-/// `locked-run`'s watcher) and waits for it instead: see [`kill_session`].
+/// job's session passes over a process of this name that blocks every signal it can (a
+/// nested `locked-run`'s watcher) and waits for it instead: see [`kill_session`].
 pub const NAME: &std::ffi::CStr = c"locked-run-watc";
+
+/// Whether a blocked-signal mask (`SigBlk` in `/proc/PID/status`) holds every signal but the
+/// two no process can block (SIGKILL, SIGSTOP): a watcher's, from its first instruction.
+pub fn blocks_every_signal(mask: u64) -> bool {
+    let unblockable = (1 << (libc::SIGKILL - 1)) | (1 << (libc::SIGSTOP - 1));
+    mask | unblockable == u64::MAX
+}
 
 /// The running watcher, if any: not part of the job.
 pub fn running() -> Option<Pid> {

@@ -78,17 +78,16 @@ unsafe fn each_number_in(path: &std::ffi::CStr, mut f: impl FnMut(u32, libc::c_i
 /// One process of the session is waited for, never killed: the watcher of a `locked-run` that
 /// the job runs itself. That run's own job is in a session of its own, which a kill of ours
 /// does not reach; once its wrapper dies with ours, its watcher is what kills that job, and it
-/// ends when that is done. It is known by its name and by the program file it runs, ours: a
-/// program that only bears the name (`locked-run-watchdog`, cut to 15 bytes by the kernel) is
-/// killed like the rest.
+/// ends when that is done. It is known by its name and by blocking every signal it can, as a
+/// watcher does from its first instruction: a program that only bears the name
+/// (`locked-run-watchdog`, cut to 15 bytes by the kernel) is killed like the rest, and a
+/// watcher of another build (a package upgraded during a long job) is still spared.
 pub(super) unsafe fn kill_session(sid: libc::pid_t) {
     let mut pause_ms = 1;
-    // SAFETY: a NUL-terminated path.
-    let ours = unsafe { program(c"/proc/self/exe".as_ptr()) };
     loop {
         // SAFETY: plain system calls.
         unsafe { libc::kill(-sid, libc::SIGKILL) };
-        if !unsafe { kill_members(sid, ours) } {
+        if !unsafe { kill_members(sid) } {
             return;
         }
         let nap = libc::timespec {
@@ -101,15 +100,15 @@ pub(super) unsafe fn kill_session(sid: libc::pid_t) {
     }
 }
 
-/// SIGKILLs each live process of session `sid` that `/proc` lists (a nested run's watcher,
-/// which runs `ours`, aside), read into buffers on the stack; says whether it found any alive.
-/// If `/proc` cannot be read, the session counts as gone.
-unsafe fn kill_members(sid: libc::pid_t, ours: Option<Program>) -> bool {
+/// SIGKILLs each live process of session `sid` that `/proc` lists (a nested run's watcher
+/// aside), read into buffers on the stack; says whether it found any alive. If `/proc` cannot
+/// be read, the session counts as gone.
+unsafe fn kill_members(sid: libc::pid_t) -> bool {
     let mut found = false;
     // SAFETY: reads /proc into buffers on the stack; kill is a plain system call.
     unsafe {
         each_number_in(c"/proc", |pid, _| {
-            if let Some(member) = member(pid, sid, ours) {
+            if let Some(member) = member(pid, sid) {
                 if !member.watcher {
                     libc::kill(pid as libc::pid_t, libc::SIGKILL);
                 }
@@ -148,9 +147,9 @@ struct Member {
 /// PID as a member of session `sid`, if `/proc/PID/stat` says it is one and it is alive: not
 /// a zombie, or a zombie first thread whose process has a thread that still runs (its main
 /// thread called `pthread_exit`). It counts as a nested run's watcher if it is named as one
-/// and runs the program `ours` (a name alone proves nothing: `locked-run-watchdog` is cut to
-/// it by the kernel).
-unsafe fn member(pid: u32, sid: libc::pid_t, ours: Option<Program>) -> Option<Member> {
+/// and blocks every signal it can (a name alone proves nothing: `locked-run-watchdog` is cut
+/// to it by the kernel).
+unsafe fn member(pid: u32, sid: libc::pid_t) -> Option<Member> {
     let mut path = [0u8; 64];
     // SAFETY: a NUL-terminated path in this frame.
     let stat = unsafe { read_stat(proc_path(&mut path, pid, None, b"/stat"))? };
@@ -161,12 +160,49 @@ unsafe fn member(pid: u32, sid: libc::pid_t, ours: Option<Program>) -> Option<Me
     if matches!(stat.state, b'Z' | b'X') && !unsafe { live_thread(pid) } {
         return None;
     }
-    let watcher = stat.watcher && {
-        // SAFETY: a NUL-terminated path in this frame.
-        let theirs = unsafe { program(proc_path(&mut path, pid, None, b"/exe")) };
-        theirs.is_some() && theirs == ours
-    };
+    // SAFETY: a NUL-terminated path in this frame.
+    let watcher = stat.watcher
+        && unsafe { blocked_signals(proc_path(&mut path, pid, None, b"/status")) }
+            .is_some_and(super::blocks_every_signal);
     Some(Member { watcher })
+}
+
+/// The `SigBlk` mask of the `/proc/PID/status` file at `path`, read into a buffer on the stack.
+unsafe fn blocked_signals(path: *const libc::c_char) -> Option<u64> {
+    let mut status = [0u8; 4096];
+    // SAFETY: a NUL-terminated path and a buffer of this frame.
+    let n = unsafe {
+        let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, status.as_mut_ptr().cast(), status.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return None;
+    }
+    sig_blk(&status[..n as usize])
+}
+
+/// The hexadecimal mask on a status text's `SigBlk:` line.
+fn sig_blk(status: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\nSigBlk:";
+    let at = status.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let mut mask: u64 = 0;
+    let mut digits = 0;
+    for &b in &status[at..] {
+        let digit = match b {
+            b'\t' | b' ' if digits == 0 => continue,
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => break,
+        };
+        mask = mask.checked_mul(16)? | u64::from(digit);
+        digits += 1;
+    }
+    (digits > 0).then_some(mask)
 }
 
 /// Whether any thread of process `pid` is alive (not a zombie), by its `/proc/PID/task` entries.
@@ -219,26 +255,6 @@ unsafe fn read_stat(path: *const libc::c_char) -> Option<Stat> {
         return None;
     }
     parse_stat(&stat[..n as usize])
-}
-
-/// A program file, as `stat(2)` finds it through a `/proc/PID/exe` link.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Program {
-    dev: u64,
-    ino: u64,
-}
-
-/// The program file `path` (a `/proc/PID/exe` link) leads to; none if it cannot be read (a
-/// process of another user, a kernel thread, one gone).
-unsafe fn program(path: *const libc::c_char) -> Option<Program> {
-    // SAFETY: stat fills a struct of this frame.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::stat(path, &mut st) == 0).then_some(Program {
-            dev: st.st_dev as u64,
-            ino: st.st_ino as u64,
-        })
-    }
 }
 
 /// What the watcher reads of a `/proc/PID/stat` line.
@@ -339,12 +355,19 @@ mod tests {
         let session = nix::unistd::getsid(None).unwrap().as_raw();
         // SAFETY: reads /proc only.
         unsafe {
-            let ours = program(c"/proc/self/exe".as_ptr());
-            assert!(ours.is_some());
-            assert_eq!(member(me, session, ours), Some(Member { watcher: false }));
-            assert_eq!(member(me, session + 1, ours), None);
+            assert_eq!(member(me, session), Some(Member { watcher: false }));
+            assert_eq!(member(me, session + 1), None);
             assert!(live_thread(me));
         }
+        assert_eq!(
+            sig_blk(
+                b"Name:\tx\nSigPnd:\t0000000000000001\nSigBlk:\tfffffffffffbfeff\nSigIgn:\t0\n"
+            ),
+            Some(0xffff_ffff_fffb_feff)
+        );
+        assert_eq!(sig_blk(b"Name:\tx\n"), None);
+        assert!(super::super::blocks_every_signal(0xffff_ffff_fffb_feff));
+        assert!(!super::super::blocks_every_signal(0));
         let mut path = [0u8; 64];
         let at = proc_path(&mut path, 4_294_967_295, Some(4_294_967_295), b"/stat");
         // SAFETY: proc_path NUL-terminates what it writes.
