@@ -310,7 +310,7 @@ fn a_nested_run_of_another_build_has_its_job_killed_too() {
     let copy = copies.path().join("locked-run-copy");
     std::fs::copy(BIN, &copy).unwrap();
     for _ in 0..3 {
-        nested_job_dies_with_a_sigkilled_outer_wrapper(&path_str(&copy));
+        nested_job_dies_with_a_sigkilled_outer_wrapper(path_str(&copy));
     }
 }
 
