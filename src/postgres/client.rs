@@ -178,7 +178,7 @@ impl Client {
         create: bool,
     ) -> Result<Vec<Vec<Row>>, BackendError> {
         let sql = tx.sql();
-        match self.exec_sql(&sql, deadline).await {
+        let sets = match self.exec_sql(&sql, deadline).await {
             Err(Failed::Missing(why)) if create => {
                 self.create_tables(deadline, &why).await?;
                 self.exec_sql(&sql, deadline)
@@ -186,7 +186,23 @@ impl Client {
                     .map_err(Failed::into_error)
             }
             other => other.map_err(Failed::into_error),
+        };
+        sets.and_then(|sets| self.whole(tx, sets))
+    }
+
+    /// An answer with a result for every statement of `tx`, or an error: every caller reads
+    /// the results by the statements' places, and a short answer (a connection that ended
+    /// between two results) must not read as "no rows".
+    fn whole(&self, tx: &Tx, sets: Vec<Vec<Row>>) -> Result<Vec<Vec<Row>>, BackendError> {
+        if sets.len() >= tx.statements.len() {
+            return Ok(sets);
         }
+        self.drop_connection();
+        Err(BackendError::Transient(crate::text::message!(
+            "PostgreSQL answered {} of the {} statements it was sent",
+            sets.len(),
+            tx.statements.len()
+        )))
     }
 
     /// Runs `tx` and, in the same round trip, `then` (a transaction of its own): `tx`'s answer,
@@ -220,10 +236,15 @@ impl Client {
             Some(Err(e)) => Some(Err(self.failed(&host, e))),
             None => None,
         };
-        (
-            first.map_err(Failed::into_error),
-            second.map(|s| s.map_err(Failed::into_error)),
-        )
+        let first = first
+            .map_err(Failed::into_error)
+            .and_then(|sets| self.whole(tx, sets));
+        let second = second.zip(then).map(|(second, then)| {
+            second
+                .map_err(Failed::into_error)
+                .and_then(|sets| self.whole(then, sets))
+        });
+        (first, second)
     }
 
     async fn exec_sql(&self, sql: &str, deadline: Instant) -> Result<Vec<Vec<Row>>, Failed> {
