@@ -74,11 +74,10 @@ fn a_run_killed_at_any_step_of_taking_its_fence_never_lets_a_later_run_have_it_a
         (false, "fsetxattr", 1),
         (false, "pwrite64", 1),
         (false, "clone", 1),
-        // Reserving a block: the old temporary file not yet removed, the new one written but
-        // not synced, not renamed, its directory entry not synced (the new block is seen, not
-        // yet on disk: it must not be counted from), its count not set, the lock file not
-        // written, the command not started.
-        (true, "unlink", 1),
+        // Reserving a block: the temporary file written but not synced, not renamed, its
+        // directory entry not synced (the new block is seen, not yet on disk: it must not be
+        // counted from), its count not set, the lock file not written, the command not
+        // started.
         (true, "fsync", 1),
         (true, "rename", 1),
         (true, "fsync", 2),

@@ -337,3 +337,29 @@ fn doctor_warns_of_a_lock_directory_another_user_owns() {
     let out = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
     assert!(warned(&out), "{}", out.stdout);
 }
+
+// See: the review of this round's mends. The fence's temporary file had one name, which a run
+// removed before it wrote a new one: in a sticky directory only its owner may remove it, so a
+// link nobody planted under that name denied the NAME to every other user for good.
+#[test]
+fn a_link_planted_under_a_temporary_name_denies_no_one() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let sticky = directory(&parent, 0o1777, 0);
+    let url = file_url(&sticky);
+    as_nobody(
+        &sticky,
+        "ln -s /nonexistent .job.fence.tmp && ln -s /nonexistent .job.history.tmp",
+    )
+    .expect(0);
+    let out = lr()
+        .url(&url)
+        .name("job")
+        .sh("echo $LOCKED_RUN_FENCE")
+        .with(|c| c.uid(1001).gid(1001))
+        .run();
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout.trim(), "1");
+}

@@ -99,20 +99,19 @@ impl Paths {
             BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
         })?;
         let new_top = top.saturating_add(BLOCK);
+        let tmp_path = self.temporary("fence");
         let write = || -> io::Result<()> {
-            // A fresh file (O_EXCL): never one that a link planted under this name points at.
-            match fs::remove_file(&self.fence_tmp) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
+            // A fresh file (O_EXCL) of a name no other run uses: never one that a link planted
+            // under it points at, nor one another user left where only they may remove it.
             let mut tmp = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o666)
-                .open(&self.fence_tmp)?;
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp_path)?;
             tmp.write_all(format!("{new_top}\n").as_bytes())?;
             tmp.sync_all()?;
-            fs::rename(&self.fence_tmp, &self.fence)?;
+            fs::rename(&tmp_path, &self.fence)?;
             dir.sync_all()?;
             // Counted only once the block is on disk: a run killed before this line leaves a
             // counter without a count, and the run after it reserves (and syncs) again.
@@ -130,7 +129,7 @@ impl Paths {
         write().map_err(|e| {
             // Not left behind for the next user to trip over (in a sticky directory, it
             // could not remove another user's).
-            let _ = fs::remove_file(&self.fence_tmp);
+            let _ = fs::remove_file(&tmp_path);
             refused(&self.fence, "write", &e)
         })?;
         Ok(next)

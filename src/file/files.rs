@@ -42,7 +42,6 @@ pub struct Paths {
     pub stem: String,
     pub lock: PathBuf,
     pub fence: PathBuf,
-    pub fence_tmp: PathBuf,
 }
 
 impl Paths {
@@ -52,9 +51,16 @@ impl Paths {
             dir: dir.to_owned(),
             lock: dir.join(format!("{stem}.lock")),
             fence: dir.join(format!("{stem}.fence")),
-            fence_tmp: dir.join(format!(".{stem}.fence.tmp")),
             stem,
         }
+    }
+
+    /// A temporary file's name for what is then renamed over `STEM.WHAT`, new for each use:
+    /// a fixed name could be taken by another user in a sticky directory (a link planted
+    /// there, which only its owner may remove), and with it every write of the NAME.
+    pub fn temporary(&self, what: &str) -> PathBuf {
+        let unique = crate::backend::new_token();
+        self.dir.join(format!(".{}.{what}.{unique}.tmp", self.stem))
     }
 
     /// The file of the shared holder whose token is `token` (`--shared`): `STEM.shared.TOKEN`.

@@ -16,10 +16,6 @@ impl Paths {
     pub fn history(&self) -> PathBuf {
         self.dir.join(format!("{}.history", self.stem))
     }
-
-    fn history_tmp(&self) -> PathBuf {
-        self.dir.join(format!(".{}.history.tmp", self.stem))
-    }
 }
 
 /// Appends `run`'s record, in one `write` (O_APPEND: holders that share the lock append whole
@@ -51,17 +47,21 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
 fn trim(paths: &Paths) -> io::Result<()> {
     let lines = lines(&open_existing(&paths.history(), false)?);
     let keep = &lines[lines.len().saturating_sub(KEPT)..];
-    let tmp = paths.history_tmp();
-    let _ = fs::remove_file(&tmp);
+    let tmp = paths.temporary("history");
     let mut out = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o666)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    for line in keep {
-        writeln!(out, "{line}")?;
+    let written = keep
+        .iter()
+        .try_for_each(|line| writeln!(out, "{line}"))
+        .and_then(|()| fs::rename(&tmp, paths.history()));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
     }
-    fs::rename(&tmp, paths.history())
+    written
 }
 
 fn lines(file: &File) -> Vec<String> {
