@@ -7,7 +7,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::EtcdLock;
-use super::wire::{b64, kvs, prefix_end, put};
+use super::wire::{b64, kvs, prefix_end, put, txn, txn_range};
 use crate::backend::{BackendError, KEPT, Run};
 
 /// Where every NAME's history lives.
@@ -26,20 +26,18 @@ impl EtcdLock {
         // A holder's token is its key (`NAME/<lease>`): its last part names the run here.
         let run_id = run.token.rsplit('/').next().unwrap_or(&run.token);
         let key = format!("{prefix}{:016}-{run_id}", run.ended_ms);
-        let put = put(&key, run.to_line().as_bytes(), 0);
-        self.client
-            .must("/v3/kv/put", &put["request_put"], deadline)
-            .await?;
-        let newest = json!({
+        // The record and the newest keys after it, in one transaction: one round trip.
+        let newest = json!({"request_range": {
             "key": b64(prefix.as_bytes()),
             "range_end": b64(&prefix_end(prefix.as_bytes())),
             "sort_target": "KEY",
             "sort_order": "DESCEND",
             "limit": (KEPT + 1).to_string(),
             "keys_only": true,
-        });
-        let reply = self.client.must("/v3/kv/range", &newest, deadline).await?;
-        let keys = kvs(&reply);
+        }});
+        let add = txn(&[], &[put(&key, run.to_line().as_bytes(), 0), newest], &[]);
+        let reply = self.client.must("/v3/kv/txn", &add, deadline).await?;
+        let keys = kvs(txn_range(&reply, 1));
         if let Some(oldest_kept) = keys.get(KEPT - 1).filter(|_| keys.len() > KEPT) {
             let drop = json!({
                 "key": b64(prefix.as_bytes()),

@@ -14,9 +14,13 @@
 //!   cluster-wide revision, strictly increasing.
 //! - A waiter keeps its key and watches the key just before its own (the highest create
 //!   revision below its own) for a delete (`line` says what else, in the other modes):
-//!   arrival order, one wake-up per handoff. It keeps its lease alive at each attempt, which
-//!   the session repeats while the waiter holds a place ([`Backend::queues`]); a waiter whose
-//!   lease lapsed anyway queues again, at the end.
+//!   arrival order, one wake-up per handoff. Woken, it keeps its lease alive and reads the
+//!   first key in the same instant, on two connections: the lease clock counts from that
+//!   keep-alive, and the fence (its key's create revision) is known already, so the command
+//!   starts one round trip after the wake-up. Between wake-ups the session asks again while
+//!   the waiter holds a place ([`Backend::queues`]); with its watch standing, that costs
+//!   etcd nothing but a keep-alive and a read every [`FRESH`]. A waiter whose lease lapsed
+//!   anyway queues again, at the end.
 //! - Release, give-back and a `-n` run that found the lock held all revoke the lease, which
 //!   deletes the key with it: an attempt still on its way then finds its lease gone and takes
 //!   nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
@@ -35,6 +39,7 @@ mod name;
 mod open;
 mod reply;
 mod url;
+mod view;
 mod watch;
 mod wire;
 
@@ -58,7 +63,8 @@ use crate::lease::Timings;
 use crate::name::LockName;
 use client::NOT_FOUND;
 use inspect::holder_of;
-use line::{Standing, standing};
+use line::{Awaited, Standing, standing};
+use view::ours;
 use watch::{EtcdWakeups, Predecessor, Watch};
 use wire::{Kv, kvs, txn_range};
 
@@ -81,7 +87,23 @@ pub struct EtcdLock {
     held_key: RefCell<Option<String>>,
     /// What was said once with `-v` about the lease's length.
     said: Cell<bool>,
+    /// The send instant of the last grant or keep-alive that etcd answered with a live lease.
+    kept_alive: Cell<Option<Instant>>,
+    /// What the last attempt of a waiter answered, while its standing holds (see `unchanged`).
+    last_busy: RefCell<Option<Attempt>>,
+    /// The watch confirmed and not fired yet, by its number, and what it awaits.
+    watching: RefCell<Option<(u64, Awaited)>>,
+    /// The number of the last watch opened.
+    watches: Cell<u64>,
+    /// The revision of the event that woke this waiter, until the next attempt reads the line.
+    woken_at: Cell<i64>,
 }
+
+/// How long a waiter's heartbeat between wake-ups may go without asking etcd (see
+/// `unchanged`): as long as a place lasts on Redis, so that a member that stopped answering
+/// (its watch silent, its connection open) is found out as soon there, and well within any
+/// lease etcd grants (2 s at the least).
+const FRESH: Duration = crate::backend::KEEP_ALIVE;
 
 /// A lease of this run and its key `NAME/<lease hex>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +134,11 @@ impl EtcdLock {
             wait_on: RefCell::new(None),
             held_key: RefCell::new(None),
             said: Cell::new(false),
+            kept_alive: Cell::new(None),
+            last_busy: RefCell::new(None),
+            watching: RefCell::new(None),
+            watches: Cell::new(0),
+            woken_at: Cell::new(0),
         }
     }
 
@@ -167,18 +194,51 @@ impl EtcdLock {
         listen: bool,
         deadline: Instant,
     ) -> Result<Round, BackendError> {
+        if let Some(attempt) = self.unchanged() {
+            return Ok(Round::Done(attempt));
+        }
         self.wait_on.replace(None);
-        // 1. A live lease: ours kept alive, or a new one.
-        let lease = match self.place.get() {
-            Some(place) if self.keep_alive(place.lease, deadline).await? => place.lease,
-            Some(_) => {
-                tracing::info!(
-                    "this run's lease on lock {} lapsed while it waited: it queues again, at the end",
-                    self.name
-                );
-                self.place.set(None);
-                self.grant(timings, deadline).await?
+        self.last_busy.replace(None);
+        // 1. A live lease: ours kept alive, or a new one. A waiter whose key exists reads the
+        // line in the same instant (its key, on this lease, needs no write: nothing to fsync
+        // on the way to a handoff), each request on a connection of its own.
+        let (lease, known) = match self.place.get() {
+            Some(Place {
+                lease,
+                created: Some(created),
+            }) => {
+                let key = self.key_of(lease);
+                // Woken by the key before ours going, an exclusive waiter is most likely the
+                // first now: the first key alone says so (one range, etcdctl's read).
+                let woken = self.woken_at.get();
+                if woken > 0 && self.mode == Mode::Exclusive {
+                    let (alive, first) = tokio::join!(
+                        self.keep_alive(lease, deadline),
+                        self.first_is(&key, created, woken, deadline)
+                    );
+                    if !alive? {
+                        self.woken_at.set(0);
+                        (self.lapsed(timings, deadline).await?, None)
+                    } else if first? {
+                        self.woken_at.set(0);
+                        return Ok(Round::Done(self.acquired(key, created)));
+                    } else {
+                        let view = self.view(&key, created, true, deadline).await?;
+                        (lease, Some((created, view)))
+                    }
+                } else {
+                    let (alive, view) = tokio::join!(
+                        self.keep_alive(lease, deadline),
+                        self.view(&key, created, true, deadline)
+                    );
+                    match alive? {
+                        true => (lease, Some((created, view?))),
+                        false => (self.lapsed(timings, deadline).await?, None),
+                    }
+                }
             }
+            Some(place) if self.keep_alive(place.lease, deadline).await? => (place.lease, None),
+            Some(_) => (self.lapsed(timings, deadline).await?, None),
             None => {
                 // -n: a run that will not wait does not queue, even for an instant.
                 if !listen {
@@ -186,19 +246,12 @@ impl EtcdLock {
                         return Ok(Round::Done(attempt));
                     }
                 }
-                self.grant(timings, deadline).await?
+                (self.grant(timings, deadline).await?, None)
             }
         };
         let key = self.key_of(lease);
-        // A waiter whose key exists (on this lease) has nothing to create: only a read, which
-        // etcd serves without a write to its log (no fsync on the way to a handoff).
-        let known = self
-            .place
-            .get()
-            .filter(|p| p.lease == lease)
-            .and_then(|p| p.created);
-        let created = match known {
-            Some(created) => created,
+        let (created, mut view) = match known {
+            Some(known) => known,
             None => {
                 // 2. Our key, created if absent, and the first key, in one transaction.
                 let first = wire::first_created(&self.prefix);
@@ -234,28 +287,19 @@ impl EtcdLock {
                 if self.mode == Mode::Exclusive && first.create_revision == created {
                     return Ok(Round::Done(self.acquired(key, created)));
                 }
-                created
+                (created, self.view(&key, created, true, deadline).await?)
             }
         };
-        // 3. The keys before ours, read in one view with ours, so that "none before ours"
-        // means ours is the first.
-        let before_ours = match self.mode {
-            Mode::Exclusive => vec![
-                wire::last_created_up_to(&self.prefix, created - 1),
-                wire::first_created(&self.prefix),
-            ],
-            _ => vec![wire::created_up_to(&self.prefix, created - 1)],
-        };
-        let mut reads = vec![wire::get(&key)];
-        reads.extend(before_ours);
-        let view = self
-            .client
-            .must("/v3/kv/txn", &wire::txn(&[], &reads, &[]), deadline)
-            .await?;
-        let ours = kvs(txn_range(&view, 0))
-            .first()
-            .is_some_and(|kv| kv.create_revision == created);
-        if !ours {
+        // 3. The view was read where it was quickest to read (see `wire::serializable`): a
+        // member may answer from a revision before what woke this waiter, or before its own
+        // key. Keys before ours can only go, never come: a view from a revision that has
+        // ours, and no key before it, is the line as it stands now. One that lags is read
+        // again, confirmed by the leader.
+        let woken = self.woken_at.take();
+        if !ours(&view, created) || wire::revision(&view) < woken {
+            view = self.view(&key, created, false, deadline).await?;
+        }
+        if !ours(&view, created) {
             tracing::info!(
                 "the key {key} of this run's place was deleted (release --force?): queueing again"
             );
@@ -286,6 +330,7 @@ impl EtcdLock {
                 Ok(Round::Done(Attempt::Mismatch { theirs }))
             }
             Standing::Waits(awaited) => {
+                let busy = busy(&before[0]);
                 if !listen {
                     self.step_aside(lease, created, deadline).await;
                 } else {
@@ -293,8 +338,9 @@ impl EtcdLock {
                         awaited,
                         from: revision + 1,
                     }));
+                    self.last_busy.replace(Some(busy.clone()));
                 }
-                Ok(Round::Done(busy(&before[0])))
+                Ok(Round::Done(busy))
             }
         }
     }
@@ -364,8 +410,9 @@ impl Backend for EtcdLock {
         Tenure::Lease
     }
 
-    /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`, and
-    /// each attempt keeps its lease alive.
+    /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`; an
+    /// attempt keeps its lease alive and reads the line unless its watch stands and it did
+    /// both within [`FRESH`] (see `view`).
     fn queues(&self) -> bool {
         self.place.get().is_some()
     }
@@ -476,6 +523,11 @@ impl Backend for EtcdLock {
             lock: self,
             watch: Some(watch),
         };
+        // The connections the wake-up's requests go on, opened now, while nothing waits on
+        // them.
+        self.client
+            .warm(Instant::now() + self.client.connect_timeout())
+            .await;
         Ok((Box::new(wakeups), true))
     }
 }

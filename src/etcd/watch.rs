@@ -32,8 +32,10 @@ pub struct Watch {
     buf: Vec<u8>,
     /// How much of `buf` is known to hold no line's end: each byte is searched once.
     searched: usize,
-    /// A delete came with the confirmation.
-    seen: bool,
+    /// A delete came with the confirmation: the revision of its message.
+    seen: Option<i64>,
+    /// Its number, for [`EtcdLock`]'s note of the watch standing (see `EtcdLock::unchanged`).
+    number: u64,
 }
 
 impl Watch {
@@ -56,33 +58,41 @@ impl Watch {
         }
         let request = json!({ "create_request": request });
         let stream = lock.client.stream("/v3/watch", &request, deadline).await?;
+        let number = lock.watches.get() + 1;
+        lock.watches.set(number);
         let mut watch = Watch {
             awaited: on.awaited.clone(),
             key,
             stream,
             buf: Vec::new(),
             searched: 0,
-            seen: false,
+            seen: None,
+            number,
         };
         loop {
             let message = tokio::time::timeout_at(deadline, watch.message())
                 .await
                 .map_err(|_| watch.broke("no confirmation in time"))??;
             if message["result"]["created"] == true {
-                watch.seen = has_events(&message);
+                watch.seen = has_events(&message).then(|| revision(&message));
+                if watch.seen.is_none() {
+                    lock.watching.replace(Some((number, watch.awaited.clone())));
+                }
                 return Ok(watch);
             }
         }
     }
 
-    /// Resolves when what is awaited happens (the filters keep every other event out).
-    async fn happened(&mut self) -> Result<(), BackendError> {
-        if self.seen {
-            return Ok(());
+    /// Resolves when what is awaited happens (the filters keep every other event out), with
+    /// the revision etcd was at when it said so.
+    async fn happened(&mut self) -> Result<i64, BackendError> {
+        if let Some(revision) = self.seen {
+            return Ok(revision);
         }
         loop {
-            if has_events(&self.message().await?) {
-                return Ok(());
+            let message = self.message().await?;
+            if has_events(&message) {
+                return Ok(revision(&message));
             }
         }
     }
@@ -153,6 +163,11 @@ impl Watch {
     }
 }
 
+/// The revision a watch message was sent at (its header's).
+fn revision(message: &Value) -> i64 {
+    int(&message["result"]["header"]["revision"])
+}
+
 /// Whether a watch message holds an event (the gateway leaves a put's type out).
 fn has_events(message: &Value) -> bool {
     message["result"]["events"]
@@ -174,12 +189,31 @@ impl Wakeups for EtcdWakeups<'_> {
             return std::future::pending().await;
         };
         if self.watch.as_ref().is_none_or(|w| w.awaited != on.awaited) {
-            self.watch = None;
+            self.close();
             self.watch = Some(Watch::open(self.lock, &on).await?);
         }
         let watch = self.watch.as_mut().expect("opened above");
-        watch.happened().await?;
-        self.watch = None;
+        let happened = watch.happened().await;
+        self.close();
+        self.lock.woken_at.set(happened?);
         Ok(Wakeup::Anyone)
+    }
+}
+
+impl EtcdWakeups<'_> {
+    /// Ends the watch (fired, broken or replaced): the lock no longer counts on it.
+    fn close(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            let mut watching = self.lock.watching.borrow_mut();
+            if watching.as_ref().is_some_and(|(n, _)| *n == watch.number) {
+                *watching = None;
+            }
+        }
+    }
+}
+
+impl Drop for EtcdWakeups<'_> {
+    fn drop(&mut self) {
+        self.close();
     }
 }

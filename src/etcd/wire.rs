@@ -155,6 +155,22 @@ pub fn txn(compare: &[Value], success: &[Value], failure: &[Value]) -> Value {
     json!({"compare": compare, "success": success, "failure": failure})
 }
 
+/// A transaction of reads `reads` that the member asked answers from what it has applied,
+/// without confirming first with the leader that nothing newer was committed (etcd's
+/// serializable read): no wait for a write in flight, such as its fsync. What it may miss is
+/// recent: a key created after the revision it answers at, or deleted since.
+pub fn serializable(reads: &[Value]) -> Value {
+    let reads: Vec<Value> = reads
+        .iter()
+        .map(|read| {
+            let mut read = read.clone();
+            read["request_range"]["serializable"] = json!(true);
+            read
+        })
+        .collect();
+    txn(&[], &reads, &[])
+}
+
 /// gRPC status codes etcd answers with.
 pub const INVALID_ARGUMENT: i64 = 3;
 pub const NOT_FOUND: i64 = 5;

@@ -1,0 +1,97 @@
+//! How a run reads its place in NAME's line: the view its standing is decided from, and what a
+//! woken or idle waiter may skip. Reads here go to the member asked as it has applied them
+//! (`wire::serializable`) wherever a lagging answer is safe: keys before ours only go, never
+//! come, so a view that has our key and no key before it is the line as it stands now.
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::wire::{self, kvs, txn_range};
+use super::{EtcdLock, FRESH};
+use crate::backend::{Attempt, BackendError, Mode};
+use crate::lease::Timings;
+
+impl EtcdLock {
+    /// The line as this run's standing reads it, with our key: our key, then the keys before
+    /// it (an exclusive run: the last one and the first one; other modes: all of them), in
+    /// one view; `serializable`, as the member asked has applied it.
+    pub(super) async fn view(
+        &self,
+        key: &str,
+        created: i64,
+        serializable: bool,
+        deadline: Instant,
+    ) -> Result<Value, BackendError> {
+        let mut reads = vec![wire::get(key)];
+        match self.mode {
+            Mode::Exclusive => reads.extend([
+                wire::last_created_up_to(&self.prefix, created - 1),
+                wire::first_created(&self.prefix),
+            ]),
+            _ => reads.push(wire::created_up_to(&self.prefix, created - 1)),
+        }
+        let txn = match serializable {
+            true => wire::serializable(&reads),
+            false => wire::txn(&[], &reads, &[]),
+        };
+        self.client.must("/v3/kv/txn", &txn, deadline).await
+    }
+
+    /// Whether our key, the one created at `created`, is the first under `NAME/`, read as
+    /// the member asked has applied it (see `wire::serializable`): a member's answer from a
+    /// revision at or after `woken` (the event that woke us, whose view has every delete
+    /// before it) that shows ours first is the line as it stands now, since keys before ours
+    /// only go. An older answer is `false`, for the whole view to be read.
+    pub(super) async fn first_is(
+        &self,
+        key: &str,
+        created: i64,
+        woken: i64,
+        deadline: Instant,
+    ) -> Result<bool, BackendError> {
+        let mut read = wire::range_first(&self.prefix);
+        read["serializable"] = json!(true);
+        let reply = self.client.must("/v3/kv/range", &read, deadline).await?;
+        let first = kvs(&reply).into_iter().next();
+        Ok(wire::revision(&reply) >= woken
+            && first.is_some_and(|kv| kv.key == key && kv.create_revision == created))
+    }
+
+    /// This run's lease lapsed while it waited: a new one, and a new place, at the end.
+    pub(super) async fn lapsed(
+        &self,
+        timings: &Timings,
+        deadline: Instant,
+    ) -> Result<i64, BackendError> {
+        tracing::info!(
+            "this run's lease on lock {} lapsed while it waited: it queues again, at the end",
+            self.name
+        );
+        self.place.set(None);
+        self.grant(timings, deadline).await
+    }
+
+    /// A waiter's heartbeat between wake-ups, answered without asking etcd: its watch stands
+    /// confirmed on what its last attempt awaited and has not fired, so nothing it waits for
+    /// has happened, and its lease was kept alive within [`FRESH`]. `None` when it must ask.
+    pub(super) fn unchanged(&self) -> Option<Attempt> {
+        let place = self.place.get()?;
+        place.created?;
+        let on = self.waits_on()?;
+        let watching = self.watching.borrow();
+        if watching.as_ref().map(|(_, awaited)| awaited) != Some(&on.awaited) {
+            return None;
+        }
+        if self.kept_alive.get()?.elapsed() >= FRESH {
+            return None;
+        }
+        self.last_busy.borrow().clone()
+    }
+}
+
+/// Whether `view` (see [`EtcdLock::view`]) has our key, the one created at `created`.
+pub(super) fn ours(view: &Value, created: i64) -> bool {
+    kvs(txn_range(view, 0))
+        .first()
+        .is_some_and(|kv| kv.create_revision == created)
+}
