@@ -64,7 +64,6 @@ use crate::name::LockName;
 use client::NOT_FOUND;
 use inspect::holder_of;
 use line::{Awaited, Standing, standing};
-use view::ours;
 use watch::{EtcdWakeups, Predecessor, Watch};
 use wire::{Kv, kvs, txn_range};
 
@@ -250,14 +249,21 @@ impl EtcdLock {
             }
         };
         let key = self.key_of(lease);
-        let (created, mut view) = match known {
-            Some(known) => known,
+        let line = match known {
+            Some((created, view)) => self.standing_in(&key, created, view, deadline).await?,
             None => {
-                // 2. Our key, created if absent, and the first key, in one transaction.
+                // 2. Our key, created if absent, in one transaction with what decides our
+                // standing: the first key, and the keys before ours (an exclusive run: the
+                // key just before ours, the one it would watch, as the second of the last
+                // two; a line has ours last, as it was just made).
+                let before = match self.mode {
+                    Mode::Exclusive => wire::last_created(&self.prefix, 2),
+                    _ => json!({ "request_range": wire::range_line(&self.prefix) }),
+                };
                 let first = wire::first_created(&self.prefix);
                 let create = wire::txn(
                     &[wire::absent(&key)],
-                    &[wire::put(&key, &self.value(), lease), first.clone()],
+                    &[wire::put(&key, &self.value(), lease), first.clone(), before],
                     &[wire::get(&key), first],
                 );
                 let reply = match self.client.call("/v3/kv/txn", &create, deadline).await? {
@@ -269,7 +275,8 @@ impl EtcdLock {
                     }
                     Err(status) => return Err(self.client.refused(&status)),
                 };
-                let created = match reply["succeeded"] == true {
+                let made = reply["succeeded"] == true;
+                let created = match made {
                     true => wire::revision(&reply),
                     false => match kvs(txn_range(&reply, 0)).first() {
                         Some(kv) => kv.create_revision,
@@ -287,37 +294,30 @@ impl EtcdLock {
                 if self.mode == Mode::Exclusive && first.create_revision == created {
                     return Ok(Round::Done(self.acquired(key, created)));
                 }
-                (created, self.view(&key, created, true, deadline).await?)
+                match made {
+                    true => {
+                        let before = kvs(txn_range(&reply, 2))
+                            .into_iter()
+                            .filter(|kv| kv.create_revision < created);
+                        let before: Vec<Kv> = match self.mode {
+                            Mode::Exclusive => {
+                                std::iter::once(first).chain(before.take(1)).collect()
+                            }
+                            _ => before.collect(),
+                        };
+                        Some((created, before, created))
+                    }
+                    // Our key was there already (a create whose reply was lost): read.
+                    false => {
+                        let view = self.view(&key, created, true, deadline).await?;
+                        self.standing_in(&key, created, view, deadline).await?
+                    }
+                }
             }
         };
-        // 3. The view was read where it was quickest to read (see `wire::serializable`): a
-        // member may answer from a revision before what woke this waiter, or before its own
-        // key. Keys before ours can only go, never come: a view from a revision that has
-        // ours, and no key before it, is the line as it stands now. One that lags is read
-        // again, confirmed by the leader.
-        let woken = self.woken_at.take();
-        if !ours(&view, created) || wire::revision(&view) < woken {
-            view = self.view(&key, created, false, deadline).await?;
-        }
-        if !ours(&view, created) {
-            tracing::info!(
-                "the key {key} of this run's place was deleted (release --force?): queueing again"
-            );
-            let _ = self.leave(deadline).await;
+        let Some((created, before, revision)) = line else {
             return Ok(Round::Again);
-        }
-        let before: Vec<Kv> = match self.mode {
-            Mode::Exclusive => {
-                let last = kvs(txn_range(&view, 1)).into_iter().next();
-                let first = kvs(txn_range(&view, 2))
-                    .into_iter()
-                    .next()
-                    .filter(|kv| kv.create_revision < created);
-                first.into_iter().chain(last).collect()
-            }
-            _ => kvs(txn_range(&view, 1)),
         };
-        let revision = wire::revision(&view);
         match standing(self.mode, &before) {
             Standing::Holds => {
                 if matches!(self.mode, Mode::Holders(_)) && revision > created {

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::wire::{self, kvs, txn_range};
+use super::wire::{self, Kv, kvs, txn_range};
 use super::{EtcdLock, FRESH};
 use crate::backend::{Attempt, BackendError, Mode};
 use crate::lease::Timings;
@@ -35,6 +35,43 @@ impl EtcdLock {
             false => wire::txn(&[], &reads, &[]),
         };
         self.client.must("/v3/kv/txn", &txn, deadline).await
+    }
+
+    /// Our standing's evidence in `view` (read by [`EtcdLock::view`], serializable): the keys
+    /// before ours, and the revision it was read at. A member may answer from a revision
+    /// before what woke this waiter, or before its own key: such a view is read again,
+    /// confirmed by the leader. `None` when our key is gone (a `release --force`, a hand
+    /// delete): our place is given up, for the next round to queue again.
+    pub(super) async fn standing_in(
+        &self,
+        key: &str,
+        created: i64,
+        mut view: Value,
+        deadline: Instant,
+    ) -> Result<Option<(i64, Vec<Kv>, i64)>, BackendError> {
+        let woken = self.woken_at.take();
+        if !ours(&view, created) || wire::revision(&view) < woken {
+            view = self.view(key, created, false, deadline).await?;
+        }
+        if !ours(&view, created) {
+            tracing::info!(
+                "the key {key} of this run's place was deleted (release --force?): queueing again"
+            );
+            let _ = self.leave(deadline).await;
+            return Ok(None);
+        }
+        let before: Vec<Kv> = match self.mode {
+            Mode::Exclusive => {
+                let last = kvs(txn_range(&view, 1)).into_iter().next();
+                let first = kvs(txn_range(&view, 2))
+                    .into_iter()
+                    .next()
+                    .filter(|kv| kv.create_revision < created);
+                first.into_iter().chain(last).collect()
+            }
+            _ => kvs(txn_range(&view, 1)),
+        };
+        Ok(Some((created, before, wire::revision(&view))))
     }
 
     /// Whether our key, the one created at `created`, is the first under `NAME/`, read as
@@ -90,7 +127,7 @@ impl EtcdLock {
 }
 
 /// Whether `view` (see [`EtcdLock::view`]) has our key, the one created at `created`.
-pub(super) fn ours(view: &Value, created: i64) -> bool {
+fn ours(view: &Value, created: i64) -> bool {
     kvs(txn_range(view, 0))
         .first()
         .is_some_and(|kv| kv.create_revision == created)

@@ -120,6 +120,19 @@ pub fn range_first(prefix: &str) -> Value {
     })
 }
 
+/// The `limit` keys under `prefix` with the highest create revisions (the last to queue), the
+/// last first, their keys only.
+pub fn last_created(prefix: &str, limit: u32) -> Value {
+    json!({"request_range": {
+        "key": b64(prefix.as_bytes()),
+        "range_end": b64(&prefix_end(prefix.as_bytes())),
+        "sort_target": "CREATE",
+        "sort_order": "DESCEND",
+        "limit": limit.to_string(),
+        "keys_only": true,
+    }})
+}
+
 /// The key under `prefix` with the highest create revision at most `max` (the one a waiter
 /// waits on: the key just before its own).
 pub fn last_created_up_to(prefix: &str, max: i64) -> Value {
