@@ -208,11 +208,7 @@ fn calls(port: u16) -> std::collections::HashMap<String, u64> {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
-    )
-    .unwrap();
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     let mut calls = std::collections::HashMap::new();
@@ -277,6 +273,41 @@ fn a_waiter_asks_etcd_every_2s_while_its_watch_stands_and_twice_when_woken() {
     assert!(
         (1..=2).contains(&since[0]) && (2..=3).contains(&since[1]) && since[2] == 1,
         "keep-alives, transactions, ranges from the release on: {since:?}"
+    );
+}
+
+/// A waiter on a lease of 2 s (etcd's shortest: `--ttl 1s` is raised to it) keeps it alive on
+/// every heartbeat (667 ms), a third of its lease: asked only every 2 s, it would lapse, and
+/// the waiter would queue again at the end.
+#[test]
+fn a_waiter_on_etcds_shortest_lease_keeps_it_alive_on_every_heartbeat() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let port = etcd.members[0].client_port;
+    let held = Held::start(&url, &["--ttl", "60s"]);
+    let waiter = lr()
+        .args(["-v", "--ttl", "1s", "-w", "60s"])
+        .url(&url)
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .spawn();
+    wait_until("the waiter watches", Duration::from_secs(10), || {
+        calls(port).get("Watch").copied().unwrap_or(0) == 1
+    });
+    let queued = etcd.keys("job/")[1].1;
+    let keep_alives = || calls(port).get("LeaseKeepAlive").copied().unwrap_or(0);
+    let before = keep_alives();
+    // Counting, not waiting for anything: six heartbeats go by.
+    std::thread::sleep(Duration::from_secs(4));
+    let asked = keep_alives() - before;
+    assert!(asked >= 4, "{asked} keep-alives in 4 s of waiting");
+    let (out, _) = held.finish();
+    out.expect(0);
+    let out = waiter.wait().expect(0);
+    assert!(!out.stderr.contains("lapsed"), "{}", out.stderr);
+    assert_eq!(
+        out.stdout.trim(),
+        queued.to_string(),
+        "served on the key it queued with"
     );
 }
 

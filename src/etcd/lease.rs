@@ -42,6 +42,7 @@ impl EtcdLock {
             created: None,
         }));
         self.kept_alive.set(Some(sent));
+        self.granted.set(granted as u64);
         // The lease clock counts with --ttl from the instant the attempt was sent, before the
         // grant: etcd's lease, at least as long and started later, outlasts what it trusts.
         if !self.said.replace(true) && granted as u128 * 1000 != ttl.as_millis() {

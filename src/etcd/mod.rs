@@ -19,7 +19,8 @@
 //!   keep-alive, and the fence (its key's create revision) is known already, so the command
 //!   starts one round trip after the wake-up. Between wake-ups the session asks again while
 //!   the waiter holds a place ([`Backend::queues`]); with its watch standing, that costs
-//!   etcd nothing but a keep-alive and a read every [`FRESH`]. A waiter whose lease lapsed
+//!   etcd nothing but a keep-alive and a read every [`FRESH`] (less with a lease shorter than
+//!   three times that). A waiter whose lease lapsed
 //!   anyway queues again, at the end.
 //! - Release, give-back and a `-n` run that found the lock held all revoke the lease, which
 //!   deletes the key with it: an attempt still on its way then finds its lease gone and takes
@@ -88,6 +89,8 @@ pub struct EtcdLock {
     said: Cell<bool>,
     /// The send instant of the last grant or keep-alive that etcd answered with a live lease.
     kept_alive: Cell<Option<Instant>>,
+    /// The TTL etcd granted this run's lease, in seconds.
+    granted: Cell<u64>,
     /// What the last attempt of a waiter answered, while its standing holds (see `unchanged`).
     last_busy: RefCell<Option<Attempt>>,
     /// The watch confirmed and not fired yet, by its number, and what it awaits.
@@ -98,10 +101,10 @@ pub struct EtcdLock {
     woken_at: Cell<i64>,
 }
 
-/// How long a waiter's heartbeat between wake-ups may go without asking etcd (see
+/// The longest a waiter's heartbeat between wake-ups may go without asking etcd (see
 /// `unchanged`): as long as a place lasts on Redis, so that a member that stopped answering
-/// (its watch silent, its connection open) is found out as soon there, and well within any
-/// lease etcd grants (2 s at the least).
+/// (its watch silent, its connection open) is found out as soon there. A shorter lease is
+/// kept alive every third of it, as etcd's own sessions do (see `EtcdLock::fresh`).
 const FRESH: Duration = crate::backend::KEEP_ALIVE;
 
 /// A lease of this run and its key `NAME/<lease hex>`.
@@ -134,6 +137,7 @@ impl EtcdLock {
             held_key: RefCell::new(None),
             said: Cell::new(false),
             kept_alive: Cell::new(None),
+            granted: Cell::new(0),
             last_busy: RefCell::new(None),
             watching: RefCell::new(None),
             watches: Cell::new(0),
@@ -412,7 +416,7 @@ impl Backend for EtcdLock {
 
     /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`; an
     /// attempt keeps its lease alive and reads the line unless its watch stands and it did
-    /// both within [`FRESH`] (see `view`).
+    /// both within [`FRESH`] or a third of its lease (see `view`).
     fn queues(&self) -> bool {
         self.place.get().is_some()
     }

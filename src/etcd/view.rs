@@ -3,6 +3,8 @@
 //! (`wire::serializable`) wherever a lagging answer is safe: keys before ours only go, never
 //! come, so a view that has our key and no key before it is the line as it stands now.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -74,6 +76,13 @@ impl EtcdLock {
         Ok(Some((created, before, wire::revision(&view))))
     }
 
+    /// How long a kept-alive lease stands without asking again: [`FRESH`], or a third of the
+    /// lease when that is shorter. The heartbeat that asks next comes up to
+    /// `KEEP_ALIVE / 3` later: within two thirds of the lease, even at etcd's shortest (2 s).
+    fn fresh(&self) -> Duration {
+        FRESH.min(Duration::from_secs(self.granted.get()) / 3)
+    }
+
     /// Whether our key, the one created at `created`, is the first under `NAME/`, read as
     /// the member asked has applied it (see `wire::serializable`): a member's answer from a
     /// revision at or after `woken` (the event that woke us, whose view has every delete
@@ -110,7 +119,8 @@ impl EtcdLock {
 
     /// A waiter's heartbeat between wake-ups, answered without asking etcd: its watch stands
     /// confirmed on what its last attempt awaited and has not fired, so nothing it waits for
-    /// has happened, and its lease was kept alive within [`FRESH`]. `None` when it must ask.
+    /// has happened, and its lease was kept alive within [`EtcdLock::fresh`]. `None` when it must
+    /// ask.
     pub(super) fn unchanged(&self) -> Option<Attempt> {
         let place = self.place.get()?;
         place.created?;
@@ -119,7 +129,7 @@ impl EtcdLock {
         if watching.as_ref().map(|(_, awaited)| awaited) != Some(&on.awaited) {
             return None;
         }
-        if self.kept_alive.get()?.elapsed() >= FRESH {
+        if self.kept_alive.get()?.elapsed() >= self.fresh() {
             return None;
         }
         self.last_busy.borrow().clone()
