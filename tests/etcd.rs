@@ -311,6 +311,60 @@ fn a_waiter_on_etcds_shortest_lease_keeps_it_alive_on_every_heartbeat() {
     );
 }
 
+/// `body` POSTed to `path` of the JSON gateway of etcd's member at `port`: its reply.
+fn gateway(port: u16, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let body = body.to_string();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (_, json) = reply.split_once("\r\n\r\n").unwrap();
+    serde_json::from_str(json).unwrap()
+}
+
+/// NAME's history on etcd grows by one record a run, with no read of the records and no
+/// delete, until it is twice the hundred kept; the run that finds it so cuts it to the newest
+/// hundred, its own record with them.
+#[test]
+fn etcds_history_is_cut_to_the_newest_hundred_once_twice_as_long() {
+    use base64::Engine as _;
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let port = etcd.members[0].client_port;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    // Records older than any run's (their keys start with when the run let go).
+    let older = |from: u32, to: u32| {
+        let puts: Vec<serde_json::Value> = (from..to)
+            .map(|i| {
+                let key = format!("locked-run/history/job/{i:016}-old");
+                serde_json::json!({"request_put": {"key": b64(&key), "value": b64("{}")}})
+            })
+            .collect();
+        let reply = gateway(port, "/v3/kv/txn", &serde_json::json!({"success": puts}));
+        assert!(reply["header"]["revision"].is_string(), "{reply}");
+    };
+    let records = || etcd.keys("locked-run/history/job/");
+    older(0, 100);
+    older(100, 150);
+    lr().url(&url).job(["true"]).run().expect(0);
+    assert_eq!(records().len(), 151, "the run's record added, none deleted");
+    older(150, 200);
+    lr().url(&url).job(["true"]).run().expect(0);
+    let kept = records();
+    assert_eq!(kept.len(), 100, "the newest hundred");
+    let runs = kept.iter().filter(|(key, _, _)| !key.ends_with("-old"));
+    assert_eq!(runs.count(), 2, "both runs' records among them: {kept:?}");
+}
+
 #[test]
 fn etcdctl_lock_and_locked_run_exclude_each_other() {
     let etcd = Etcd::start();

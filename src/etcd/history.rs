@@ -1,13 +1,16 @@
 //! A NAME's history on etcd: one key per run, `locked-run/history/NAME/<when>-<token>`, its
 //! value the run's record. Outside the lock's prefix (`NAME/`), where `etcdctl lock` would count
 //! a history key as a holder; written right after the release is confirmed, and trimmed to the
-//! newest runs there; never a reason for a release to fail.
+//! newest runs there, as `file://` trims its history: once it is twice as long (a record and a
+//! count in one transaction at every run, the trim's read and delete once in a hundred runs,
+//! where each run read the newest hundred keys and deleted one); never a reason for a release
+//! to fail.
 
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::EtcdLock;
-use super::wire::{b64, kvs, prefix_end, put, txn, txn_range};
+use super::wire::{b64, int, kvs, prefix_end, put, txn, txn_range};
 use crate::backend::{BackendError, KEPT, Run};
 
 /// Where every NAME's history lives.
@@ -19,26 +22,40 @@ fn prefix(lock: &EtcdLock) -> String {
 }
 
 impl EtcdLock {
-    /// Adds `run` to the NAME's history, then drops what is past the newest [`KEPT`] runs.
-    /// Keys sort by when the run let go of the lock (then its token), so the newest are last.
+    /// Adds `run` to the NAME's history; once it holds twice [`KEPT`] runs, drops what is past
+    /// the newest [`KEPT`]. Keys sort by when the run let go of the lock (then its token), so
+    /// the newest are last.
     pub(super) async fn remember(&self, run: &Run, deadline: Instant) -> Result<(), BackendError> {
         let prefix = prefix(self);
         // A holder's token is its key (`NAME/<lease>`): its last part names the run here.
         let run_id = run.token.rsplit('/').next().unwrap_or(&run.token);
         let key = format!("{prefix}{:016}-{run_id}", run.ended_ms);
-        // The record and the newest keys after it, in one transaction: one round trip.
-        let newest = json!({"request_range": {
+        let all = json!({
             "key": b64(prefix.as_bytes()),
             "range_end": b64(&prefix_end(prefix.as_bytes())),
-            "sort_target": "KEY",
-            "sort_order": "DESCEND",
-            "limit": (KEPT + 1).to_string(),
-            "keys_only": true,
-        }});
-        let add = txn(&[], &[put(&key, run.to_line().as_bytes(), 0), newest], &[]);
+        });
+        // The record and how many there are now, in one transaction: one round trip.
+        let mut count = all.clone();
+        count["count_only"] = json!(true);
+        let add = txn(
+            &[],
+            &[
+                put(&key, run.to_line().as_bytes(), 0),
+                json!({ "request_range": count }),
+            ],
+            &[],
+        );
         let reply = self.client.must("/v3/kv/txn", &add, deadline).await?;
-        let keys = kvs(txn_range(&reply, 1));
-        if let Some(oldest_kept) = keys.get(KEPT - 1).filter(|_| keys.len() > KEPT) {
+        if int(&txn_range(&reply, 1)["count"]) <= 2 * KEPT as i64 {
+            return Ok(());
+        }
+        let mut newest = all;
+        newest["sort_target"] = json!("KEY");
+        newest["sort_order"] = json!("DESCEND");
+        newest["limit"] = json!(KEPT.to_string());
+        newest["keys_only"] = json!(true);
+        let reply = self.client.must("/v3/kv/range", &newest, deadline).await?;
+        if let Some(oldest_kept) = kvs(&reply).get(KEPT - 1) {
             let drop = json!({
                 "key": b64(prefix.as_bytes()),
                 "range_end": b64(oldest_kept.key.as_bytes()),
