@@ -488,8 +488,12 @@ impl Backend for EtcdLock {
     /// was gone already. With `keep_for` (`--min-hold`), the key is first moved to a lease of
     /// its own that lasts that long (whole seconds, at least etcd's minimum): it keeps its
     /// create revision, so it holds the lock until that lease ends, and its waiters wake then.
-    /// Releases, then (the release confirmed) adds `run` to the history: a history that
-    /// cannot be written is a warning, never a failed release.
+    /// `run` goes in the history: a history that cannot be written is a warning, never a
+    /// failed release. Without `keep_for`, its record is sent with the revoke, on a connection
+    /// of its own, in a transaction that also deletes our key (if still ours): etcd commits
+    /// the two together as a rule (one fsync), and neither waits for the other, so the
+    /// history adds no round trip to the release nor to the run's end. The revoke alone says
+    /// whether the release went through.
     async fn release(
         &self,
         keep_for: Option<Duration>,
@@ -497,17 +501,38 @@ impl Backend for EtcdLock {
         run: Option<&Run>,
     ) -> Result<bool, BackendError> {
         let deadline = Instant::now() + timeout;
-        let released = self.let_go(keep_for, deadline).await;
-        if let Some(run) = run {
-            // The history gets a deadline of its own: a release that used up its time still
-            // leaves its run in it.
-            let by = Instant::now() + self.client.connect_timeout();
-            if let Err(e) = self.remember(run, by).await {
-                tracing::warn!(
-                    "could not add this run to lock {}'s history ({e}); the lock is released",
-                    self.name
-                );
+        // The history gets a deadline of its own: a release that used up its time still
+        // leaves its run in it.
+        let by = Instant::now() + self.client.connect_timeout();
+        let (released, remembered) = match (keep_for, run, self.place.get()) {
+            (
+                None,
+                Some(run),
+                Some(Place {
+                    lease,
+                    created: Some(created),
+                }),
+            ) => {
+                let key = self.key_of(lease);
+                tokio::join!(
+                    self.let_go(None, deadline),
+                    self.remember(run, Some((&key, created)), by)
+                )
             }
+            _ => {
+                let released = self.let_go(keep_for, deadline).await;
+                let remembered = match run {
+                    Some(run) => self.remember(run, None, by).await,
+                    None => Ok(()),
+                };
+                (released, remembered)
+            }
+        };
+        if let Err(e) = remembered {
+            tracing::warn!(
+                "could not add this run to lock {}'s history ({e}); the lock is released",
+                self.name
+            );
         }
         released
     }
