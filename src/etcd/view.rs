@@ -97,6 +97,8 @@ impl EtcdLock {
     ) -> Result<bool, BackendError> {
         let mut read = wire::range_first(&self.prefix);
         read["serializable"] = json!(true);
+        // Its key and create revision say it all: not the holder's metadata.
+        read["keys_only"] = json!(true);
         let reply = self.client.must("/v3/kv/range", &read, deadline).await?;
         let first = kvs(&reply).into_iter().next();
         Ok(wire::revision(&reply) >= woken
