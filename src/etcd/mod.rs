@@ -348,60 +348,11 @@ impl EtcdLock {
             }
         }
     }
-
-    /// For a run that will not wait (`-n`): the attempt that ends it before it queues, when
-    /// the line as it stands already leaves it no place; `None` when it may try.
-    async fn refused_at_once(&self, deadline: Instant) -> Result<Option<Attempt>, BackendError> {
-        let line = match self.mode {
-            Mode::Exclusive => self.holder_key(deadline).await?.into_iter().collect(),
-            _ => {
-                let reply = self
-                    .client
-                    .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
-                    .await?;
-                kvs(&reply)
-            }
-        };
-        Ok(match standing(self.mode, &line) {
-            Standing::Holds => None,
-            Standing::Waits(_) => Some(busy(&line[0])),
-            Standing::Mismatch(theirs) => Some(Attempt::Mismatch { theirs }),
-        })
-    }
-
-    /// Gives up the place of a run that will not wait; should etcd not answer, it is kept as
-    /// a place, for the give-back on the way out to try again.
-    async fn step_aside(&self, lease: i64, created: i64, deadline: Instant) {
-        if let Err(e) = self.leave(deadline).await {
-            self.place.set(Some(Place {
-                lease,
-                created: Some(created),
-            }));
-            tracing::info!("could not give up the place of lock {}: {e}", self.name);
-        }
-    }
-
-    /// A semaphore's waiter that took a place writes its key again: the waiter behind it,
-    /// watching it, is the first waiter now. Unanswered, that waiter learns it at its next
-    /// heartbeat instead.
-    async fn tell_the_next(&self, key: &str, lease: i64, created: i64, deadline: Instant) {
-        let touch = wire::txn(
-            &[wire::created_at(key, created)],
-            &[wire::put(key, &self.value(), lease)],
-            &[],
-        );
-        if let Err(e) = self.client.must("/v3/kv/txn", &touch, deadline).await {
-            tracing::info!(
-                "could not tell the next waiter of lock {} that it comes next: {e}",
-                self.name
-            );
-        }
-    }
 }
 
 /// Held by the key `holder`: its end is its holder's business (a release or a lapse, seen by
 /// the watch), not a time to sleep until.
-fn busy(holder: &wire::Kv) -> Attempt {
+pub(super) fn busy(holder: &wire::Kv) -> Attempt {
     Attempt::Busy(Busy {
         holder: holder_of(holder),
         expiry: Expiry::WithHolder,

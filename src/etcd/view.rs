@@ -1,15 +1,18 @@
 //! How a run reads its place in NAME's line: the view its standing is decided from, and what a
 //! woken or idle waiter may skip. Reads here go to the member asked as it has applied them
 //! (`wire::serializable`) wherever a lagging answer is safe: keys before ours only go, never
-//! come, so a view that has our key and no key before it is the line as it stands now.
+//! come, so a view that has our key and no key before it is the line as it stands now. And
+//! what a run does about its place besides waiting: a `-n` run refused before it queues, a
+//! place given up, the waiter behind told.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::line::{Standing, standing};
 use super::wire::{self, Kv, kvs, txn_range};
-use super::{EtcdLock, FRESH};
+use super::{EtcdLock, FRESH, Place, busy};
 use crate::backend::{Attempt, BackendError, Mode};
 use crate::lease::Timings;
 
@@ -135,6 +138,66 @@ impl EtcdLock {
             return None;
         }
         self.last_busy.borrow().clone()
+    }
+}
+
+impl EtcdLock {
+    /// For a run that will not wait (`-n`): the attempt that ends it before it queues, when
+    /// the line as it stands already leaves it no place; `None` when it may try.
+    pub(super) async fn refused_at_once(
+        &self,
+        deadline: Instant,
+    ) -> Result<Option<Attempt>, BackendError> {
+        let line = match self.mode {
+            Mode::Exclusive => self.holder_key(deadline).await?.into_iter().collect(),
+            _ => {
+                let reply = self
+                    .client
+                    .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
+                    .await?;
+                kvs(&reply)
+            }
+        };
+        Ok(match standing(self.mode, &line) {
+            Standing::Holds => None,
+            Standing::Waits(_) => Some(busy(&line[0])),
+            Standing::Mismatch(theirs) => Some(Attempt::Mismatch { theirs }),
+        })
+    }
+
+    /// Gives up the place of a run that will not wait; should etcd not answer, it is kept as
+    /// a place, for the give-back on the way out to try again.
+    pub(super) async fn step_aside(&self, lease: i64, created: i64, deadline: Instant) {
+        if let Err(e) = self.leave(deadline).await {
+            self.place.set(Some(Place {
+                lease,
+                created: Some(created),
+            }));
+            tracing::info!("could not give up the place of lock {}: {e}", self.name);
+        }
+    }
+
+    /// A semaphore's waiter that took a place writes its key again: the waiter behind it,
+    /// watching it, is the first waiter now. Unanswered, that waiter learns it at its next
+    /// heartbeat instead.
+    pub(super) async fn tell_the_next(
+        &self,
+        key: &str,
+        lease: i64,
+        created: i64,
+        deadline: Instant,
+    ) {
+        let touch = wire::txn(
+            &[wire::created_at(key, created)],
+            &[wire::put(key, &self.value(), lease)],
+            &[],
+        );
+        if let Err(e) = self.client.must("/v3/kv/txn", &touch, deadline).await {
+            tracing::info!(
+                "could not tell the next waiter of lock {} that it comes next: {e}",
+                self.name
+            );
+        }
     }
 }
 
