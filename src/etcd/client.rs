@@ -1,5 +1,7 @@
 //! A client of etcd's JSON gateway (the gRPC gateway every etcd v3 member serves under `/v3/`)
-//! over HTTP/1.1 with hyper: one kept-alive connection for requests and one per watch. The
+//! over HTTP/1.1 with hyper: up to two kept-alive connections for requests (a woken waiter
+//! sends two at once) and one per watch. The gateway takes HTTP/1.1 only where etcd serves
+//! without TLS: every HTTP/2 connection on that port goes to its gRPC server. The
 //! cluster's endpoints are tried in turn when one cannot be reached, did not answer in time, or
 //! sent a reply past the bounds `reply.rs` sets, and the one that answered is asked first from
 //! then on. With a user, its token (`/v3/auth/authenticate`) goes in the `Authorization`
@@ -32,6 +34,10 @@ pub use super::wire::{INVALID_ARGUMENT, NOT_FOUND, Status};
 
 type Sender = SendRequest<Full<Bytes>>;
 
+/// How many idle connections a client keeps: two requests may be in flight at once (a woken
+/// waiter's keep-alive and its read), each on a connection that is open already.
+const KEPT_CONNECTIONS: usize = 2;
+
 /// A watch's response, streaming, and what keeps its connection open.
 pub struct Stream {
     pub body: Incoming,
@@ -47,8 +53,9 @@ pub struct Client {
     connect_timeout: Duration,
     /// The endpoint to ask first: the last that answered.
     current: Cell<usize>,
-    /// The kept-alive connection for requests, and its endpoint; taken out while in use.
-    idle: RefCell<Option<(usize, Sender)>>,
+    /// The kept-alive connections for requests, and their endpoints; each taken out while in
+    /// use, at most [`KEPT_CONNECTIONS`].
+    idle: RefCell<Vec<(usize, Sender)>>,
     /// The user's token, once authenticated.
     token: RefCell<Option<String>>,
     /// The user was authenticated, or etcd said it has no authentication enabled.
@@ -62,7 +69,7 @@ impl Client {
             tls,
             connect_timeout,
             current: Cell::new(0),
-            idle: RefCell::new(None),
+            idle: RefCell::new(Vec::new()),
             token: RefCell::new(None),
             authenticated: Cell::new(false),
         }
@@ -297,7 +304,7 @@ impl Client {
         body: &Value,
         deadline: Instant,
     ) -> Result<(usize, Result<Value, Status>), BackendError> {
-        let kept = self.idle.take().filter(|(_, sender)| !sender.is_closed());
+        let kept = self.kept();
         let (mut at, mut sender, mut reused) = match kept {
             Some((at, sender)) => (at, sender, true),
             // Nothing was sent yet: a cluster that cannot be reached was asked nothing.
@@ -315,7 +322,7 @@ impl Client {
             let exchanged = timeout_at(share, exchange(&mut sender, request)).await;
             match exchanged {
                 Ok(Ok((status, bytes))) => {
-                    self.idle.replace(Some((at, sender)));
+                    self.keep(at, sender);
                     return Ok((at, self.answer(at, path, status, &bytes)?));
                 }
                 // A kept-alive connection the server closed meanwhile: once more on a new
@@ -417,7 +424,46 @@ impl Client {
         if self.current.get() == at {
             self.current.set((at + 1) % self.url.endpoints.len());
         }
-        self.idle.replace(None);
+        self.idle.borrow_mut().clear();
+    }
+
+    /// An idle connection still open, if any.
+    fn kept(&self) -> Option<(usize, Sender)> {
+        let mut idle = self.idle.borrow_mut();
+        while let Some((at, sender)) = idle.pop() {
+            if !sender.is_closed() {
+                return Some((at, sender));
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection that answered for the next request, unless enough are kept; one to
+    /// an endpoint that is no longer the one to ask first goes.
+    fn keep(&self, at: usize, sender: Sender) {
+        let mut idle = self.idle.borrow_mut();
+        if at == self.current.get() && idle.len() < KEPT_CONNECTIONS {
+            idle.push((at, sender));
+        }
+    }
+
+    /// Opens connections until [`KEPT_CONNECTIONS`] are idle, off the path of a request (a
+    /// waiter, as it settles down to wait): a connection that cannot be opened now is opened
+    /// when a request needs it.
+    pub async fn warm(&self, deadline: Instant) {
+        loop {
+            let before = self.idle.borrow().len();
+            if before >= KEPT_CONNECTIONS {
+                return;
+            }
+            match self.connect(deadline).await {
+                Ok((at, sender)) => self.keep(at, sender),
+                Err(_) => return,
+            }
+            if self.idle.borrow().len() == before {
+                return;
+            }
+        }
     }
 
     /// A new connection, to the first endpoint that takes one: each in turn from the one

@@ -21,6 +21,7 @@ impl EtcdLock {
     ) -> Result<i64, BackendError> {
         let ttl = timings.ttl;
         let asked = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let sent = Instant::now();
         let reply = self
             .client
             .must(
@@ -40,6 +41,8 @@ impl EtcdLock {
             lease,
             created: None,
         }));
+        self.kept_alive.set(Some(sent));
+        self.granted.set(granted as u64);
         // The lease clock counts with --ttl from the instant the attempt was sent, before the
         // grant: etcd's lease, at least as long and started later, outlasts what it trusts.
         if !self.said.replace(true) && granted as u128 * 1000 != ttl.as_millis() {
@@ -60,13 +63,20 @@ impl EtcdLock {
         deadline: Instant,
     ) -> Result<bool, BackendError> {
         let request = json!({"ID": lease.to_string()});
+        let sent = Instant::now();
         match self
             .client
             .call("/v3/lease/keepalive", &request, deadline)
             .await?
         {
             // An unknown or expired lease is answered without a TTL.
-            Ok(reply) => Ok(int(&reply["result"]["TTL"]) > 0),
+            Ok(reply) => {
+                let alive = int(&reply["result"]["TTL"]) > 0;
+                if alive {
+                    self.kept_alive.set(Some(sent));
+                }
+                Ok(alive)
+            }
             Err(status) if status.code == NOT_FOUND => Ok(false),
             Err(status) => Err(self.client.refused(&status)),
         }
@@ -90,6 +100,7 @@ impl EtcdLock {
     /// starts afresh. Forgotten even when the revoke went unanswered: the lease then lapses.
     pub(super) async fn leave(&self, deadline: Instant) -> Result<bool, BackendError> {
         self.wait_on.replace(None);
+        self.last_busy.replace(None);
         match self.place.take() {
             Some(place) => self.revoke(place.lease, deadline).await,
             None => Ok(false),

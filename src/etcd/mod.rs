@@ -14,9 +14,14 @@
 //!   cluster-wide revision, strictly increasing.
 //! - A waiter keeps its key and watches the key just before its own (the highest create
 //!   revision below its own) for a delete (`line` says what else, in the other modes):
-//!   arrival order, one wake-up per handoff. It keeps its lease alive at each attempt, which
-//!   the session repeats while the waiter holds a place ([`Backend::queues`]); a waiter whose
-//!   lease lapsed anyway queues again, at the end.
+//!   arrival order, one wake-up per handoff. Woken, it keeps its lease alive and reads the
+//!   first key in the same instant, on two connections: the lease clock counts from that
+//!   keep-alive, and the fence (its key's create revision) is known already, so the command
+//!   starts one round trip after the wake-up. Between wake-ups the session asks again while
+//!   the waiter holds a place ([`Backend::queues`]); with its watch standing, that costs
+//!   etcd nothing but a keep-alive and a read every [`FRESH`] (less with a lease shorter than
+//!   three times that). A waiter whose lease lapsed
+//!   anyway queues again, at the end.
 //! - Release, give-back and a `-n` run that found the lock held all revoke the lease, which
 //!   deletes the key with it: an attempt still on its way then finds its lease gone and takes
 //!   nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
@@ -35,6 +40,7 @@ mod name;
 mod open;
 mod reply;
 mod url;
+mod view;
 mod watch;
 mod wire;
 
@@ -58,7 +64,7 @@ use crate::lease::Timings;
 use crate::name::LockName;
 use client::NOT_FOUND;
 use inspect::holder_of;
-use line::{Standing, standing};
+use line::{Awaited, Standing, standing};
 use watch::{EtcdWakeups, Predecessor, Watch};
 use wire::{Kv, kvs, txn_range};
 
@@ -81,7 +87,25 @@ pub struct EtcdLock {
     held_key: RefCell<Option<String>>,
     /// What was said once with `-v` about the lease's length.
     said: Cell<bool>,
+    /// The send instant of the last grant or keep-alive that etcd answered with a live lease.
+    kept_alive: Cell<Option<Instant>>,
+    /// The TTL etcd granted this run's lease, in seconds.
+    granted: Cell<u64>,
+    /// What the last attempt of a waiter answered, while its standing holds (see `unchanged`).
+    last_busy: RefCell<Option<Attempt>>,
+    /// The watch confirmed and not fired yet, by its number, and what it awaits.
+    watching: RefCell<Option<(u64, Awaited)>>,
+    /// The number of the last watch opened.
+    watches: Cell<u64>,
+    /// The revision of the event that woke this waiter, until the next attempt reads the line.
+    woken_at: Cell<i64>,
 }
+
+/// The longest a waiter's heartbeat between wake-ups may go without asking etcd (see
+/// `unchanged`): as long as a place lasts on Redis, so that a member that stopped answering
+/// (its watch silent, its connection open) is found out as soon there. A shorter lease is
+/// kept alive every third of it, as etcd's own sessions do (see `EtcdLock::fresh`).
+const FRESH: Duration = crate::backend::KEEP_ALIVE;
 
 /// A lease of this run and its key `NAME/<lease hex>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +136,12 @@ impl EtcdLock {
             wait_on: RefCell::new(None),
             held_key: RefCell::new(None),
             said: Cell::new(false),
+            kept_alive: Cell::new(None),
+            granted: Cell::new(0),
+            last_busy: RefCell::new(None),
+            watching: RefCell::new(None),
+            watches: Cell::new(0),
+            woken_at: Cell::new(0),
         }
     }
 
@@ -167,18 +197,51 @@ impl EtcdLock {
         listen: bool,
         deadline: Instant,
     ) -> Result<Round, BackendError> {
+        if let Some(attempt) = self.unchanged() {
+            return Ok(Round::Done(attempt));
+        }
         self.wait_on.replace(None);
-        // 1. A live lease: ours kept alive, or a new one.
-        let lease = match self.place.get() {
-            Some(place) if self.keep_alive(place.lease, deadline).await? => place.lease,
-            Some(_) => {
-                tracing::info!(
-                    "this run's lease on lock {} lapsed while it waited: it queues again, at the end",
-                    self.name
-                );
-                self.place.set(None);
-                self.grant(timings, deadline).await?
+        self.last_busy.replace(None);
+        // 1. A live lease: ours kept alive, or a new one. A waiter whose key exists reads the
+        // line in the same instant (its key, on this lease, needs no write: nothing to fsync
+        // on the way to a handoff), each request on a connection of its own.
+        let (lease, known) = match self.place.get() {
+            Some(Place {
+                lease,
+                created: Some(created),
+            }) => {
+                let key = self.key_of(lease);
+                // Woken by the key before ours going, an exclusive waiter is most likely the
+                // first now: the first key alone says so (one range, etcdctl's read).
+                let woken = self.woken_at.get();
+                if woken > 0 && self.mode == Mode::Exclusive {
+                    let (alive, first) = tokio::join!(
+                        self.keep_alive(lease, deadline),
+                        self.first_is(&key, created, woken, deadline)
+                    );
+                    if !alive? {
+                        self.woken_at.set(0);
+                        (self.lapsed(timings, deadline).await?, None)
+                    } else if first? {
+                        self.woken_at.set(0);
+                        return Ok(Round::Done(self.acquired(key, created)));
+                    } else {
+                        let view = self.view(&key, created, true, deadline).await?;
+                        (lease, Some((created, view)))
+                    }
+                } else {
+                    let (alive, view) = tokio::join!(
+                        self.keep_alive(lease, deadline),
+                        self.view(&key, created, true, deadline)
+                    );
+                    match alive? {
+                        true => (lease, Some((created, view?))),
+                        false => (self.lapsed(timings, deadline).await?, None),
+                    }
+                }
             }
+            Some(place) if self.keep_alive(place.lease, deadline).await? => (place.lease, None),
+            Some(_) => (self.lapsed(timings, deadline).await?, None),
             None => {
                 // -n: a run that will not wait does not queue, even for an instant.
                 if !listen {
@@ -186,25 +249,25 @@ impl EtcdLock {
                         return Ok(Round::Done(attempt));
                     }
                 }
-                self.grant(timings, deadline).await?
+                (self.grant(timings, deadline).await?, None)
             }
         };
         let key = self.key_of(lease);
-        // A waiter whose key exists (on this lease) has nothing to create: only a read, which
-        // etcd serves without a write to its log (no fsync on the way to a handoff).
-        let known = self
-            .place
-            .get()
-            .filter(|p| p.lease == lease)
-            .and_then(|p| p.created);
-        let created = match known {
-            Some(created) => created,
+        let line = match known {
+            Some((created, view)) => self.standing_in(&key, created, view, deadline).await?,
             None => {
-                // 2. Our key, created if absent, and the first key, in one transaction.
+                // 2. Our key, created if absent, in one transaction with what decides our
+                // standing: the first key, and the keys before ours (an exclusive run: the
+                // key just before ours, the one it would watch, as the second of the last
+                // two; a line has ours last, as it was just made).
+                let before = match self.mode {
+                    Mode::Exclusive => wire::last_created(&self.prefix, 2),
+                    _ => json!({ "request_range": wire::range_line(&self.prefix) }),
+                };
                 let first = wire::first_created(&self.prefix);
                 let create = wire::txn(
                     &[wire::absent(&key)],
-                    &[wire::put(&key, &self.value(), lease), first.clone()],
+                    &[wire::put(&key, &self.value(), lease), first.clone(), before],
                     &[wire::get(&key), first],
                 );
                 let reply = match self.client.call("/v3/kv/txn", &create, deadline).await? {
@@ -216,7 +279,8 @@ impl EtcdLock {
                     }
                     Err(status) => return Err(self.client.refused(&status)),
                 };
-                let created = match reply["succeeded"] == true {
+                let made = reply["succeeded"] == true;
+                let created = match made {
                     true => wire::revision(&reply),
                     false => match kvs(txn_range(&reply, 0)).first() {
                         Some(kv) => kv.create_revision,
@@ -234,46 +298,30 @@ impl EtcdLock {
                 if self.mode == Mode::Exclusive && first.create_revision == created {
                     return Ok(Round::Done(self.acquired(key, created)));
                 }
-                created
+                match made {
+                    true => {
+                        let before = kvs(txn_range(&reply, 2))
+                            .into_iter()
+                            .filter(|kv| kv.create_revision < created);
+                        let before: Vec<Kv> = match self.mode {
+                            Mode::Exclusive => {
+                                std::iter::once(first).chain(before.take(1)).collect()
+                            }
+                            _ => before.collect(),
+                        };
+                        Some((created, before, created))
+                    }
+                    // Our key was there already (a create whose reply was lost): read.
+                    false => {
+                        let view = self.view(&key, created, true, deadline).await?;
+                        self.standing_in(&key, created, view, deadline).await?
+                    }
+                }
             }
         };
-        // 3. The keys before ours, read in one view with ours, so that "none before ours"
-        // means ours is the first.
-        let before_ours = match self.mode {
-            Mode::Exclusive => vec![
-                wire::last_created_up_to(&self.prefix, created - 1),
-                wire::first_created(&self.prefix),
-            ],
-            _ => vec![wire::created_up_to(&self.prefix, created - 1)],
-        };
-        let mut reads = vec![wire::get(&key)];
-        reads.extend(before_ours);
-        let view = self
-            .client
-            .must("/v3/kv/txn", &wire::txn(&[], &reads, &[]), deadline)
-            .await?;
-        let ours = kvs(txn_range(&view, 0))
-            .first()
-            .is_some_and(|kv| kv.create_revision == created);
-        if !ours {
-            tracing::info!(
-                "the key {key} of this run's place was deleted (release --force?): queueing again"
-            );
-            let _ = self.leave(deadline).await;
+        let Some((created, before, revision)) = line else {
             return Ok(Round::Again);
-        }
-        let before: Vec<Kv> = match self.mode {
-            Mode::Exclusive => {
-                let last = kvs(txn_range(&view, 1)).into_iter().next();
-                let first = kvs(txn_range(&view, 2))
-                    .into_iter()
-                    .next()
-                    .filter(|kv| kv.create_revision < created);
-                first.into_iter().chain(last).collect()
-            }
-            _ => kvs(txn_range(&view, 1)),
         };
-        let revision = wire::revision(&view);
         match standing(self.mode, &before) {
             Standing::Holds => {
                 if matches!(self.mode, Mode::Holders(_)) && revision > created {
@@ -286,6 +334,7 @@ impl EtcdLock {
                 Ok(Round::Done(Attempt::Mismatch { theirs }))
             }
             Standing::Waits(awaited) => {
+                let busy = busy(&before[0]);
                 if !listen {
                     self.step_aside(lease, created, deadline).await;
                 } else {
@@ -293,65 +342,17 @@ impl EtcdLock {
                         awaited,
                         from: revision + 1,
                     }));
+                    self.last_busy.replace(Some(busy.clone()));
                 }
-                Ok(Round::Done(busy(&before[0])))
+                Ok(Round::Done(busy))
             }
-        }
-    }
-
-    /// For a run that will not wait (`-n`): the attempt that ends it before it queues, when
-    /// the line as it stands already leaves it no place; `None` when it may try.
-    async fn refused_at_once(&self, deadline: Instant) -> Result<Option<Attempt>, BackendError> {
-        let line = match self.mode {
-            Mode::Exclusive => self.holder_key(deadline).await?.into_iter().collect(),
-            _ => {
-                let reply = self
-                    .client
-                    .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
-                    .await?;
-                kvs(&reply)
-            }
-        };
-        Ok(match standing(self.mode, &line) {
-            Standing::Holds => None,
-            Standing::Waits(_) => Some(busy(&line[0])),
-            Standing::Mismatch(theirs) => Some(Attempt::Mismatch { theirs }),
-        })
-    }
-
-    /// Gives up the place of a run that will not wait; should etcd not answer, it is kept as
-    /// a place, for the give-back on the way out to try again.
-    async fn step_aside(&self, lease: i64, created: i64, deadline: Instant) {
-        if let Err(e) = self.leave(deadline).await {
-            self.place.set(Some(Place {
-                lease,
-                created: Some(created),
-            }));
-            tracing::info!("could not give up the place of lock {}: {e}", self.name);
-        }
-    }
-
-    /// A semaphore's waiter that took a place writes its key again: the waiter behind it,
-    /// watching it, is the first waiter now. Unanswered, that waiter learns it at its next
-    /// heartbeat instead.
-    async fn tell_the_next(&self, key: &str, lease: i64, created: i64, deadline: Instant) {
-        let touch = wire::txn(
-            &[wire::created_at(key, created)],
-            &[wire::put(key, &self.value(), lease)],
-            &[],
-        );
-        if let Err(e) = self.client.must("/v3/kv/txn", &touch, deadline).await {
-            tracing::info!(
-                "could not tell the next waiter of lock {} that it comes next: {e}",
-                self.name
-            );
         }
     }
 }
 
 /// Held by the key `holder`: its end is its holder's business (a release or a lapse, seen by
 /// the watch), not a time to sleep until.
-fn busy(holder: &wire::Kv) -> Attempt {
+pub(super) fn busy(holder: &wire::Kv) -> Attempt {
     Attempt::Busy(Busy {
         holder: holder_of(holder),
         expiry: Expiry::WithHolder,
@@ -364,8 +365,9 @@ impl Backend for EtcdLock {
         Tenure::Lease
     }
 
-    /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`, and
-    /// each attempt keeps its lease alive.
+    /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`; an
+    /// attempt keeps its lease alive and reads the line unless its watch stands and it did
+    /// both within [`FRESH`] or a third of its lease (see `view`).
     fn queues(&self) -> bool {
         self.place.get().is_some()
     }
@@ -437,8 +439,12 @@ impl Backend for EtcdLock {
     /// was gone already. With `keep_for` (`--min-hold`), the key is first moved to a lease of
     /// its own that lasts that long (whole seconds, at least etcd's minimum): it keeps its
     /// create revision, so it holds the lock until that lease ends, and its waiters wake then.
-    /// Releases, then (the release confirmed) adds `run` to the history: a history that
-    /// cannot be written is a warning, never a failed release.
+    /// `run` goes in the history: a history that cannot be written is a warning, never a
+    /// failed release. Without `keep_for`, its record is sent with the revoke, on a connection
+    /// of its own, in a transaction that also deletes our key (if still ours): etcd commits
+    /// the two together as a rule (one fsync), and neither waits for the other, so the
+    /// history adds no round trip to the release nor to the run's end. The revoke alone says
+    /// whether the release went through.
     async fn release(
         &self,
         keep_for: Option<Duration>,
@@ -446,17 +452,38 @@ impl Backend for EtcdLock {
         run: Option<&Run>,
     ) -> Result<bool, BackendError> {
         let deadline = Instant::now() + timeout;
-        let released = self.let_go(keep_for, deadline).await;
-        if let Some(run) = run {
-            // The history gets a deadline of its own: a release that used up its time still
-            // leaves its run in it.
-            let by = Instant::now() + self.client.connect_timeout();
-            if let Err(e) = self.remember(run, by).await {
-                tracing::warn!(
-                    "could not add this run to lock {}'s history ({e}); the lock is released",
-                    self.name
-                );
+        // The history gets a deadline of its own: a release that used up its time still
+        // leaves its run in it.
+        let by = Instant::now() + self.client.connect_timeout();
+        let (released, remembered) = match (keep_for, run, self.place.get()) {
+            (
+                None,
+                Some(run),
+                Some(Place {
+                    lease,
+                    created: Some(created),
+                }),
+            ) => {
+                let key = self.key_of(lease);
+                tokio::join!(
+                    self.let_go(None, deadline),
+                    self.remember(run, Some((&key, created)), by)
+                )
             }
+            _ => {
+                let released = self.let_go(keep_for, deadline).await;
+                let remembered = match run {
+                    Some(run) => self.remember(run, None, by).await,
+                    None => Ok(()),
+                };
+                (released, remembered)
+            }
+        };
+        if let Err(e) = remembered {
+            tracing::warn!(
+                "could not add this run to lock {}'s history ({e}); the lock is released",
+                self.name
+            );
         }
         released
     }
@@ -476,6 +503,11 @@ impl Backend for EtcdLock {
             lock: self,
             watch: Some(watch),
         };
+        // The connections the wake-up's requests go on, opened now, while nothing waits on
+        // them.
+        self.client
+            .warm(Instant::now() + self.client.connect_timeout())
+            .await;
         Ok((Box::new(wakeups), true))
     }
 }

@@ -120,6 +120,19 @@ pub fn range_first(prefix: &str) -> Value {
     })
 }
 
+/// The `limit` keys under `prefix` with the highest create revisions (the last to queue), the
+/// last first, their keys only.
+pub fn last_created(prefix: &str, limit: u32) -> Value {
+    json!({"request_range": {
+        "key": b64(prefix.as_bytes()),
+        "range_end": b64(&prefix_end(prefix.as_bytes())),
+        "sort_target": "CREATE",
+        "sort_order": "DESCEND",
+        "limit": limit.to_string(),
+        "keys_only": true,
+    }})
+}
+
 /// The key under `prefix` with the highest create revision at most `max` (the one a waiter
 /// waits on: the key just before its own).
 pub fn last_created_up_to(prefix: &str, max: i64) -> Value {
@@ -153,6 +166,22 @@ pub fn range_line(prefix: &str) -> Value {
 
 pub fn txn(compare: &[Value], success: &[Value], failure: &[Value]) -> Value {
     json!({"compare": compare, "success": success, "failure": failure})
+}
+
+/// A transaction of reads `reads` that the member asked answers from what it has applied,
+/// without confirming first with the leader that nothing newer was committed (etcd's
+/// serializable read): no wait for a write in flight, such as its fsync. What it may miss is
+/// recent: a key created after the revision it answers at, or deleted since.
+pub fn serializable(reads: &[Value]) -> Value {
+    let reads: Vec<Value> = reads
+        .iter()
+        .map(|read| {
+            let mut read = read.clone();
+            read["request_range"]["serializable"] = json!(true);
+            read
+        })
+        .collect();
+    txn(&[], &reads, &[])
 }
 
 /// gRPC status codes etcd answers with.
