@@ -121,7 +121,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         detail: m.clone(),
         excused: None,
     }));
-    leftover_processes(&h, &mut violations);
+    leftover_processes(&h, &history, &mut violations);
     safety::check(&h, &mut violations);
     monitor::check(&h, &seen, &mut violations);
     liveness::check(&h, &mut violations);
@@ -136,14 +136,19 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
 
 /// A command (or its observer's parent) still running now that every wrapper ended and the
 /// leases lapsed is a violation; it is killed (it is a descendant of ours, named by pid).
-fn leftover_processes(h: &History, out: &mut Vec<Violation>) {
+/// A pid is taken for the same process only when its command line names this pass's history
+/// file and the run: pids wrap (at 32768 here), and another pass running at the same time
+/// starts processes of the same program that may be given a pid this pass recorded.
+fn leftover_processes(h: &History, history: &str, out: &mut Vec<Violation>) {
     for s in h.sections.values() {
         let job = [(s.pid, "the command")]
             .into_iter()
             .chain(s.grand.values().map(|g| (g.pid, g.mode.as_str())));
         for (pid, what) in job {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let ours = String::from_utf8_lossy(&cmdline).contains("--fault-");
+            let cmdline = command_line(pid);
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let has = |arg: &str| args.iter().any(|a| *a == arg.as_bytes());
+            let ours = has(history) && has(&s.run.to_string());
             if ours && alive(pid) {
                 signal(pid, libc::SIGKILL);
                 out.push(Violation {
@@ -155,6 +160,23 @@ fn leftover_processes(h: &History, out: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// A process's arguments; for one whose main thread ended (its own entry reads empty), those
+/// its live threads read.
+fn command_line(pid: i32) -> Vec<u8> {
+    let own = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if !own.is_empty() {
+        return own;
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return own;
+    };
+    tasks
+        .flatten()
+        .map(|t| std::fs::read(t.path().join("cmdline")).unwrap_or_default())
+        .find(|c| !c.is_empty())
+        .unwrap_or_default()
 }
 
 fn print(h: &History, violations: &[Violation], ran_for: Duration, wall: Duration) {
