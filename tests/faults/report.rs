@@ -147,7 +147,7 @@ fn leftover_processes(h: &History, history: &str, out: &mut Vec<Violation>) {
         for (pid, what) in job {
             let cmdline = command_line(pid);
             let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-            let has = |arg: &str| args.iter().any(|a| *a == arg.as_bytes());
+            let has = |arg: &str| args.contains(&arg.as_bytes());
             let ours = has(history) && has(&s.run.to_string());
             if ours && alive(pid) {
                 signal(pid, libc::SIGKILL);
