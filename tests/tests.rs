@@ -9,6 +9,7 @@ mod doctor;
 mod durability;
 mod errors;
 mod etcd;
+mod etcd_doctor;
 mod etcd_modes;
 mod fair;
 mod faq;
