@@ -98,7 +98,7 @@ async fn wait<C: Clock, I: Interrupts>(
                         waiter.answered(clock.now(), attempt, facts)
                     }
                     // A server that stopped answering must not stretch `--wait`.
-                    () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight()),
+                    () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight(clock.now())),
                 }
             }
             Next::Subscribe => tokio::select! {

@@ -418,7 +418,7 @@ async fn a_broken_subscription_is_made_again_at_once_the_first_time() {
 
 #[tokio::test(start_paused = true)]
 async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
-    let fake = Fake::new(vec![after(1, busy(100)), Answer(lost(), None)]);
+    let fake = Fake::new(vec![after(0, busy(100)), Answer(lost(), None)]);
     let cfg = config(Patience::For(Duration::from_secs(2)));
     let clock = TestClock::new();
     let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
@@ -433,6 +433,27 @@ async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
         failure.message
     );
     // At the deadline, not at the attempt's own timeout; what it may have taken is given back.
+    assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(fake.gave_back().len(), 1);
+}
+
+/// An attempt sent a moment before the deadline, unanswered when it comes, is no news of the
+/// server: the lock was busy, as the answer before said (75), and what the attempt may have
+/// taken is given back all the same.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_sent_just_before_the_deadline_leaves_the_wait_busy() {
+    let fake = Fake::new(vec![after(10, busy(1_975)), Answer(lost(), None)]);
+    let cfg = config(Patience::For(Duration::from_secs(2)));
+    let clock = TestClock::new();
+    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+        .await
+        .expect_err("75");
+    assert_eq!(failure.exit, Exit::Conflict, "{}", failure.message);
+    assert!(
+        failure.message.contains("after 2s: it is"),
+        "{}",
+        failure.message
+    );
     assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
     assert_eq!(fake.gave_back().len(), 1);
 }

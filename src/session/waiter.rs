@@ -65,6 +65,11 @@ pub(super) const RETRY_CAP: Duration = Duration::from_secs(2);
 /// exactly (flock): only a safety net.
 const SAFETY_NAP: Duration = Duration::from_secs(60);
 
+/// An attempt still unanswered when `-w` runs out is news of a server that stopped answering
+/// only once it has waited several times as long as the last answer took, and this more:
+/// one sent a moment before the deadline is merely on its way.
+const ON_ITS_WAY: Duration = Duration::from_millis(50);
+
 /// The state of one wait for one lock.
 pub struct Waiter<'a> {
     cfg: &'a RunConfig,
@@ -72,6 +77,8 @@ pub struct Waiter<'a> {
     deadline: Option<Duration>,
     /// The send instant of the attempt in flight (or the last one).
     sent: Duration,
+    /// How long the last answered attempt took.
+    round_trip: Duration,
     /// The server answered busy at least once: lost contact is retried from then on.
     answered: bool,
     listening: bool,
@@ -99,6 +106,7 @@ impl<'a> Waiter<'a> {
                 _ => None,
             },
             sent: now,
+            round_trip: Duration::ZERO,
             answered: false,
             listening: false,
             subscribe_after: now,
@@ -151,14 +159,20 @@ impl<'a> Waiter<'a> {
         self.deadline
     }
 
-    /// The wait ran out while an attempt was unanswered (a server that stopped answering): it
-    /// ends now, not when the attempt times out; what the attempt may have taken is given
-    /// back.
-    pub fn ran_out_in_flight(&mut self) -> Failure {
+    /// The wait ran out at `now` while an attempt was unanswered: it ends now, not when the
+    /// attempt times out; what the attempt may have taken is given back. A server that stopped
+    /// answering (69) when the attempt has waited several times as long as the last answer
+    /// took; else the lock was busy, as the last answer said (75): an attempt sent a moment
+    /// before the deadline is no news of the server.
+    pub fn ran_out_in_flight(&mut self, now: Duration) -> Failure {
         self.maybe_held = true;
-        self.last_error = Some(BackendError::Transient(
-            "the last attempt was not answered before the wait ran out".into(),
-        ));
+        let waited = now.saturating_sub(self.sent);
+        let on_its_way = waited <= self.round_trip * 4 + ON_ITS_WAY;
+        if !(on_its_way && self.last_error.is_none() && self.last_busy.is_some()) {
+            self.last_error = Some(BackendError::Transient(
+                "the last attempt was not answered before the wait ran out".into(),
+            ));
+        }
         self.gave_up()
     }
 
@@ -182,6 +196,7 @@ impl<'a> Waiter<'a> {
         facts: Facts,
     ) -> Next {
         self.queued = facts.queued;
+        self.round_trip = now.saturating_sub(self.sent);
         let (name, timings) = (&self.cfg.name, self.cfg.timings);
         match attempt {
             Ok(Attempt::Acquired { fence }) => {
