@@ -275,3 +275,46 @@ fn after_a_power_cut_the_next_run_goes_above_every_fence_issued_before_it() {
     drop(after);
     drop(disk);
 }
+
+/// The count in the counter's attribute forgotten, as after a reboot (or read through another
+/// mount of the directory): `status` says the fence the holder was given, and once it is free
+/// the last fence a run recorded, not the top of the block no token has reached.
+#[test]
+fn status_tells_the_fence_issued_not_the_blocks_top_once_the_count_is_forgotten() {
+    let dir = scratch();
+    let url = format!("file://{}", dir.path().display());
+    let fence_file = dir.path().join("job.fence");
+    assert_eq!(fence_of_a_run(&url), 1);
+    forget_the_count(&fence_file);
+    let holder = Holder::start_on(&url, "job", &[]);
+    let given = holder.fence();
+    assert!(
+        given > 1,
+        "a new block after the count was forgotten: {given}"
+    );
+    forget_the_count(&fence_file);
+    let top: u64 = std::fs::read_to_string(&fence_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        top > given,
+        "the block's top {top} is above the fence {given}"
+    );
+    let held = lr().args(["status", "--json", "-u", &url, "job"]).run();
+    assert_eq!(held.json()["fence"], given, "{held:?}");
+    let text = lr().args(["status", "-u", &url, "job"]).run();
+    assert!(text.stdout.contains(&format!("fence {given}")), "{text:?}");
+    holder.finish().expect(0);
+    forget_the_count(&fence_file);
+    let free = lr().args(["status", "--json", "-u", &url, "job"]).run();
+    assert_eq!(free.json()["fence"], given, "{free:?}");
+}
+
+/// Removes the counter's attribute, as a reboot makes it untrusted.
+fn forget_the_count(fence_file: &Path) {
+    let path = std::ffi::CString::new(fence_file.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and attribute name.
+    unsafe { libc::removexattr(path.as_ptr(), c"user.locked-run".as_ptr()) };
+}

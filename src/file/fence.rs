@@ -11,6 +11,14 @@ use super::files::{Paths, flock, open_existing, refused};
 use super::reserve::{BLOCK, Epoch, Record};
 use crate::backend::BackendError;
 
+/// What the counter file tells of the tokens issued.
+pub enum Reading {
+    /// The last token issued.
+    Last(u64),
+    /// No token issued is above this: the top of the last block reserved.
+    AtMost(u64),
+}
+
 impl Paths {
     /// The counter file, open for reading, if it exists.
     fn open_counter(&self) -> Result<Option<File>, BackendError> {
@@ -42,6 +50,16 @@ impl Paths {
     /// The last fence token issued, if any: the count of the block, while it holds (see
     /// `reserve`); else the counter file's value, above which the next token goes.
     pub fn read_fence(&self) -> Result<Option<u64>, BackendError> {
+        Ok(self.read_counter()?.map(|reading| match reading {
+            Reading::Last(fence) | Reading::AtMost(fence) => fence,
+        }))
+    }
+
+    /// The counter, read as what it can tell: the last token issued while the block's count
+    /// holds (this boot and mount wrote it); else only the block's top, which no token issued
+    /// exceeds (after a reboot, through another mount of DIR, on a file system without user
+    /// extended attributes).
+    pub fn read_counter(&self) -> Result<Option<Reading>, BackendError> {
         let Some(file) = self.open_counter()? else {
             return Ok(None);
         };
@@ -49,7 +67,9 @@ impl Paths {
         let counted = Epoch::of(&file)
             .zip(Record::read(&file))
             .filter(|(now, record)| record.holds(top, now));
-        Ok(Some(counted.map_or(top, |(_, record)| record.last)))
+        Ok(Some(counted.map_or(Reading::AtMost(top), |(_, record)| {
+            Reading::Last(record.last)
+        })))
     }
 
     /// A brief exclusive flock on DIR itself, held until the returned file is dropped: what

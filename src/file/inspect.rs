@@ -7,6 +7,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::fence::Reading;
 use super::files::{Paths, flock, open_existing, open_lock_file, refused};
 use super::meta::{Meta, NotBefore};
 use super::proc_locks::{holder_of, is_locked, process, readers, waiters};
@@ -97,7 +98,7 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
             dir.display()
         )));
     }
-    let fence = paths.read_fence()?;
+    let counter = paths.read_counter()?;
     let files = files(paths)?;
     let watched: Vec<&Path> = files
         .iter()
@@ -132,6 +133,11 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
         },
     }));
     let shared = !exclusive && !holders.is_empty();
+    let fence = match counter {
+        None => None,
+        Some(Reading::Last(fence)) => Some(fence),
+        Some(Reading::AtMost(top)) => Some(last_known(paths, &holders).unwrap_or(top)),
+    };
     holders.sort_by_key(|s| s.busy.expiry.left());
     let held = holders.first().map(|s| s.busy.clone());
     Ok(Report {
@@ -146,6 +152,17 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
         shared,
         ..Report::default()
     })
+}
+
+/// The last token issued as far as the holders and the history show it, when the counter
+/// can tell only its block's top: the largest a holder was given or a run recorded.
+fn last_known(paths: &Paths, holders: &[Slot]) -> Option<u64> {
+    let held = holders.iter().filter_map(|s| s.busy.holder.fence);
+    let ran = super::history::read(paths, crate::backend::KEPT)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|run| run.fence);
+    held.chain(ran).max()
 }
 
 /// `release --force`: frees what only a `--min-hold` deadline keeps (the holder whose token is
