@@ -34,7 +34,7 @@ fn directory(parent: &tempfile::TempDir, mode: u32, gid: u32) -> PathBuf {
     dir
 }
 
-/// `sh -c SCRIPT` as nobody, with umask 0 (files it makes are 0666, as locked-run's own), in
+/// `sh -c SCRIPT` as nobody, with umask 0 (files it makes are 0666: the world's to write), in
 /// `dir`; its exit status.
 fn as_nobody(dir: &Path, script: &str) -> Output {
     let mut sh = Command::new("sh");
@@ -362,4 +362,44 @@ fn a_link_planted_under_a_temporary_name_denies_no_one() {
         .run();
     assert_eq!(out.code(), Some(0), "{out:?}");
     assert_eq!(out.stdout.trim(), "1");
+}
+
+/// Run with umask 0 (as a cron or unit may be), a lock's files are still not the world's to
+/// write: another user cannot set the fence counter back, and the next run's fence goes on.
+#[test]
+fn with_umask_0_no_file_of_a_lock_is_the_worlds_to_write() {
+    if !root() {
+        return;
+    }
+    let parent = scratch();
+    let dir = directory(&parent, 0o1777, 0);
+    let url = format!("file://{}", dir.display());
+    let bin = BIN;
+    let mut first = Command::new("sh");
+    first.args([
+        "-c",
+        &format!("umask 0; exec {bin} -u {url} job -- sh -c 'echo $LOCKED_RUN_FENCE'"),
+    ]);
+    let out = run(first);
+    assert_eq!(out.code(), Some(0), "{out:?}");
+    for name in ["job.lock", "job.fence", "job.history"] {
+        let mode = std::fs::metadata(dir.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o002, 0, "{name} is {mode:o}");
+    }
+    let reset = as_nobody(&dir, "echo 0 > job.fence");
+    assert_ne!(
+        reset.code(),
+        Some(0),
+        "nobody wrote the fence counter: {reset:?}"
+    );
+    let next = lr()
+        .url(&url)
+        .job(sh("echo $LOCKED_RUN_FENCE"))
+        .run()
+        .expect(0);
+    let fence: u64 = next.stdout.trim().parse().unwrap();
+    assert!(fence > 1, "{fence}");
 }

@@ -126,7 +126,7 @@ impl Paths {
             let mut tmp = OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(0o666)
+                .mode(super::files::FILE_MODE)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp_path)?;
             tmp.write_all(format!("{new_top}\n").as_bytes())?;

@@ -13,6 +13,11 @@ use crate::backend::BackendError;
 use crate::exit::Failure;
 use crate::name::LockName;
 
+/// The mode every file of a lock is created with (less the umask): its owner's and its group's
+/// to write, as a team's 2770 directory needs, and never the world's, whatever the umask: a
+/// fence counter another user could write is a fence they could set back.
+pub const FILE_MODE: u32 = 0o664;
+
 /// The directory a `file:` URL names: `file:///abs/dir` (or `file://localhost/abs/dir`),
 /// percent-decoded.
 pub fn dir_of(url: &str) -> Result<PathBuf, String> {
@@ -124,7 +129,7 @@ pub fn open_lock_file(path: &Path) -> io::Result<File> {
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(0o666)
+        .mode(FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
     plain_file(path, file)

@@ -27,7 +27,7 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
     let mut file = OpenOptions::new()
         .append(true)
         .create(true)
-        .mode(0o666)
+        .mode(super::files::FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&path)
         .and_then(|file| plain_file(&path, file))
@@ -51,7 +51,7 @@ fn trim(paths: &Paths) -> io::Result<()> {
     let mut out = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o666)
+        .mode(super::files::FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
     let written = keep

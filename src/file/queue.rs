@@ -242,7 +242,7 @@ fn open_queue(path: &std::path::Path) -> io::Result<File> {
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(0o666)
+        .mode(super::files::FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
     plain_file(path, file)
@@ -265,7 +265,7 @@ fn create_place(path: &std::path::Path) -> io::Result<File> {
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o666)
+            .mode(super::files::FILE_MODE)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
     };

@@ -194,7 +194,7 @@ fn create_member(path: &std::path::Path) -> io::Result<File> {
             .read(true)
             .write(true)
             .create_new(true)
-            .mode(0o666)
+            .mode(super::files::FILE_MODE)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
     };
