@@ -466,6 +466,23 @@ fn a_partition_stops_the_command_before_its_lease_could_expire() {
     }
 }
 
+/// A release that cannot reach etcd says so, once: the history that could not be written
+/// with it never claims the lock was released.
+#[test]
+fn a_release_that_cannot_reach_etcd_never_says_the_lock_is_released() {
+    let etcd = Etcd::start();
+    let proxy = Proxy::start(etcd.members[0].client_port);
+    let url = format!("etcd://127.0.0.1:{}", proxy.port);
+    let held = Held::start_with(
+        lr().url(&url)
+            .args(["--ttl", "6s", "--connect-timeout", "1s"]),
+    );
+    proxy.set(Mode::Blackhole);
+    let (out, _) = held.finish();
+    assert!(out.stderr.contains("could not release lock job"), "{out:?}");
+    assert!(!out.stderr.contains("the lock is released"), "{out:?}");
+}
+
 #[test]
 fn the_leader_killed_during_a_hold_changes_nothing_and_the_next_fence_is_larger() {
     let mut etcd = Etcd::start_cluster();

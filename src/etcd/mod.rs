@@ -479,7 +479,8 @@ impl Backend for EtcdLock {
                 (released, remembered)
             }
         };
-        if let Err(e) = remembered {
+        // Said only of a release that was confirmed: one that failed says so itself.
+        if let (Err(e), Ok(_)) = (remembered, &released) {
             tracing::warn!(
                 "could not add this run to lock {}'s history ({e}); the lock is released",
                 self.name
