@@ -146,6 +146,29 @@ pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
     plain_file(path, file)
 }
 
+/// Creates a file of a run's own: a new one (`O_EXCL`, so never a link planted under its
+/// name), readable by the lock's other users; one left under the same name is removed and
+/// the file made again (the callers say why only a dead run can have left it).
+pub fn create_afresh(path: &Path) -> io::Result<File> {
+    let create = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+    };
+    let file = match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            create()?
+        }
+        made => made?,
+    };
+    plain_file(path, file)
+}
+
 /// `file` (opened at `path`), if it is a regular file with no other name, and one its owner
 /// cannot swap out from under a run ([`trust::check`]): a hard link planted under a lock
 /// file's name would have the holder's metadata written into (and truncated from) the file

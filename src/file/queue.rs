@@ -36,7 +36,7 @@ use std::path::PathBuf;
 
 use super::FileLock;
 use super::fence::lock_briefly_as;
-use super::files::{Paths, flock, open_existing, plain_file, refused};
+use super::files::{Paths, create_afresh, flock, open_existing, plain_file, refused};
 use super::meta::Meta;
 use super::proc_locks::{ProcLocks, held_by_stopped, locked_in};
 use crate::backend::BackendError;
@@ -256,27 +256,11 @@ fn read_ticket(mut counter: &File) -> u64 {
     text.trim().parse().unwrap_or(0)
 }
 
-/// Creates a place: a new file (`O_EXCL`, so never a link planted under its name), readable by
-/// the lock's other users. One left under the same name (its counter was removed, and tickets
-/// began again) was no live waiter's: tickets only grow past every place in DIR.
+/// Creates a place (see [`create_afresh`]). One left under the same name (its counter was
+/// removed, and tickets began again) was no live waiter's: tickets only grow past every place
+/// in DIR.
 fn create_place(path: &std::path::Path) -> io::Result<File> {
-    let create = || {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(super::files::FILE_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-    };
-    let file = match create() {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(path)?;
-            create()?
-        }
-        made => made?,
-    };
-    plain_file(path, file)
+    create_afresh(path)
 }
 
 impl FileLock {

@@ -18,15 +18,14 @@
 //! flock on DIR, under which every shared holder's file is created and locked, so a file is
 //! never removed between its creation and its holder's flock.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::FileLock;
 use super::fence::lock_briefly;
-use super::files::{Paths, flock, open_existing, plain_file, refused};
+use super::files::{Paths, create_afresh, flock, open_existing, refused};
 use super::meta::{Meta, NotBefore};
 use super::proc_locks::{ProcLocks, locked_in};
 use crate::backend::{Attempt, BackendError, Expiry, Holder};
@@ -186,28 +185,10 @@ impl FileLock {
     }
 }
 
-/// Creates a shared holder's file: a new one (`O_EXCL`, so never a link planted under its
-/// name), readable by the lock's other users.
+/// Creates a shared holder's file (see [`create_afresh`]). Named after this run's token: only
+/// an attempt of this run that failed can have left one under the same name.
 fn create_member(path: &std::path::Path) -> io::Result<File> {
-    let create = || {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(super::files::FILE_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-    };
-    let file = match create() {
-        // Named after this run's token: only an attempt of this run that failed can have left
-        // it.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            fs::remove_file(path)?;
-            create()?
-        }
-        made => made?,
-    };
-    plain_file(path, file)
+    create_afresh(path)
 }
 
 #[cfg(test)]
