@@ -25,16 +25,38 @@ pub trait Clock {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BootClock;
 
-/// `CLOCK_BOOTTIME` in ns (there on every Linux since 2.6.39), with async-signal-safe calls
-/// only, so that the clones sharing our memory (the command's child before its exec, the
-/// watcher) read the very clock the lease clock does.
+/// `CLOCK_BOOTTIME` in ns (there on every Linux since 2.6.39), by the system call itself, for
+/// the clones that share our memory (the command's child before its exec, the watcher): the
+/// very clock the lease clock reads. Not through libc's `clock_gettime`, which a preloaded
+/// library may stand in for (libfaketime does): one that allocates, run in a clone that
+/// shares our heap without being a thread of ours, corrupted it ("corrupted double-linked
+/// list", an abort, in the chaos suite's clock scenario).
 pub fn boot_ns() -> u64 {
+    // SAFETY: the system call fills the timespec we pass, and touches nothing else.
+    unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_BOOTTIME,
+            &mut now as *mut libc::timespec,
+        );
+        timespec_ns(&now)
+    }
+}
+
+/// `CLOCK_BOOTTIME` in ns for this process's own threads: through libc (the vDSO, no system
+/// call), the same clock as [`boot_ns`].
+fn boot_ns_here() -> u64 {
     // SAFETY: clock_gettime fills the timespec we pass.
     unsafe {
         let mut now: libc::timespec = std::mem::zeroed();
         libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
-        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+        timespec_ns(&now)
     }
+}
+
+fn timespec_ns(t: &libc::timespec) -> u64 {
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// A [`boot_ns`] reading from a `CLOCK_BOOTTIME` instant, for the clones above (0: none; a
@@ -45,7 +67,7 @@ pub fn boot_ns_at(at: Option<Duration>) -> u64 {
 
 impl Clock for BootClock {
     fn now(&self) -> Duration {
-        Duration::from_nanos(boot_ns())
+        Duration::from_nanos(boot_ns_here())
     }
 
     /// On a `CLOCK_BOOTTIME` timerfd: tokio's timers run on `CLOCK_MONOTONIC`, which stands

@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use nix::unistd::Pid;
 
 mod proc;
+mod sys;
 
 use proc::{close_all_but, kill_session};
 
@@ -353,14 +354,9 @@ unsafe fn watch(shared: &Shared) {
             }
             timeout = (start_by - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32;
         }
-        let mut fd = libc::pollfd {
-            fd: shared.read_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd of ours. With every signal blocked, poll only ends on the pipe
-        // or the timeout (should it fail, the read below blocks rather than spin).
-        if unsafe { libc::poll(&mut fd, 1, timeout) } == 0 {
+        // With every signal blocked, the wait only ends on the pipe or the timeout (should
+        // it fail, the read below blocks rather than spin).
+        if sys::wait_readable(shared.read_fd, timeout) == 0 {
             continue;
         }
         let mut byte = 0u8;

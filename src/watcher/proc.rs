@@ -90,12 +90,7 @@ pub(super) unsafe fn kill_session(sid: libc::pid_t) {
         if !unsafe { kill_members(sid) } {
             return;
         }
-        let nap = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: pause_ms * 1_000_000,
-        };
-        // SAFETY: a valid timespec.
-        unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+        super::sys::nap_ms(pause_ms);
         pause_ms = (pause_ms * 2).min(100);
     }
 }
