@@ -442,7 +442,9 @@ async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
 /// taken is given back all the same.
 #[tokio::test(start_paused = true)]
 async fn an_attempt_sent_just_before_the_deadline_leaves_the_wait_busy() {
-    let fake = Fake::new(vec![after(10, busy(1_975)), Answer(lost(), None)]);
+    // Answered in 20 ms; the next attempt goes 1900 ms and a jitter of at most 38 ms after
+    // it, 42-79 ms before the deadline: within 4 x 20 + 50 ms.
+    let fake = Fake::new(vec![after(20, busy(1_900)), Answer(lost(), None)]);
     let cfg = config(Patience::For(Duration::from_secs(2)));
     let clock = TestClock::new();
     let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
