@@ -402,4 +402,22 @@ fn with_umask_0_no_file_of_a_lock_is_the_worlds_to_write() {
         .expect(0);
     let fence: u64 = next.stdout.trim().parse().unwrap();
     assert!(fence > 1, "{fence}");
+    // doctor says so of one that was made open to all (by an older version, or another tool).
+    let warned = |out: &Output| {
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("WARN") && l.contains("writable by every user: anyone may set"))
+            && !out.stdout.contains("  the lock")
+    };
+    let out = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    assert!(!warned(&out), "{}", out.stdout);
+    let fence_file = dir.join("job.fence");
+    std::fs::set_permissions(&fence_file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    assert!(warned(&out), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&fence_file.display().to_string()),
+        "{}",
+        out.stdout
+    );
 }

@@ -143,6 +143,19 @@ pub fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
         Ok(detail) => add("files", Level::Ok, detail),
         Err(detail) => add("files", Level::Fail, detail),
     }
+    let open_to_all = file::writable_by_all(dir, name);
+    if !open_to_all.is_empty() {
+        add(
+            "modes",
+            Level::Warn,
+            format!(
+                "{} writable by every user: anyone may set the fence back or rewrite who holds \
+                 the lock; chmod o-w (runs now make them 0664 less the umask; these were made \
+                 with umask 0, or by another program)",
+                open_to_all.join(", ")
+            ),
+        );
+    }
     checks
 }
 

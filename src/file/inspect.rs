@@ -241,6 +241,23 @@ pub fn only_its_process_frees(name: &LockName, busy: &Busy) -> String {
     )
 }
 
+/// `doctor`: NAME's files in DIR that every user may write (a lock, fence, queue or history
+/// file made with umask 0, or by another program).
+pub fn writable_by_all(dir: &Path, name: &LockName) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let paths = Paths::new(dir, name);
+    [
+        paths.lock.clone(),
+        paths.fence.clone(),
+        paths.queue(),
+        paths.history(),
+    ]
+    .into_iter()
+    .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o002 != 0))
+    .map(|p| p.display().to_string())
+    .collect()
+}
+
 /// `doctor`: NAME's files in DIR can be used by this user: the lock file opens for writing, the
 /// fence counter reads as one, and the queue's counter opens; none is a link, nor another
 /// user's where that user could swap it (see `trust`).

@@ -64,7 +64,7 @@ use crate::name::LockName;
 
 use files::{Paths, prepare_dir, refused};
 pub use files::{dir_of, flock as flock_file};
-pub use inspect::{check_files, only_its_process_frees};
+pub use inspect::{check_files, only_its_process_frees, writable_by_all};
 use meta::{Meta, NotBefore};
 use queue::Place;
 pub use stem::of as stem;
