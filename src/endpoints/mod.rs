@@ -7,7 +7,7 @@
 mod list;
 mod scheme;
 mod secrets;
-mod tls;
+pub(crate) mod tls;
 
 pub use scheme::{Scheme, authority, has_password, printable};
 pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};

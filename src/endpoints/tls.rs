@@ -9,7 +9,9 @@ use std::sync::Arc;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+use tokio_rustls::rustls::client::WantsClientCert;
+use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::{self, ClientConfig, ConfigBuilder, RootCertStore};
 
 /// The TLS options of the command line.
 #[derive(Clone, Debug, Default)]
@@ -23,48 +25,71 @@ pub struct TlsOptions {
 
 /// A connector for these options; errors are usage errors (unreadable files, bad PEM).
 pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
-    let mut roots = RootCertStore::empty();
-    match &options.ca_cert {
-        Some(path) => {
-            for cert in certificates(path, "--tls-ca-cert")? {
-                roots
-                    .add(cert)
-                    .map_err(|e| crate::text::message!("--tls-ca-cert {}: {e}", path.display()))?;
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
-                return Err("no system CA certificates found for TLS; give --tls-ca-cert".into());
-            }
-        }
-    }
+    let ca = options.ca_cert.as_deref().map(|p| (p, "--tls-ca-cert"));
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| crate::text::message!("TLS: {e}"))?
+        .with_root_certificates(roots(ca, "give --tls-ca-cert")?);
+    let cert = options.cert.as_deref().map(|p| (p, "--tls-cert"));
+    let key = options.key.as_deref().map(|p| (p, "--tls-key"));
+    let config = client_auth(builder, cert, key, "--tls-cert and --tls-key go together")?;
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// The crypto every TLS connection of the lock uses.
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     // rustls 0.23.48 deprecates *ring*'s provider (it has no post-quantum key exchange); the
     // lock's TLS stays on *ring* (no CMake or NASM to build, a smaller binary) until moving
     // to aws-lc-rs is decided on its own. `allow`, not `expect`: Cargo.lock's rustls has no
     // deprecation, and `cargo install` without `--locked` resolves a newer one.
     #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| crate::text::message!("TLS: {e}"))?
-        .with_root_certificates(roots);
-    let config = match (&options.cert, &options.key) {
-        (Some(cert), Some(key)) => {
-            let chain = certificates(cert, "--tls-cert")?;
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The CAs to trust: those of `ca` (a PEM file, and the option that named it), else the
+/// system's; `give` says what to give when the system has none.
+pub(crate) fn roots(ca: Option<(&Path, &str)>, give: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some((path, option)) => {
+            for cert in certificates(path, option)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(format!("no system CA certificates found for TLS; {give}"));
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// The configuration, with the client certificate and key when both are given (each with the
+/// option that named it); one without the other is `mismatch`.
+pub(crate) fn client_auth(
+    builder: ConfigBuilder<ClientConfig, WantsClientCert>,
+    cert: Option<(&Path, &str)>,
+    key: Option<(&Path, &str)>,
+    mismatch: &str,
+) -> Result<ClientConfig, String> {
+    match (cert, key) {
+        (Some((cert, cert_option)), Some((key, key_option))) => {
+            let chain = certificates(cert, cert_option)?;
             let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| crate::text::message!("--tls-key {}: {e}", key.display()))?;
+                .map_err(|e| crate::text::message!("{key_option} {}: {e}", key.display()))?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| crate::text::message!("--tls-cert/--tls-key: {e}"))?
+                .map_err(|e| crate::text::message!("{cert_option}/{key_option}: {e}"))
         }
-        (None, None) => builder.with_no_client_auth(),
-        _ => return Err("--tls-cert and --tls-key go together".into()),
-    };
-    Ok(TlsConnector::from(Arc::new(config)))
+        (None, None) => Ok(builder.with_no_client_auth()),
+        _ => Err(mismatch.to_owned()),
+    }
 }
 
 fn certificates(path: &Path, option: &str) -> Result<Vec<CertificateDer<'static>>, String> {

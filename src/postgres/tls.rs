@@ -8,8 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::client::danger::{
@@ -19,10 +18,11 @@ use tokio_rustls::rustls::crypto::{
     CryptoProvider, verify_tls12_signature, verify_tls13_signature,
 };
 use tokio_rustls::rustls::{
-    self, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+    self, CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme,
 };
 
 use super::url::SslMode;
+use crate::endpoints::tls;
 
 /// What the connector checks of the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,17 +52,15 @@ pub fn check_of(mode: SslMode, has_ca: bool) -> Check {
 
 /// The connector for `check` with `files`; errors are usage errors (unreadable files, bad PEM).
 pub fn connector(check: Check, files: &Files) -> Result<TlsConnector, String> {
-    // See endpoints/tls.rs: the lock's TLS stays on *ring*.
-    #[allow(deprecated)]
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = tls::provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| crate::text::message!("TLS: {e}"))?;
     let verifier: Arc<dyn ServerCertVerifier> = match check {
         Check::Nothing => Arc::new(Unchecked(provider)),
         Check::Chain | Check::ChainAndName => {
-            let roots = Arc::new(roots(files)?);
-            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
+            let roots = tls::roots(named(&files.ca), "give sslrootcert= or --tls-ca-cert")?;
+            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| crate::text::message!("TLS: {e}"))?;
             match check {
@@ -74,58 +72,19 @@ pub fn connector(check: Check, files: &Files) -> Result<TlsConnector, String> {
     let builder = builder
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let config = match (&files.cert, &files.key) {
-        (Some((cert, cert_option)), Some((key, key_option))) => {
-            let chain = certificates(cert, cert_option)?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| crate::text::message!("{key_option} {}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| crate::text::message!("{cert_option}/{key_option}: {e}"))?
-        }
-        (None, None) => builder.with_no_client_auth(),
-        _ => return Err("a client certificate and its key go together (sslcert and sslkey, or --tls-cert and --tls-key)".into()),
-    };
+    let config = tls::client_auth(
+        builder,
+        named(&files.cert),
+        named(&files.key),
+        "a client certificate and its key go together (sslcert and sslkey, or --tls-cert and --tls-key)",
+    )?;
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
-fn roots(files: &Files) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    match &files.ca {
-        Some((path, option)) => {
-            for cert in certificates(path, option)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
-                return Err(
-                    "no system CA certificates found for TLS; give sslrootcert= or --tls-ca-cert"
-                        .into(),
-                );
-            }
-        }
-    }
-    Ok(roots)
-}
-
-fn certificates(path: &Path, option: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{option} {}: no PEM certificate in it",
-            path.display()
-        ));
-    }
-    Ok(certs)
+/// A file and the option (or URL parameter) that named it.
+fn named<'a>(file: &'a Option<(PathBuf, &'static str)>) -> Option<(&'a Path, &'static str)> {
+    file.as_ref()
+        .map(|(path, option)| (path.as_path(), *option))
 }
 
 /// `sslmode=require` (or `prefer`) without a CA: encrypted, nothing checked, as libpq does.
