@@ -9,9 +9,8 @@ use std::sync::Arc;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::client::WantsClientCert;
 use tokio_rustls::rustls::crypto::CryptoProvider;
-use tokio_rustls::rustls::{self, ClientConfig, ConfigBuilder, RootCertStore};
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 /// The TLS options of the command line.
 #[derive(Clone, Debug, Default)]
@@ -25,14 +24,41 @@ pub struct TlsOptions {
 
 /// A connector for these options; errors are usage errors (unreadable files, bad PEM).
 pub fn connector(options: &TlsOptions) -> Result<TlsConnector, String> {
-    let ca = options.ca_cert.as_deref().map(|p| (p, "--tls-ca-cert"));
+    let mut roots = RootCertStore::empty();
+    match &options.ca_cert {
+        Some(path) => {
+            for cert in certificates(path, "--tls-ca-cert")? {
+                roots
+                    .add(cert)
+                    .map_err(|e| crate::text::message!("--tls-ca-cert {}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err("no system CA certificates found for TLS; give --tls-ca-cert".into());
+            }
+        }
+    }
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| crate::text::message!("TLS: {e}"))?
-        .with_root_certificates(roots(ca, "give --tls-ca-cert")?);
-    let cert = options.cert.as_deref().map(|p| (p, "--tls-cert"));
-    let key = options.key.as_deref().map(|p| (p, "--tls-key"));
-    let config = client_auth(builder, cert, key, "--tls-cert and --tls-key go together")?;
+        .with_root_certificates(roots);
+    let config = match (&options.cert, &options.key) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates(cert, "--tls-cert")?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| crate::text::message!("--tls-key {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| crate::text::message!("--tls-cert/--tls-key: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("--tls-cert and --tls-key go together".into()),
+    };
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
@@ -46,53 +72,11 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The CAs to trust: those of `ca` (a PEM file, and the option that named it), else the
-/// system's; `give` says what to give when the system has none.
-pub(crate) fn roots(ca: Option<(&Path, &str)>, give: &str) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    match ca {
-        Some((path, option)) => {
-            for cert in certificates(path, option)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
-                return Err(format!("no system CA certificates found for TLS; {give}"));
-            }
-        }
-    }
-    Ok(roots)
-}
-
-/// The configuration, with the client certificate and key when both are given (each with the
-/// option that named it); one without the other is `mismatch`.
-pub(crate) fn client_auth(
-    builder: ConfigBuilder<ClientConfig, WantsClientCert>,
-    cert: Option<(&Path, &str)>,
-    key: Option<(&Path, &str)>,
-    mismatch: &str,
-) -> Result<ClientConfig, String> {
-    match (cert, key) {
-        (Some((cert, cert_option)), Some((key, key_option))) => {
-            let chain = certificates(cert, cert_option)?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| crate::text::message!("{key_option} {}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| crate::text::message!("{cert_option}/{key_option}: {e}"))
-        }
-        (None, None) => Ok(builder.with_no_client_auth()),
-        _ => Err(mismatch.to_owned()),
-    }
-}
-
-fn certificates(path: &Path, option: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+/// The PEM certificates in `path`, which `option` named; none is an error.
+pub(crate) fn certificates(
+    path: &Path,
+    option: &str,
+) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?
         .collect::<Result<Vec<_>, _>>()

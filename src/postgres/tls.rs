@@ -5,10 +5,11 @@
 //! come from the URL (`sslrootcert`, `sslcert`, `sslkey`), else from `--tls-ca-cert`,
 //! `--tls-cert`, `--tls-key`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::client::danger::{
@@ -18,11 +19,11 @@ use tokio_rustls::rustls::crypto::{
     CryptoProvider, verify_tls12_signature, verify_tls13_signature,
 };
 use tokio_rustls::rustls::{
-    self, CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme,
+    self, CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
 use super::url::SslMode;
-use crate::endpoints::tls;
+use crate::endpoints::tls::{self, certificates};
 
 /// What the connector checks of the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +60,8 @@ pub fn connector(check: Check, files: &Files) -> Result<TlsConnector, String> {
     let verifier: Arc<dyn ServerCertVerifier> = match check {
         Check::Nothing => Arc::new(Unchecked(provider)),
         Check::Chain | Check::ChainAndName => {
-            let roots = tls::roots(named(&files.ca), "give sslrootcert= or --tls-ca-cert")?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            let roots = Arc::new(roots(files)?);
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
                 .map_err(|e| crate::text::message!("TLS: {e}"))?;
             match check {
@@ -72,19 +73,44 @@ pub fn connector(check: Check, files: &Files) -> Result<TlsConnector, String> {
     let builder = builder
         .dangerous()
         .with_custom_certificate_verifier(verifier);
-    let config = tls::client_auth(
-        builder,
-        named(&files.cert),
-        named(&files.key),
-        "a client certificate and its key go together (sslcert and sslkey, or --tls-cert and --tls-key)",
-    )?;
+    let config = match (&files.cert, &files.key) {
+        (Some((cert, cert_option)), Some((key, key_option))) => {
+            let chain = certificates(cert, cert_option)?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| crate::text::message!("{key_option} {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| crate::text::message!("{cert_option}/{key_option}: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("a client certificate and its key go together (sslcert and sslkey, or --tls-cert and --tls-key)".into()),
+    };
     Ok(TlsConnector::from(Arc::new(config)))
 }
 
-/// A file and the option (or URL parameter) that named it.
-fn named<'a>(file: &'a Option<(PathBuf, &'static str)>) -> Option<(&'a Path, &'static str)> {
-    file.as_ref()
-        .map(|(path, option)| (path.as_path(), *option))
+fn roots(files: &Files) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    match &files.ca {
+        Some((path, option)) => {
+            for cert in certificates(path, option)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| crate::text::message!("{option} {}: {e}", path.display()))?;
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(
+                    "no system CA certificates found for TLS; give sslrootcert= or --tls-ca-cert"
+                        .into(),
+                );
+            }
+        }
+    }
+    Ok(roots)
 }
 
 /// `sslmode=require` (or `prefer`) without a CA: encrypted, nothing checked, as libpq does.
