@@ -277,3 +277,27 @@ fn the_history_costs_the_release_no_round_trip() {
     assert_eq!(calls, 2, "the acquire's and the release's");
     assert_eq!(history(&url, 5).len(), 2);
 }
+
+/// A history that cannot be written costs the run nothing: it runs, its lock is let go, and
+/// one warning says the run is missing from the history, once the release went through.
+#[test]
+fn an_unwritable_history_is_one_warning_after_the_release() {
+    let dir = scratch();
+    let url = format!("file://{}", dir.path().display());
+    // A directory where the history file goes: it cannot be opened for appending.
+    std::fs::create_dir(dir.path().join("job.history")).unwrap();
+    let out = lr().url(&url).job(["true"]).run().expect(0);
+    let warned: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("could not add this run to lock job's history"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", out.stderr);
+    assert!(
+        warned[0].ends_with("the lock is released"),
+        "{}",
+        out.stderr
+    );
+    // Released: the next run takes it at once.
+    lr().url(&url).args(["-n"]).job(["true"]).run().expect(0);
+}

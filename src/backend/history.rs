@@ -9,6 +9,21 @@ use serde_json::{Value, json};
 /// How many runs of one NAME a history keeps.
 pub const KEPT: usize = 100;
 
+/// Says that a release went through but its run could not be added to the history (`failed`:
+/// why). Only after the release was confirmed: one that failed says so itself, and a history
+/// is never a reason for a release to fail.
+pub fn unrecorded<T, E: std::fmt::Display>(
+    name: &crate::name::LockName,
+    released: &Result<bool, super::BackendError>,
+    failed: Result<T, E>,
+) {
+    if let (Ok(_), Err(e)) = (released, failed) {
+        tracing::warn!(
+            "could not add this run to lock {name}'s history ({e}); the lock is released"
+        );
+    }
+}
+
 /// How a run that took the lock ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {

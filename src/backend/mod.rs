@@ -13,7 +13,7 @@ mod lock;
 mod spec;
 mod view;
 
-pub use history::{Ended, KEPT, Run, merged, newest_first, rfc3339};
+pub use history::{Ended, KEPT, Run, merged, newest_first, rfc3339, unrecorded};
 pub use lock::{Attempt, Backend, KEEP_ALIVE, Tenure, Wakeup, Wakeups};
 pub use spec::{LockSpec, Mode};
 pub use view::{Check, Freed, Level, Report, Servers, Slot, View};

@@ -479,13 +479,7 @@ impl Backend for EtcdLock {
                 (released, remembered)
             }
         };
-        // Said only of a release that was confirmed: one that failed says so itself.
-        if let (Err(e), Ok(_)) = (remembered, &released) {
-            tracing::warn!(
-                "could not add this run to lock {}'s history ({e}); the lock is released",
-                self.name
-            );
-        }
+        crate::backend::unrecorded(&self.name, &released, remembered);
         released
     }
 

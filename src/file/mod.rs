@@ -294,19 +294,31 @@ impl Backend for FileLock {
     ) -> Result<bool, BackendError> {
         // A run that gives up its wait leaves the queue.
         self.leave_queue();
-        let Some(mut meta) = self.held.borrow_mut().take() else {
+        let Some(meta) = self.held.borrow_mut().take() else {
             return Ok(false);
         };
-        if let Some(run) = run {
-            // Under the lock, so that the runs of one NAME are written in the order they held it.
-            let alone = !self.shared && self.holders == 1;
-            if let Err(e) = history::append(&self.paths, run, alone) {
-                tracing::warn!(
-                    "could not add this run to lock {}'s history ({e}); the lock is released",
-                    self.name
-                );
-            }
-        }
+        // Under the lock, so that the runs of one NAME are written in the order they held it.
+        let alone = !self.shared && self.holders == 1;
+        let remembered = run.map_or(Ok(()), |run| history::append(&self.paths, run, alone));
+        let released = self.let_go(meta, keep_for);
+        crate::backend::unrecorded(&self.name, &released, remembered);
+        released
+    }
+
+    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
+        // A blocked flock cannot miss a release: it waits for a state, not a message.
+        let wakeups = FileWakeups {
+            lock: self,
+            pending: Vec::new(),
+        };
+        Ok((Box::new(wakeups), true))
+    }
+}
+
+impl FileLock {
+    /// Lets go of the lock this run holds (`meta`, what its file said), keeping a
+    /// `--min-hold` deadline in the file when there is one.
+    fn let_go(&self, mut meta: Meta, keep_for: Option<Duration>) -> Result<bool, BackendError> {
         if self.shared {
             return self.leave_shared(meta, keep_for);
         }
@@ -322,15 +334,6 @@ impl Backend for FileLock {
         self.unlock();
         written.map_err(|e| refused(&self.paths.lock, "write", &e))?;
         Ok(true)
-    }
-
-    async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
-        // A blocked flock cannot miss a release: it waits for a state, not a message.
-        let wakeups = FileWakeups {
-            lock: self,
-            pending: Vec::new(),
-        };
-        Ok((Box::new(wakeups), true))
     }
 }
 

@@ -157,15 +157,11 @@ impl PgLock {
             .client
             .exec_then(&tx, record.as_ref(), deadline, then_by)
             .await;
-        let sets = released?;
-        // Said only of a release that was confirmed: one that failed says so itself.
-        if let Some(Err(e)) = remembered {
-            tracing::warn!(
-                "could not add this run to lock {}'s history ({e}); the lock is released",
-                self.name
-            );
+        let released = released.map(|sets| client::first(&sets[at..]) == Some("true"));
+        if let Some(remembered) = remembered {
+            crate::backend::unrecorded(&self.name, &released, remembered);
         }
-        Ok(client::first(&sets[at..]) == Some("true"))
+        released
     }
 
     async fn give_back_within(&self, timeout: Duration) -> Result<bool, BackendError> {
