@@ -6,20 +6,27 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use crate::backend::{Backend, Ended, Mode, Run, hostname, user_name, wall_clock_ms};
+use crate::backend::{Backend, Ended, Mode, Run, hostname, wall_clock_ms};
 use crate::config::RunConfig;
 
 use super::ending::{Context, ending};
 use super::stop::{Cause, Stopping};
 use super::waiter::Acquired;
 
-/// The record of a run that took the lock at `started_ms` (wall clock) and whose command ended
-/// with `status`, its stop (if any) explained by `stopping`.
+/// The lock as it was taken: the grant, when it came (wall clock), and who took it, for the
+/// history.
+pub struct Held<'a> {
+    pub acquired: &'a Acquired,
+    pub started_ms: u64,
+    pub user: String,
+}
+
+/// The record of a run that took the lock as `held` says and whose command ended with
+/// `status`, its stop (if any) explained by `stopping`.
 pub fn record(
     backend: &dyn Backend,
     cfg: &RunConfig,
-    acquired: &Acquired,
-    started_ms: u64,
+    held: &Held<'_>,
     stopping: Option<Stopping>,
     status: ExitStatus,
     cx: &Context<'_>,
@@ -41,16 +48,16 @@ pub fn record(
         token: backend.token(),
         host: hostname(),
         pid: std::process::id(),
-        user: user_name(),
-        fence: acquired.fence,
+        user: held.user.clone(),
+        fence: held.acquired.fence,
         mode: match cfg.spec().mode {
             Mode::Exclusive => "exclusive".into(),
             Mode::Shared => "shared".into(),
             Mode::Holders(n) => format!("holders {n}"),
         },
-        started_ms,
+        started_ms: held.started_ms,
         ended_ms: wall_clock_ms(),
-        waited_ms: acquired.waited.as_millis() as u64,
+        waited_ms: held.acquired.waited.as_millis() as u64,
         status: i32::from(exit),
         ended,
     }

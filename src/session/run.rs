@@ -7,7 +7,7 @@ use std::path::Path;
 use std::pin::pin;
 use std::process::ExitStatus;
 
-use crate::backend::{Backend, Run, Tenure, wall_clock_ms};
+use crate::backend::{Backend, Run, Tenure, user_name, wall_clock_ms};
 use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
@@ -20,7 +20,7 @@ use crate::watcher::Watcher;
 use super::acquire::acquire_with;
 use super::ending::{Context, ended, ending};
 use super::job::Job;
-use super::record::record;
+use super::record::{Held, record};
 use super::stop::ChildStopper;
 use super::supervised::{Events, Kill, Reap, Watching};
 use super::sweep::{drain, forward};
@@ -79,10 +79,7 @@ async fn run_recording(
         acquired.fence,
         show(acquired.waited)
     );
-    let held = Held {
-        acquired: &acquired,
-        started_ms: wall_clock_ms(),
-    };
+    let started_ms = wall_clock_ms();
     let lease = RefCell::new(LeaseClock::new(cfg.timings, acquired.sent));
     let start_by = (backend.tenure() == Tenure::Lease).then(|| lease.borrow().term_point());
     let job = Job::start(backend, cfg, program, &acquired, start_by, early).await?;
@@ -91,6 +88,12 @@ async fn run_recording(
         "READY=1\nSTATUS=holding lock {} (fence {})",
         cfg.name, acquired.fence
     ));
+    // Read while the command runs, not on the way from its end to the release.
+    let held = Held {
+        acquired: &acquired,
+        started_ms,
+        user: user_name(),
+    };
     hold(
         &clock,
         backend,
@@ -102,12 +105,6 @@ async fn run_recording(
         recorded,
     )
     .await
-}
-
-/// The lock as it was taken: the grant, and when it came (wall clock, for the history).
-pub(super) struct Held<'a> {
-    pub acquired: &'a Acquired,
-    pub started_ms: u64,
 }
 
 /// The job under the lock, from its start to the run's end: supervised (the lease, `--max-run`,
@@ -144,17 +141,10 @@ pub(super) async fn hold<C: Clock, P: Reap, K: Kill, W: Watching, E: Events>(
         max_run: cfg.max_run,
         last_error: last_error.as_deref(),
     };
-    let run = status.as_ref().ok().map(|&status| {
-        record(
-            backend,
-            cfg,
-            acquired,
-            held.started_ms,
-            stopping,
-            status,
-            &cx,
-        )
-    });
+    let run = status
+        .as_ref()
+        .ok()
+        .map(|&status| record(backend, cfg, held, stopping, status, &cx));
     // After a lost lease a failed release is expected (the loss has its own line); after a
     // --max-run stop it is not.
     let still_ours = job

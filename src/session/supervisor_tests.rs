@@ -16,7 +16,7 @@ use crate::lease::LeaseClock;
 
 use super::fake::{Answer, Fake, TestClock, after, config};
 use super::fake_job::{FakeJob, MAIN, Proc, Sent, WATCHER, Watched};
-use super::run::Held;
+use super::record::Held;
 use super::run::hold;
 use super::waiter::Acquired;
 
@@ -52,6 +52,7 @@ async fn hold_job(fake: &Fake, cfg: &RunConfig, job: &FakeJob) -> Result<Exit, F
     let held = Held {
         acquired: &acquired,
         started_ms: 0,
+        user: "tester".into(),
     };
     hold(
         &clock,
