@@ -2,25 +2,28 @@
 //! view of the Raft leader), the cluster (one leader agreed, every member listed in the URL),
 //! the user (signs in, may read and write under `NAME/`), and etcd's shortest lease.
 //!
-//! Member by member, reads go without the user: `/version` and the maintenance status need
-//! none, so a wrong password is one FAIL (`auth`), not one per check.
+//! Member by member, reads go without the user: the maintenance status needs none, so a wrong
+//! password is one FAIL (`auth`), not one per check.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::Client;
+use super::proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, Member,
+    MemberListRequest, MemberListResponse, StatusRequest, StatusResponse, TxnResponse,
+};
+use super::wire;
 use crate::backend::{Check, Level};
 use crate::name::LockName;
 
 /// The default `--ttl`: a shortest lease above a third of it leaves little room.
 const DEFAULT_TTL_SECS: i64 = 30;
 
-/// The oldest etcd whose JSON gateway serves the `/v3/` paths this backend uses.
+/// The oldest etcd this backend is proven on (its comparisons of a key range and nested
+/// requests came in 3.3).
 const OLDEST: (u64, u64) = (3, 4);
 
 /// What one member said of itself in its status.
@@ -49,8 +52,11 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     let mut seen = Vec::new();
     for (endpoint, member) in &members {
         let started = Instant::now();
-        let version = match member.get("/version", deadline()).await {
-            Ok(version) => version,
+        let status: StatusResponse = match member
+            .must(wire::STATUS, &StatusRequest {}, deadline())
+            .await
+        {
+            Ok(status) => status,
             Err(e) => {
                 push(endpoint, "reachable", Level::Fail, e.to_string());
                 continue;
@@ -68,30 +74,20 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
             Level::Ok,
             format!("answered in {took:.1} ms{tls}"),
         );
-        let (level, detail) = version_of(&version);
+        let (level, detail) = version_of(&status.version);
         push(endpoint, "version", level, detail);
-        let status = match member
-            .must("/v3/maintenance/status", &json!({}), deadline())
-            .await
-        {
-            Ok(status) => status,
-            Err(e) => {
-                push(endpoint, "raft", Level::Fail, e.to_string());
-                continue;
-            }
-        };
+        let header = status.header.unwrap_or_default();
         let s = Seen {
             endpoint: endpoint.clone(),
-            member: uint(&status["header"]["member_id"]),
-            leader: uint(&status["leader"]),
-            term: uint(&status["raftTerm"]),
-            cluster: uint(&status["header"]["cluster_id"]),
+            member: header.member_id,
+            leader: status.leader,
+            term: status.raft_term,
+            cluster: header.cluster_id,
         };
-        let errors: Vec<&str> = status["errors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
+        let errors: Vec<String> = status
+            .errors
+            .iter()
+            .map(|e| crate::text::printable(e))
             .collect();
         let (level, detail) = match (s.leader, errors.is_empty()) {
             (0, _) => (
@@ -128,11 +124,14 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
         .iter()
         .find(|(e, _)| seen.iter().any(|s| &s.endpoint == e));
     if let Some((_, member)) = answering {
+        let list = MemberListRequest {
+            linearizable: false,
+        };
         let (level, detail) = match member
-            .must("/v3/cluster/member/list", &json!({}), deadline())
+            .must::<_, MemberListResponse>(wire::MEMBER_LIST, &list, deadline())
             .await
         {
-            Ok(list) => membership(&list, &members, &seen),
+            Ok(list) => membership(&list.members, &members, &seen),
             Err(e) => (Level::Warn, format!("the member list was not read: {e}")),
         };
         push(&cluster, "members", level, detail);
@@ -191,21 +190,20 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     checks
 }
 
-/// `{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}`: WARN below 3.4.
-fn version_of(version: &Value) -> (Level, String) {
-    let server = version["etcdserver"].as_str().unwrap_or("?");
-    let cluster = version["etcdcluster"].as_str().unwrap_or("?");
-    let detail = format!("etcd {server} (cluster version {cluster})");
+/// The member's version (`3.4.23`): WARN below 3.4.
+fn version_of(server: &str) -> (Level, String) {
+    let server = crate::text::printable(server);
+    let detail = format!("etcd {server}");
     let parsed = |v: &str| {
         let mut parts = v.split('.').map(|p| p.parse::<u64>().ok());
         Some((parts.next()??, parts.next()??))
     };
-    match parsed(server) {
+    match parsed(&server) {
         Some(v) if v >= OLDEST => (Level::Ok, detail),
         Some(_) => (
             Level::Warn,
             format!(
-                "{detail}: older than {}.{}, whose JSON gateway serves the /v3/ paths locked-run uses",
+                "{detail}: older than {}.{}, the oldest locked-run is proven on",
                 OLDEST.0, OLDEST.1
             ),
         ),
@@ -257,7 +255,11 @@ fn leader_agreed(seen: &[Seen], listed: usize) -> (Level, String) {
 
 /// The URL's endpoints against the cluster's members: each endpoint a member of the same
 /// cluster, and every member listed, so that a run survives losing one.
-fn membership(list: &Value, endpoints: &[(String, Client)], seen: &[Seen]) -> (Level, String) {
+fn membership(
+    members: &[Member],
+    endpoints: &[(String, Client)],
+    seen: &[Seen],
+) -> (Level, String) {
     let mut problems = Vec::new();
     // The cluster most endpoints belong to.
     let mut clusters: HashMap<u64, usize> = HashMap::new();
@@ -273,20 +275,16 @@ fn membership(list: &Value, endpoints: &[(String, Client)], seen: &[Seen]) -> (L
             ));
         }
     }
-    let members = list["members"].as_array().cloned().unwrap_or_default();
-    let addresses = |m: &Value| -> Vec<String> {
-        m["clientURLs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
+    let addresses = |m: &Member| -> Vec<String> {
+        m.client_ur_ls
+            .iter()
             .map(|u| {
-                let u = u.split_once("://").map_or(u, |(_, rest)| rest);
-                u.trim_end_matches('/').to_owned()
+                let u = u.split_once("://").map_or(u.as_str(), |(_, rest)| rest);
+                crate::text::printable(u.trim_end_matches('/'))
             })
             .collect()
     };
-    let listed = |m: &Value| {
+    let listed = |m: &Member| {
         addresses(m)
             .iter()
             .any(|a| endpoints.iter().any(|(e, _)| e == a))
@@ -306,10 +304,10 @@ fn membership(list: &Value, endpoints: &[(String, Client)], seen: &[Seen]) -> (L
         .iter()
         .filter(|m| !listed(m))
         .map(|m| {
-            let name = m["name"].as_str().unwrap_or("");
+            let name = crate::text::printable(&m.name);
             let at = addresses(m).join(" ");
             match (name.is_empty(), at.is_empty()) {
-                (_, true) => format!("{:x} (not started)", uint(&m["ID"])),
+                (_, true) => format!("{:x} (not started)", m.id),
                 (true, false) => at,
                 (false, false) => format!("{name} at {at}"),
             }
@@ -346,16 +344,23 @@ async fn permissions(
     deadline: Instant,
 ) -> (Level, String) {
     let prefix = format!("{}/", name.as_str());
-    let key = STANDARD.encode(format!("{prefix}doctor"));
-    let probe = json!({
-        "compare": [{"key": key, "target": "VERSION", "result": "LESS", "version": "0"}],
-        "success": [
-            {"request_put": {"key": key, "value": ""}},
-            {"request_range": {"key": STANDARD.encode(&prefix), "range_end": STANDARD.encode(crate::etcd::prefix_end(prefix.as_bytes())), "limit": "1"}},
-        ],
-        "failure": [],
-    });
-    match client.call("/v3/kv/txn", &probe, deadline).await {
+    let key = format!("{prefix}doctor");
+    let mut never = wire::absent(&key);
+    never.result = super::proto::etcdserverpb::compare::CompareResult::Less as i32;
+    never.target = super::proto::etcdserverpb::compare::CompareTarget::Version as i32;
+    never.target_union = Some(super::proto::etcdserverpb::compare::TargetUnion::Version(0));
+    let mut first = wire::range_first(&prefix);
+    first.sort_order = 0;
+    first.sort_target = 0;
+    let probe = wire::txn(
+        vec![never],
+        vec![wire::put(&key, b"", 0), wire::read(first)],
+        Vec::new(),
+    );
+    match client
+        .call::<_, TxnResponse>(wire::TXN, &probe, deadline)
+        .await
+    {
         Ok(Ok(_)) if signed_in => (
             Level::Ok,
             format!(
@@ -383,21 +388,16 @@ async fn permissions(
 
 /// A lease of 1 s, granted and revoked at once: etcd raises its TTL to its shortest.
 async fn shortest_lease(client: &Client, deadline: Instant) -> (Level, String) {
-    let granted = match client
-        .must("/v3/lease/grant", &json!({"TTL": "1"}), deadline)
-        .await
-    {
+    let grant = LeaseGrantRequest { ttl: 1, id: 0 };
+    let granted: LeaseGrantResponse = match client.must(wire::LEASE_GRANT, &grant, deadline).await {
         Ok(granted) => granted,
         Err(e) => return (Level::Fail, format!("cannot grant a lease: {e}")),
     };
-    let (lease, ttl) = (int(&granted["ID"]), int(&granted["TTL"]));
+    let (lease, ttl) = (granted.id, granted.ttl);
     // Revoked at once; should that go unanswered, the lease lapses within its TTL.
+    let revoke = LeaseRevokeRequest { id: lease };
     if let Err(e) = client
-        .must(
-            "/v3/lease/revoke",
-            &json!({"ID": lease.to_string()}),
-            deadline,
-        )
+        .must::<_, LeaseRevokeResponse>(wire::LEASE_REVOKE, &revoke, deadline)
         .await
     {
         tracing::info!("the lease {lease:x} doctor took lapses by itself: {e}");
@@ -417,22 +417,4 @@ async fn shortest_lease(client: &Client, deadline: Instant) -> (Level, String) {
         Level::Ok,
         format!("leases last at least {shortest}: --ttl below that is raised"),
     )
-}
-
-/// An int64 field (a JSON string, left out at 0).
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// A uint64 field (member and cluster ids).
-fn uint(v: &Value) -> u64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        _ => 0,
-    }
 }

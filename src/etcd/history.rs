@@ -7,11 +7,15 @@
 //! transaction at every run, the trim's read and delete once in a hundred runs); never a
 //! reason for a release to fail.
 
-use serde_json::json;
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::EtcdLock;
-use super::wire::{b64, created_at, delete, int, kvs, prefix_end, put, txn, txn_range};
+use super::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use super::proto::etcdserverpb::{
+    DeleteRangeRequest, DeleteRangeResponse, RangeRequest, RangeResponse, TxnResponse,
+};
+use super::wire::{self, created_at, delete, kvs, prefix_end, put, read, txn, txn_range};
 use crate::backend::{BackendError, KEPT, Run};
 
 /// Where every NAME's history lives.
@@ -20,6 +24,26 @@ pub const ROOT: &str = "locked-run";
 /// The prefix of NAME's history keys.
 fn prefix(lock: &EtcdLock) -> String {
     format!("{ROOT}/history/{}/", lock.name)
+}
+
+/// Every key of NAME's history.
+fn all(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        key: Bytes::copy_from_slice(prefix.as_bytes()),
+        range_end: Bytes::from(prefix_end(prefix.as_bytes())),
+        ..RangeRequest::default()
+    }
+}
+
+/// The newest `limit` keys of NAME's history, newest first.
+fn newest(prefix: &str, limit: usize, keys_only: bool) -> RangeRequest {
+    RangeRequest {
+        sort_target: SortTarget::Key as i32,
+        sort_order: SortOrder::Descend as i32,
+        limit: limit as i64,
+        keys_only,
+        ..all(prefix)
+    }
 }
 
 impl EtcdLock {
@@ -38,46 +62,41 @@ impl EtcdLock {
         // A holder's token is its key (`NAME/<lease>`): its last part names the run here.
         let run_id = run.token.rsplit('/').next().unwrap_or(&run.token);
         let key = format!("{prefix}{:016}-{run_id}", run.ended_ms);
-        let all = json!({
-            "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix.as_bytes())),
-        });
         // The record and how many there are now, in one transaction: one round trip.
-        let mut count = all.clone();
-        count["count_only"] = json!(true);
-        let record = [
-            put(&key, run.to_line().as_bytes(), 0),
-            json!({ "request_range": count }),
-        ];
+        let count = RangeRequest {
+            count_only: true,
+            ..all(&prefix)
+        };
+        let record = vec![put(&key, run.to_line().as_bytes(), 0), read(count)];
         let add = match releasing {
             Some((ours, created)) => {
                 let mut release = vec![delete(ours)];
                 release.extend(record.iter().cloned());
-                txn(&[created_at(ours, created)], &release, &record)
+                txn(vec![created_at(ours, created)], release, record)
             }
-            None => txn(&[], &record, &[]),
+            None => txn(Vec::new(), record, Vec::new()),
         };
-        let reply = self.client.must("/v3/kv/txn", &add, deadline).await?;
-        let counted = match releasing.is_some() && reply["succeeded"] == true {
+        let reply: TxnResponse = self.client.must(wire::TXN, &add, deadline).await?;
+        let counted = match releasing.is_some() && reply.succeeded {
             true => 2,
             false => 1,
         };
-        if int(&txn_range(&reply, counted)["count"]) <= 2 * KEPT as i64 {
+        let count = txn_range(&reply, counted).map_or(0, |r| r.count);
+        if count <= 2 * KEPT as i64 {
             return Ok(());
         }
-        let mut newest = all;
-        newest["sort_target"] = json!("KEY");
-        newest["sort_order"] = json!("DESCEND");
-        newest["limit"] = json!(KEPT.to_string());
-        newest["keys_only"] = json!(true);
-        let reply = self.client.must("/v3/kv/range", &newest, deadline).await?;
-        if let Some(oldest_kept) = kvs(&reply).get(KEPT - 1) {
-            let drop = json!({
-                "key": b64(prefix.as_bytes()),
-                "range_end": b64(oldest_kept.key.as_bytes()),
-            });
+        let reply: RangeResponse = self
+            .client
+            .must(wire::RANGE, &newest(&prefix, KEPT, true), deadline)
+            .await?;
+        if let Some(oldest_kept) = kvs(Some(&reply)).get(KEPT - 1) {
+            let drop = DeleteRangeRequest {
+                key: Bytes::copy_from_slice(prefix.as_bytes()),
+                range_end: Bytes::copy_from_slice(oldest_kept.key.as_bytes()),
+                ..DeleteRangeRequest::default()
+            };
             self.client
-                .must("/v3/kv/deleterange", &drop, deadline)
+                .must::<_, DeleteRangeResponse>(wire::DELETE_RANGE, &drop, deadline)
                 .await?;
         }
         Ok(())
@@ -89,16 +108,12 @@ impl EtcdLock {
             return Ok(Vec::new());
         }
         let prefix = prefix(self);
-        let newest = json!({
-            "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix.as_bytes())),
-            "sort_target": "KEY",
-            "sort_order": "DESCEND",
-            "limit": limit.to_string(),
-        });
         let deadline = Instant::now() + self.client.connect_timeout();
-        let reply = self.client.must("/v3/kv/range", &newest, deadline).await?;
-        Ok(kvs(&reply)
+        let reply: RangeResponse = self
+            .client
+            .must(wire::RANGE, &newest(&prefix, limit, false), deadline)
+            .await?;
+        Ok(kvs(Some(&reply))
             .iter()
             .filter_map(|kv| Run::from_line(&String::from_utf8_lossy(&kv.value)))
             .collect())
