@@ -245,8 +245,16 @@ impl EtcdLock {
             self.st().place = None;
             return Ok(Round::Again);
         };
-        // The holding lease too, when a third of it has gone, or when this may be the grant.
-        let hold_due = hold.is_some_and(|h| woken > 0 || h.kept.elapsed() * 3 >= h.granted_for());
+        // Woken, an exclusive waiter is most likely the first now: the grant at once, its
+        // leases kept alive beside it.
+        if woken > 0 && self.mode == Mode::Exclusive {
+            self.st().woken_at = 0;
+            return self
+                .mark(timings, &place, Some(queue), started, deadline)
+                .await;
+        }
+        // The holding lease too, when a third of it has gone.
+        let hold_due = hold.is_some_and(|h| h.kept.elapsed() * 3 >= h.granted_for());
         let mut leases = vec![queue];
         leases.extend(hold.filter(|_| hold_due));
         let alive = self.keep_alive(&mut leases, deadline).await?;
@@ -274,16 +282,8 @@ impl EtcdLock {
                 return Ok(Round::Done(attempt));
             }
         }
-        let (before, read_at) = match self.mode {
-            // Woken, most likely the first now: the grant at once.
-            Mode::Exclusive if woken > 0 => {
-                self.st().woken_at = 0;
-                return self.mark(timings, &place, started, deadline).await;
-            }
-            _ => match self.standing_read(&place, deadline).await? {
-                Some(before) => before,
-                None => return Ok(Round::Again),
-            },
+        let Some((before, read_at)) = self.standing_read(&place, deadline).await? else {
+            return Ok(Round::Again);
         };
         self.decide(timings, &place, (&before, read_at), true, started, deadline)
             .await
@@ -308,7 +308,7 @@ impl EtcdLock {
                     None => Ok(Round::Again),
                 }
             }
-            Standing::Holds => self.mark(timings, place, started, deadline).await,
+            Standing::Holds => self.mark(timings, place, None, started, deadline).await,
             Standing::Mismatch(theirs) => {
                 self.step_aside(deadline).await;
                 Ok(Round::Done(Attempt::Mismatch { theirs }))
@@ -340,11 +340,15 @@ impl EtcdLock {
     /// confirms we may hold: for an exclusive run, that no key under `NAME/` is older than
     /// ours; in the other modes the line was read and said so (keys before ours only go, so
     /// it says so still), and the transaction confirms our key is there. Where the comparison
-    /// fails, the transaction reads what our standing rests on now.
+    /// fails, the transaction reads what our standing rests on now. Beside it, on the stream,
+    /// the `queue` lease kept alive (a woken waiter's, which may wait on) and the holding
+    /// lease, unless it was granted or kept alive within this attempt: the lease clock counts
+    /// from the attempt's send instant.
     async fn mark(
         &self,
         timings: &Timings,
         place: &Place,
+        queue: Option<Lease>,
         started: Instant,
         deadline: Instant,
     ) -> Result<Round, BackendError> {
@@ -367,16 +371,31 @@ impl EtcdLock {
             vec![wire::put(&place.key, &self.value(), hold.id)],
             failure,
         );
-        // The lease clock counts from this attempt: the holding lease kept alive within it,
-        // beside the grant (one stream message, no request of its own).
+        let keep_hold = hold.kept < started;
+        let mut leases: Vec<Lease> = queue.into_iter().collect();
+        if keep_hold {
+            leases.push(hold);
+        }
         let keep = async {
-            match hold.kept >= started {
-                true => Ok(true),
-                false => self.keep_alive_hold(hold, deadline).await,
+            match leases.is_empty() {
+                true => Ok(Vec::new()),
+                false => self.keep_alive(&mut leases, deadline).await,
             }
         };
         let (alive, reply) = tokio::join!(keep, self.txn(&grant, deadline));
-        let reply = match (alive?, reply?) {
+        let (alive, reply) = (alive?, reply?);
+        let hold_alive = {
+            let mut st = self.st();
+            if queue.is_some() {
+                st.queue = alive[0].then_some(leases[0]);
+            }
+            let hold_alive = !keep_hold || alive[leases.len() - 1];
+            if keep_hold && st.hold.is_some_and(|h| h.id == hold.id) {
+                st.hold = hold_alive.then_some(leases[leases.len() - 1]);
+            }
+            hold_alive
+        };
+        let reply = match (hold_alive, reply) {
             (true, Some(reply)) => reply,
             // The holding lease lapsed (a run paused longer than it): a new one, once more.
             _ => {
