@@ -199,6 +199,14 @@ fn version_of(server: &str) -> (Level, String) {
         Some((parts.next()??, parts.next()??))
     };
     match parsed(&server) {
+        Some(v) if v >= OLDEST && revokes_after_a_stall(&server) => (
+            Level::Warn,
+            format!(
+                "{detail}: before 3.4.31 and 3.5.13 etcd may revoke a live lease once a leader \
+                 stalled longer than the lease resumes (etcd issue 12528), which ends a holder's \
+                 lock under its running command; upgrade etcd"
+            ),
+        ),
         Some(v) if v >= OLDEST => (Level::Ok, detail),
         Some(_) => (
             Level::Warn,
@@ -211,6 +219,27 @@ fn version_of(server: &str) -> (Level, String) {
             Level::Warn,
             format!("{detail}: not a version locked-run reads"),
         ),
+    }
+}
+
+/// Whether etcd `version` has the old leader's lease revokes (etcd issue 12528, fixed in
+/// 3.4.31, 3.5.13 and 3.6.0): a leader that stalled (stopped, starved of CPU, stuck in an
+/// fsync) past a lease's TTL may, as it resumes, propose the revoke of leases it thinks
+/// expired, and the new leader commits it though the lease was kept alive there.
+fn revokes_after_a_stall(version: &str) -> bool {
+    let mut parts = version
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let (major, minor, patch) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    match (major, minor) {
+        (3, 4) => patch < 31,
+        (3, 5) => patch < 13,
+        (3, m) => m < 4,
+        _ => false,
     }
 }
 
@@ -417,4 +446,25 @@ async fn shortest_lease(client: &Client, deadline: Instant) -> (Level, String) {
         Level::Ok,
         format!("leases last at least {shortest}: --ttl below that is raised"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_versions_whose_old_leader_revokes_live_leases_are_warned_of() {
+        for (version, bad) in [
+            ("3.4.23", true),
+            ("3.4.31", false),
+            ("3.5.12", true),
+            ("3.5.13", false),
+            ("3.6.0", false),
+            ("3.7.2", false),
+        ] {
+            assert_eq!(revokes_after_a_stall(version), bad, "{version}");
+        }
+        assert_eq!(version_of("3.4.23").0, Level::Warn);
+        assert_eq!(version_of("3.7.2").0, Level::Ok);
+    }
 }

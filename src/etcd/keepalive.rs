@@ -35,7 +35,7 @@ impl Client {
     ) -> Result<Vec<i64>, BackendError> {
         let Ok(mut stream) = timeout_at(deadline, self.keepalive.lock()).await else {
             return Err(BackendError::Transient(
-                "etcd: the keep-alive stream was busy until the deadline".into(),
+                "the keep-alive stream to etcd was busy until the deadline".into(),
             ));
         };
         let members = self.members();

@@ -27,6 +27,32 @@ pub fn etcd_binary() -> String {
         .unwrap_or_else(|| "etcd".into())
 }
 
+/// The version of the etcd binary the tests start: (major, minor, patch).
+pub fn etcd_version() -> (u64, u64, u64) {
+    static VERSION: std::sync::OnceLock<(u64, u64, u64)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let mut cmd = Command::new(etcd_binary());
+        cmd.arg("--version");
+        let out = run(cmd);
+        let line = out.stdout.lines().next().unwrap_or_default().to_owned();
+        let version = line.rsplit(' ').next().unwrap_or_default();
+        let mut parts = version.split('.').map(|p| p.parse().unwrap_or(0));
+        let mut next = || parts.next().unwrap_or(0);
+        (next(), next(), next())
+    })
+}
+
+/// Whether this etcd may revoke a live lease once a leader that stalled longer than the lease
+/// resumes (etcd issue 12528; fixed in 3.4.31, 3.5.13 and 3.6.0).
+pub fn revokes_after_a_stalled_leader() -> bool {
+    match etcd_version() {
+        (3, 4, patch) => patch < 31,
+        (3, 5, patch) => patch < 13,
+        (3, minor, _) => minor < 4,
+        _ => false,
+    }
+}
+
 /// One etcd member.
 pub struct Member {
     pub name: String,
@@ -370,6 +396,21 @@ impl Etcd {
         let agreed = ids.len() == self.members.iter().filter(|m| m.running()).count()
             && ids.windows(2).all(|w| w[0] == w[1]);
         ids.first().copied().filter(|&id| agreed && id != 0)
+    }
+
+    /// The index of the member that leads, when every running member names the same one.
+    #[allow(dead_code)] // the fault harness's alone
+    pub fn leader_index(&self) -> Option<usize> {
+        let id = self.leader_id()?;
+        let out = self.ctl(&["endpoint", "status", "-w", "json"]);
+        let reply: serde_json::Value = serde_json::from_str(out.stdout.trim()).ok()?;
+        let endpoint = reply.as_array()?.iter().find_map(|status| {
+            let s = &status["Status"];
+            (s["header"]["member_id"].as_u64() == Some(id)).then(|| status["Endpoint"].as_str())?
+        })?;
+        self.members
+            .iter()
+            .position(|m| endpoint.ends_with(&m.endpoint()))
     }
 
     /// The index of the leader, as the running members say.
