@@ -2,8 +2,10 @@
 //! view of the Raft leader), the cluster (one leader agreed, every member listed in the URL),
 //! the user (signs in, may read and write under `NAME/`), and etcd's shortest lease.
 //!
-//! Member by member, reads go without the user: the maintenance status needs none, so a wrong
-//! password is one FAIL (`auth`), not one per check.
+//! Member by member, reads go without the user where etcd allows (its status, before 3.5), so a
+//! wrong password is one FAIL (`auth`), not one per check; a member that reads its status to
+//! signed-in users only is asked as the URL's user, and said not read when that user cannot
+//! sign in.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -49,31 +51,71 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     let cluster = client.url();
     let deadline = || Instant::now() + client.connect_timeout();
     let members = client.each_endpoint(false);
+    let signed = client.each_endpoint(true);
     let mut seen = Vec::new();
-    for (endpoint, member) in &members {
+    let mut unread = 0;
+    for ((endpoint, member), (_, as_user)) in members.iter().zip(&signed) {
         let started = Instant::now();
-        let status: StatusResponse = match member
-            .must(wire::STATUS, &StatusRequest {}, deadline())
-            .await
-        {
-            Ok(status) => status,
-            Err(e) => {
-                push(endpoint, "reachable", Level::Fail, e.to_string());
-                continue;
-            }
-        };
         let tls = if cluster.starts_with("etcds://") {
             ", its certificate verified"
         } else {
             ""
         };
+        let answered = member
+            .call::<_, StatusResponse>(wire::STATUS, &StatusRequest {}, deadline())
+            .await;
         let took = started.elapsed().as_secs_f64() * 1000.0;
-        push(
-            endpoint,
-            "reachable",
-            Level::Ok,
-            format!("answered in {took:.1} ms{tls}"),
-        );
+        let mut said = false;
+        let status = match answered {
+            Ok(Ok(status)) => status,
+            // etcd 3.5 and later read their status to signed-in users only: as the URL's user.
+            Ok(Err(status)) if wants_a_user(&status) && client.user().is_some() => {
+                push(
+                    endpoint,
+                    "reachable",
+                    Level::Ok,
+                    format!("answered in {took:.1} ms{tls} (its status to a user only)"),
+                );
+                said = true;
+                match as_user
+                    .must::<_, StatusResponse>(wire::STATUS, &StatusRequest {}, deadline())
+                    .await
+                {
+                    Ok(status) => status,
+                    Err(e) => {
+                        unread += 1;
+                        push(
+                            endpoint,
+                            "raft",
+                            Level::Warn,
+                            format!("not read: its status is for a signed-in user ({e})"),
+                        );
+                        continue;
+                    }
+                }
+            }
+            Ok(Err(status)) => {
+                push(
+                    endpoint,
+                    "reachable",
+                    Level::Fail,
+                    member.refused(&status).to_string(),
+                );
+                continue;
+            }
+            Err(e) => {
+                push(endpoint, "reachable", Level::Fail, e.to_string());
+                continue;
+            }
+        };
+        if !said {
+            push(
+                endpoint,
+                "reachable",
+                Level::Ok,
+                format!("answered in {took:.1} ms{tls}"),
+            );
+        }
         let (level, detail) = version_of(&status.version);
         push(endpoint, "version", level, detail);
         let header = status.header.unwrap_or_default();
@@ -118,7 +160,13 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
         seen.push(s);
     }
 
-    let (level, detail) = leader_agreed(&seen, members.len());
+    let (level, detail) = match (seen.is_empty(), unread) {
+        (true, 1..) => (
+            Level::Warn,
+            "not checked: no member's status could be read as the URL's user (see auth)".into(),
+        ),
+        _ => leader_agreed(&seen, members.len()),
+    };
     push(&cluster, "leader", level, detail);
     let answering = members
         .iter()
@@ -188,6 +236,13 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     let (level, detail) = shortest_lease(client, deadline()).await;
     push(&cluster, "lease", level, detail);
     checks
+}
+
+/// Whether etcd refused a request for want of a signed-in user.
+fn wants_a_user(status: &super::grpc::Status) -> bool {
+    status.code == super::grpc::UNAUTHENTICATED
+        || (status.code == super::grpc::INVALID_ARGUMENT
+            && status.message.contains("user name is empty"))
 }
 
 /// The member's version (`3.4.23`): WARN below 3.4.
