@@ -48,6 +48,7 @@ mod inspect;
 mod keepalive;
 mod lease;
 mod line;
+mod members;
 mod name;
 mod open;
 mod proto;
