@@ -185,3 +185,46 @@ fn an_etcdctl_holder_is_waited_for_and_never_deleted() {
     assert_eq!(etcdctl.wait().code(), Some(0));
     waiting.wait().expect(0);
 }
+
+// See: the fault harness on three members (issue 45): a waiter's keep-alive that timed out on
+// one member went on to the next within the attempt, and the waiter's watch stayed on the
+// first, silent (its connection blackholed, open): the release went unseen, and the line
+// stood still for a minute. A connection given up is closed now, with its watch.
+#[test]
+fn a_waiter_whose_member_goes_silent_watches_again_on_the_next() {
+    use crate::support::proxy::{Mode, Proxy};
+    let etcd = Etcd::start_cluster();
+    let proxies: Vec<Proxy> = etcd
+        .members
+        .iter()
+        .map(|m| Proxy::start(m.client_port))
+        .collect();
+    let through: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("127.0.0.1:{}", p.port))
+        .collect();
+    let held = Holder::start_on(&etcd.url(), "job", &[]);
+    let dir = scratch();
+    let url = format!("etcd://{}", through.join(","));
+    let waiting = waiter(&url, &dir, &["--connect-timeout", "1s"]);
+    wait_until("the waiter queued", Duration::from_secs(10), || {
+        etcd.keys("job/").len() == 2
+    });
+    // Its watch confirmed: a heartbeat's time more.
+    std::thread::sleep(Duration::from_millis(1000));
+    proxies[0].set(Mode::Blackhole);
+    // A heartbeat times out on the first member and is answered by the next.
+    std::thread::sleep(Duration::from_millis(1500));
+    let released = Instant::now();
+    held.finish().expect(0);
+    wait_for_file(&file(&dir, "started"), Duration::from_secs(20), |t| {
+        t.ends_with('\n')
+    });
+    let took = released.elapsed();
+    waiting.wait().expect(0);
+    println!("the waiter started {took:?} after the release");
+    assert!(
+        took < Duration::from_secs(5),
+        "{took:?}: the release went unseen (its watch on the silent member)"
+    );
+}

@@ -317,6 +317,15 @@ impl Client {
         Ok((conn, false))
     }
 
+    /// Whether connection `id` is the one requests go on, and still open: a stream on another
+    /// (a watch opened before a fail-over) hears nothing more.
+    pub(super) fn is_current(&self, id: u64) -> bool {
+        self.shared()
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.id == id && !c.is_closed())
+    }
+
     fn open_conn(&self) -> Option<Conn> {
         let mut shared = self.shared();
         match &shared.conn {
@@ -334,8 +343,10 @@ impl Client {
         self.shared().current = conn.at;
     }
 
-    /// Forgets `conn` (unless another replaced it), and asks the next endpoint first.
+    /// Gives up `conn` (unless another replaced it): it is closed, with every stream on it,
+    /// and the next endpoint is asked first.
     pub(super) fn drop_conn(&self, conn: &Conn) {
+        conn.close();
         let mut shared = self.shared();
         if shared.conn.as_ref().is_some_and(|c| c.id == conn.id) {
             shared.conn = None;

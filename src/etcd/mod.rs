@@ -130,8 +130,11 @@ struct State {
     said: bool,
     /// What the last attempt of a waiter answered, while its standing holds.
     last_busy: Option<Attempt>,
-    /// The watch confirmed and not fired yet, by its number, and what it awaits.
-    watching: Option<(u64, Awaited)>,
+    /// The watch confirmed and not fired yet: its number, what it awaits, and the connection
+    /// it is on.
+    watching: Option<(u64, Awaited, u64)>,
+    /// When the last attempt read where the waiter stands.
+    settled: Option<Instant>,
     /// The number of the last watch opened.
     watches: u64,
     /// The revision of the event that woke this waiter, until the next attempt reads the line.
@@ -363,6 +366,11 @@ impl View for EtcdLock {
 
 /// How long a waiter's place lasts unless kept alive: the queue lease asks for this.
 const QUEUE_TTL: Duration = KEEP_ALIVE;
+
+/// The longest a waiter trusts its watch without reading where it stands: a safety net for a
+/// watch that went silent where no request of the waiter's shows it (its connection given up
+/// closes it, which breaks the watch at once).
+const RESETTLE: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

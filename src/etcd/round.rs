@@ -333,6 +333,7 @@ impl EtcdLock {
             from: read_at + 1,
         });
         st.last_busy = Some(busy.clone());
+        st.settled = Some(Instant::now());
         busy
     }
 

@@ -76,12 +76,17 @@ impl EtcdLock {
     }
 
     /// A waiter's heartbeat between wake-ups, answered without reading the line: its watch
-    /// stands confirmed on what its last attempt awaited and has not fired, so nothing it
-    /// waits for has happened. `None` when it must read.
+    /// stands confirmed on what its last attempt awaited, on the connection requests go on,
+    /// and has not fired, so nothing it waits for has happened; and the line was read within
+    /// [`RESETTLE`](super::RESETTLE). `None` when it must read.
     pub(super) fn unchanged(&self) -> Option<Attempt> {
         let st = self.st();
         let on = st.wait_on.as_ref()?;
-        if st.watching.as_ref().map(|(_, awaited)| awaited) != Some(&on.awaited) {
+        let (_, awaited, conn) = st.watching.as_ref()?;
+        if awaited != &on.awaited || !self.client.is_current(*conn) {
+            return None;
+        }
+        if st.settled.is_none_or(|t| t.elapsed() >= super::RESETTLE) {
             return None;
         }
         st.last_busy.clone()

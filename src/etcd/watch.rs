@@ -91,7 +91,7 @@ impl Watch {
             watch.seen = gone_since(lock, &watch.key, puts, on.from, revision, deadline).await?;
         }
         if watch.seen.is_none() {
-            lock.st().watching = Some((number, watch.awaited.clone()));
+            lock.st().watching = Some((number, watch.awaited.clone(), watch.stream.conn));
         }
         Ok(watch)
     }
@@ -250,7 +250,11 @@ impl Wakeups for EtcdWakeups<'_> {
             // No key before ours at the last attempt: nothing to wait for.
             return std::future::pending().await;
         };
-        if self.watch.as_ref().is_none_or(|w| w.awaited != on.awaited) {
+        // A watch on something else, or on a connection given up since (it hears nothing
+        // more), is replaced.
+        let stale =
+            |w: &Watch| w.awaited != on.awaited || !self.lock.client.is_current(w.stream.conn);
+        if self.watch.as_ref().is_none_or(stale) {
             self.close();
             self.watch = Some(Watch::open(self.lock, &on).await?);
         }
@@ -270,7 +274,7 @@ impl EtcdWakeups<'_> {
             if st
                 .watching
                 .as_ref()
-                .is_some_and(|(n, _)| *n == watch.number)
+                .is_some_and(|(n, _, _)| *n == watch.number)
             {
                 st.watching = None;
             }

@@ -38,11 +38,21 @@ pub struct Conn {
     pub id: u64,
     /// Set once the connection's task has ended (closed by either side, or failed).
     closed: Arc<AtomicBool>,
+    /// The connection's task, to end it (and every stream on it) when it is given up.
+    task: tokio::task::AbortHandle,
 }
 
 impl Conn {
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Ends the connection now: every stream on it (a watch, the keep-alive stream) fails at
+    /// once rather than wait on a member given up, whose connection may stay open and silent
+    /// (stopped, or cut off without a reset).
+    pub fn close(&self) {
+        self.task.abort();
+        self.closed.store(true, Ordering::Relaxed);
     }
 
     /// The URI of `path` (`/etcdserverpb.KV/Txn`) on this connection.
@@ -62,7 +72,7 @@ pub async fn open(
     let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
     stream.set_nodelay(true)?;
     let closed = Arc::new(AtomicBool::new(false));
-    let sender = match tls {
+    let (sender, task) = match tls {
         Some(tls) => {
             let name = rustls_pki_types::ServerName::try_from(endpoint.host.clone())
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -78,11 +88,15 @@ pub async fn open(
         tls: tls.is_some(),
         id,
         closed,
+        task,
     })
 }
 
 /// HTTP/2 on an open stream, its task spawned.
-async fn handshake<T>(io: T, closed: Arc<AtomicBool>) -> io::Result<SendRequest<Bytes>>
+async fn handshake<T>(
+    io: T,
+    closed: Arc<AtomicBool>,
+) -> io::Result<(SendRequest<Bytes>, tokio::task::AbortHandle)>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -94,12 +108,12 @@ where
         .handshake::<_, Bytes>(io)
         .await
         .map_err(io::Error::other)?;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let ended = connection.await;
         closed.store(true, Ordering::Relaxed);
         if let Err(e) = ended {
             tracing::debug!("an HTTP/2 connection to etcd ended: {e}");
         }
     });
-    Ok(sender)
+    Ok((sender, task.abort_handle()))
 }
