@@ -248,9 +248,15 @@ impl EtcdLock {
         // Woken, an exclusive waiter is most likely the first now: the grant at once, its
         // leases kept alive beside it.
         if woken > 0 && self.mode == Mode::Exclusive {
-            self.st().woken_at = 0;
+            // Woken by the delete of the key it waits on: when that key was the first, it is
+            // first now, proven without reading.
+            let first = {
+                let mut st = self.st();
+                st.woken_at = 0;
+                st.behind_first
+            };
             return self
-                .mark(timings, &place, Some(queue), started, deadline)
+                .mark(timings, &place, (Some(queue), first), started, deadline)
                 .await;
         }
         // The holding lease too, when a third of it has gone.
@@ -308,7 +314,11 @@ impl EtcdLock {
                     None => Ok(Round::Again),
                 }
             }
-            Standing::Holds => self.mark(timings, place, None, started, deadline).await,
+            // Read with no key before ours: first, proven (keys before ours only go).
+            Standing::Holds => {
+                self.mark(timings, place, (None, true), started, deadline)
+                    .await
+            }
             Standing::Mismatch(theirs) => {
                 self.step_aside(deadline).await;
                 Ok(Round::Done(Attempt::Mismatch { theirs }))
@@ -327,7 +337,10 @@ impl EtcdLock {
     /// watched from the revision after `read_at`, the read that found it.
     fn waits(&self, before: &[Kv], awaited: super::line::Awaited, read_at: i64) -> Attempt {
         let busy = busy(&before[0]);
+        let first = before.first().map(|kv| (&kv.key, kv.create_revision));
         let mut st = self.st();
+        st.behind_first = self.mode == Mode::Exclusive
+            && first == before.last().map(|kv| (&kv.key, kv.create_revision));
         st.wait_on = Some(Predecessor {
             awaited,
             from: read_at + 1,
@@ -338,18 +351,21 @@ impl EtcdLock {
     }
 
     /// The grant: our key moved to the holding lease (the mark), in one transaction that
-    /// confirms we may hold: for an exclusive run, that no key under `NAME/` is older than
-    /// ours; in the other modes the line was read and said so (keys before ours only go, so
-    /// it says so still), and the transaction confirms our key is there. Where the comparison
-    /// fails, the transaction reads what our standing rests on now. Beside it, on the stream,
-    /// the `queue` lease kept alive (a woken waiter's, which may wait on) and the holding
-    /// lease, unless it was granted or kept alive within this attempt: the lease clock counts
-    /// from the attempt's send instant.
+    /// confirms we may hold. Where it is `proven` already that we may (the line read, and in
+    /// it room for us; or the key we waited on, the first then, gone since: keys before ours
+    /// only go, so it holds still), the transaction confirms our key is still there, created
+    /// when we queued. Else (an exclusive waiter woken by the delete of a waiter's key) it
+    /// also compares the whole line: no key under `NAME/` older than ours (etcd compares a
+    /// key range, each of its keys, so no extra request), and where that fails, it reads
+    /// what our standing rests on now. Beside it, on the stream, the `queue` lease kept alive
+    /// (a woken waiter's, which may wait on) and the holding lease, unless it was granted or
+    /// kept alive within this attempt: the lease clock counts from the attempt's send
+    /// instant.
     async fn mark(
         &self,
         timings: &Timings,
         place: &Place,
-        queue: Option<Lease>,
+        (queue, proven): (Option<Lease>, bool),
         started: Instant,
         deadline: Instant,
     ) -> Result<Round, BackendError> {
@@ -360,7 +376,7 @@ impl EtcdLock {
         };
         let mut compare = vec![wire::created_at(&place.key, place.created)];
         let mut failure = vec![wire::get(&place.key)];
-        if self.mode == Mode::Exclusive {
+        if self.mode == Mode::Exclusive && !proven {
             compare.push(wire::none_before(&self.prefix, place.created));
             failure.extend([
                 wire::read(wire::last_created(&self.prefix, 1, place.created - 1)),
