@@ -6,8 +6,9 @@ other build).
 
 - Uncontended: `X NAME -- true`, hyperfine, interleaved.
 - Scale: a holder, W waiters queued behind it (W = 1, 8, 32, 96, 300), each to run `true`; the
-  holder lets go and the clock runs until the last waiter ended; per handoff. The waiters are
-  measured settled: every one's watch confirmed (etcd's count of Watch streams rose by W) and a
+  holder lets go and the clock runs until the last waiter ended; per handoff. Twice: as
+  bench/run's scale section starts them (the release as soon as every waiter has its key), and
+  settled: every one's watch confirmed (etcd's count of Watch streams rose by W) and a
   second more (each locked-run waiter's first heartbeat opened its keep-alive stream; each
   etcdctl, a Go program of some 12 ms of CPU, is done starting). Per handoff too, from the
   member's own metrics: the requests started (`grpc_server_started_total`: a call, or a stream
@@ -117,9 +118,10 @@ def uncontended(tools, scratch, rounds, runs, warmup):
     return {label: statistics.median(t) for label, t in times.items()}
 
 
-def one_round(member, scratch, make, width, serial):
+def one_round(member, scratch, make, width, serial, settle=True):
     """One round: (seconds per handoff, member's CPU per handoff, {(kind, method): per handoff},
-    the waiters' mean voluntary context switches)."""
+    the waiters' mean voluntary context switches). Without `settle`, the holder lets go as
+    soon as every waiter has its key, as bench/run's scale section starts them."""
     name = f"bench-etcd-{serial}"
     fifo = scratch / f"{name}.fifo"
     os.mkfifo(fifo)
@@ -129,9 +131,10 @@ def one_round(member, scratch, make, width, serial):
     waiters = [os.posix_spawnp(cmd[0], cmd, os.environ) for cmd in [make(name, "true")] * width]
     wait_until(f"{width} waiters on {name}", lambda: member.keys(f"{name}/") >= width + 1, timeout=120)
     # Settled: every waiter's watch confirmed, then a heartbeat's time more.
-    wait_until(f"{width} watches on {name}",
-               lambda: member.served().get(("started", "Watch"), 0) >= watches + width, timeout=120)
-    time.sleep(1.0)
+    if settle:
+        wait_until(f"{width} watches on {name}",
+                   lambda: member.served().get(("started", "Watch"), 0) >= watches + width, timeout=120)
+        time.sleep(1.0)
     before, cpu = member.served(), member.cpu()
     started = time.perf_counter()
     with open(fifo, "w") as f:
@@ -150,17 +153,17 @@ def one_round(member, scratch, make, width, serial):
     return total / width, cpu / width, served, statistics.mean(switches)
 
 
-def scale(member, scratch, tools, widths, rounds):
+def scale(member, scratch, tools, widths, rounds, settle=True):
     """{W: {label: (ms per handoff, CPU ms, {(kind, method): per handoff}, switches)}}, medians
     over the rounds (at least 16 handoffs a tool at small W), the tools taking turns."""
     results = {}
-    serial = 0
+    serial = 1000 * (not settle)
     for width in widths:
         samples = {label: [] for label, _ in tools}
         for _ in range(max(rounds, -(-16 // width)) if rounds > 1 else rounds):
             for label, make in tools:
                 serial += 1
-                samples[label].append(one_round(member, scratch, make, width, serial))
+                samples[label].append(one_round(member, scratch, make, width, serial, settle))
         results[width] = {}
         for label, found in samples.items():
             keys = {k for s in found for k in s[2]}
@@ -226,6 +229,7 @@ def run(say, binaries, smoke):
         o = uncontended(tools, scratch, rounds=1 if smoke else 10, runs=3 if smoke else 30, warmup=1 if smoke else 5)
         widths = (1, 8) if smoke else WIDTHS
         s = scale(member, scratch, tools, widths, 1 if smoke else 2)
+        u = scale(member, scratch, tools, widths, 1 if smoke else 2, settle=False)
         rss = {label: (peak_kib(make("bench-etcd-rss", "true")),
                        peak_kib([str(b), "-u", redis_url, "bench-rss", "--", "true"]))
                for (label, make), (_, b) in zip(tools, binaries)}
@@ -237,7 +241,7 @@ def run(say, binaries, smoke):
         redis.kill()
         redis.wait()
         shutil.rmtree(scratch, ignore_errors=True)
-    table(say, binaries, o, s, rss, walls, counted, version, smoke)
+    table(say, binaries, o, s, u, rss, walls, counted, version, smoke)
 
 
 def verdict(ok):
@@ -250,7 +254,7 @@ def calls(served, kind):
     return sum(n for _, n in by), ", ".join(f"{m} {n:.2f}" for m, n in by)
 
 
-def table(say, binaries, o, s, rss, walls, counted, version, smoke):
+def table(say, binaries, o, s, u, rss, walls, counted, version, smoke):
     this, = [label for label, _ in binaries[:1]]
     others = [label for label, _ in binaries[1:]]
     say(f"etcd: {version}, one member on loopback.")
@@ -289,6 +293,15 @@ def table(say, binaries, o, s, rss, walls, counted, version, smoke):
         say(f"| {width} | " + " | ".join(row) + " |")
         verdicts.append((width, r[this][0] < r["etcdctl lock"][0],
                          calls(r[this][2], "started")[0] <= calls(r["etcdctl lock"][2], "started")[0]))
+    say()
+    say("The same, the holder letting go as soon as every waiter has its key (as bench/run's scale section "
+        "starts them: an etcdctl waiter, a Go program, may still be starting), ms per handoff:")
+    say()
+    say("| W | " + " | ".join(labels) + " |")
+    say("|---|" + "---|" * len(labels))
+    for width, r in u.items():
+        say(f"| {width} | " + " | ".join(f"{r[l][0]:.2f}" for l in labels) + " |")
+        verdicts.append((width, r[this][0] < r["etcdctl lock"][0], True))
     say()
     if smoke:
         say("Targets: (smoke run: no verdict)")
