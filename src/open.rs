@@ -102,14 +102,14 @@ impl Kind {
         match (self, spec.mode) {
             (Kind::Redlock, Mode::Holders(_)) => {
                 return Some(
-                    "--holders is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
-                     Redlock over several servers holds one lock at a time".into(),
+                    "--holders is for one Redis server (plain, Sentinel, Cluster), file://, etcd:// or \
+                     postgres://: Redlock over several servers holds one lock at a time".into(),
                 );
             }
             (Kind::Redlock, Mode::Shared) => {
                 return Some(
-                    "--shared is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
-                     Redlock over several servers holds one lock at a time".into(),
+                    "--shared is for one Redis server (plain, Sentinel, Cluster), file://, etcd:// or \
+                     postgres://: Redlock over several servers holds one lock at a time".into(),
                 );
             }
             (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd | Kind::Postgres, _) => {}

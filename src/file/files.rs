@@ -113,13 +113,17 @@ pub fn prepare_dir(dir: &Path) -> Result<(), Failure> {
             match DirBuilder::new().mode(0o755).create(dir) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(Failure::unavailable(
-                    refused(dir, "create the directory", &e).to_string(),
-                )),
+                Err(e) => Err(unreached(refused(dir, "create the directory", &e))),
             }
         }
-        Err(e) => Err(Failure::unavailable(refused(dir, "reach", &e).to_string())),
+        Err(e) => Err(unreached(refused(dir, "reach", &e))),
     }
+}
+
+/// A directory that could not be had, before anything was asked of it: as every backend's
+/// first contact that failed, the line says that nothing was run and nothing was taken.
+fn unreached(refused: BackendError) -> Failure {
+    Failure::unavailable(format!("{refused}; nothing was run and nothing was taken"))
 }
 
 /// Opens (creating it) the lock file, refusing links and anything but a regular file.
