@@ -5,6 +5,7 @@ mod support;
 
 mod cluster;
 mod command_line;
+mod conformance;
 mod doctor;
 mod durability;
 mod errors;

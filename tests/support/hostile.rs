@@ -1,9 +1,10 @@
 //! Hostile fake servers, for the tests that every reply is bounded: a listener on 127.0.0.1
 //! whose every connection is served by a script in a thread of its own (a body announced as
 //! 40 GB, an endless chunked one, bytes that are not HTTP, an endless RESP bulk string, a
-//! `$-5`, a port that hangs up on anything but HTTP, a JSON gateway whose watch or keep-alive
-//! never ends), and `locked-run` run with its peak memory measured and its address space
-//! capped, so that an unbounded read fails visibly (and cannot eat the shared machine).
+//! `$-5`, a PostgreSQL message of 4 GiB, a port that hangs up on anything but HTTP, a JSON
+//! gateway whose watch or keep-alive never ends), and `locked-run` run with its peak memory
+//! measured and its address space capped, so that an unbounded read fails visibly (and cannot
+//! eat the shared machine).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -41,6 +42,10 @@ impl Hostile {
             }
         });
         Hostile { port, stop }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn etcd_url(&self) -> String {
@@ -239,6 +244,25 @@ pub fn negative_length(mut conn: TcpStream) {
         if conn.write_all(b"$-5\r\n").is_err() {
             return;
         }
+    }
+}
+
+/// A PostgreSQL server whose answer to the start-up announces a message of 4 GiB, then sends
+/// its bytes for ever.
+pub fn four_gib_postgres_message(mut conn: TcpStream) {
+    let mut len = [0u8; 4];
+    if conn.read_exact(&mut len).is_err() {
+        return;
+    }
+    let mut rest = vec![
+        0u8;
+        (u32::from_be_bytes(len) as usize)
+            .saturating_sub(4)
+            .min(1 << 16)
+    ];
+    if conn.read_exact(&mut rest).is_ok() && conn.write_all(&[b'R', 0xff, 0xff, 0xff, 0xf0]).is_ok()
+    {
+        forever(&mut conn, &[0u8; 64 << 10]);
     }
 }
 

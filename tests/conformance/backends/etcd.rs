@@ -1,0 +1,57 @@
+//! `etcd://` as the conformance suite runs it: one member.
+
+use super::{
+    Backend, HostileStore, Queue, Servers, Store, Supports, TOO_LARGE, Tenure, one_hostile,
+    url_args,
+};
+use crate::support::hostile;
+use crate::support::*;
+
+/// One etcd member.
+pub struct OneEtcd;
+
+impl Servers for Etcd {
+    fn add_history_record(&self, record: &str) {
+        // Keys sort by when the run let go: this one is the newest.
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let key = format!("locked-run/history/job/{ms:016}-forged{}", record.len());
+        self.ctl(&["put", &key, record]).expect(0);
+    }
+}
+
+impl Backend for OneEtcd {
+    fn supports(&self) -> Supports {
+        Supports {
+            holders: true,
+            shared: true,
+            queue: Queue::Strict,
+            tenure: Tenure::Lease,
+            status_keys: &[],
+        }
+    }
+
+    fn start(&self) -> Store {
+        let etcd = Etcd::start();
+        Store {
+            urls: url_args(etcd.url()),
+            run_args: Vec::new(),
+            servers: Box::new(etcd),
+        }
+    }
+
+    fn unreachable(&self) -> Vec<String> {
+        url_args("etcd://127.0.0.1:1".into())
+    }
+
+    /// A server whose answer announces a 40 GB body.
+    fn hostile(&self) -> Option<HostileStore> {
+        one_hostile(
+            hostile::huge_content_length,
+            |port| format!("etcd://127.0.0.1:{port}"),
+            TOO_LARGE,
+        )
+    }
+}

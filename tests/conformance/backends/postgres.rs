@@ -1,0 +1,55 @@
+//! `postgres://` as the conformance suite runs it: one server.
+
+use super::{
+    Backend, HostileStore, Queue, Servers, Store, Supports, TOO_LARGE, Tenure, one_hostile,
+    url_args,
+};
+use crate::support::hostile;
+use crate::support::postgres::Postgres;
+
+/// One PostgreSQL server.
+pub struct OnePostgres;
+
+impl Servers for Postgres {
+    fn add_history_record(&self, record: &str) {
+        let record = record.replace('\'', "''");
+        self.psql(&format!(
+            "INSERT INTO locked_run.history (name, token, ended_at, run) \
+             VALUES ('job', md5('{record}'), clock_timestamp(), '{record}')"
+        ));
+    }
+}
+
+impl Backend for OnePostgres {
+    fn supports(&self) -> Supports {
+        Supports {
+            holders: true,
+            shared: true,
+            queue: Queue::Strict,
+            tenure: Tenure::Lease,
+            status_keys: &[],
+        }
+    }
+
+    fn start(&self) -> Store {
+        let pg = Postgres::start();
+        Store {
+            urls: url_args(pg.url()),
+            run_args: Vec::new(),
+            servers: Box::new(pg),
+        }
+    }
+
+    fn unreachable(&self) -> Vec<String> {
+        url_args("postgres://locker@127.0.0.1:1/db?sslmode=disable".into())
+    }
+
+    /// A server whose first message announces 4 GiB.
+    fn hostile(&self) -> Option<HostileStore> {
+        one_hostile(
+            hostile::four_gib_postgres_message,
+            |port| format!("postgres://locker@127.0.0.1:{port}/db?sslmode=disable"),
+            TOO_LARGE,
+        )
+    }
+}
