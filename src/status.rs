@@ -19,7 +19,7 @@ macro_rules! out {
 
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
 pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
-    let mut report = backend
+    let report = backend
         .inspect()
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
@@ -31,10 +31,6 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
         .map(|runs| runs.first().cloned())
         .map_err(Clone::clone);
     let runs = runs.unwrap_or_default();
-    if report.fence.is_none() && report.revision.is_some() {
-        // A store that keeps no last fence (etcd): the last one issued is its runs' largest.
-        report.fence = runs.iter().map(|run| run.fence).max();
-    }
     let kept: Vec<bool> = report
         .holders
         .iter()
@@ -43,6 +39,11 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
     let name = name.as_str();
     if as_json {
         let mut object = to_json(name, &report);
+        if report.fence.is_none() && report.revision.is_some() {
+            // A store that keeps no last fence (etcd; its text says what bounds the next): the
+            // last one issued is the largest its runs were given.
+            object["fence"] = json!(runs.iter().map(|run| run.fence).max());
+        }
         object["waiters"] = json!(report.waiters);
         object["last_run"] = match &last {
             Ok(Some(run)) => run.to_json(),
