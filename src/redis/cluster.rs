@@ -158,15 +158,10 @@ impl Cluster {
                 _ => e.to_string(),
             };
             // A reply this client will not read is said as a server's would be.
-            if let Some(bad) = crate::redis::resp::bad_reply(&e) {
-                let said = match bad.too_large {
-                    true => "sent a reply too large",
-                    false => "sent a malformed reply",
-                };
-                return io::Error::new(
-                    e.kind(),
-                    format!("cluster node {seed}{tls} {said}: {}", bad.what),
-                );
+            if let Some(said) =
+                crate::redis::resp::hop_sent_bad_reply(&format!("cluster node {seed}{tls}"), &e)
+            {
+                return said;
             }
             io::Error::new(e.kind(), format!("cluster node {seed}{tls}: {what}"))
         })?;

@@ -152,15 +152,10 @@ impl Sentinel {
                 _ => e.to_string(),
             };
             // A reply this client will not read is said as a server's would be.
-            if let Some(bad) = crate::redis::resp::bad_reply(&e) {
-                let said = match bad.too_large {
-                    true => "sent a reply too large",
-                    false => "sent a malformed reply",
-                };
-                return io::Error::new(
-                    e.kind(),
-                    format!("sentinel {sentinel}{tls} {said}: {}", bad.what),
-                );
+            if let Some(said) =
+                crate::redis::resp::hop_sent_bad_reply(&format!("sentinel {sentinel}{tls}"), &e)
+            {
+                return said;
             }
             io::Error::new(e.kind(), format!("sentinel {sentinel}{tls}: {what}"))
         })?;

@@ -1,9 +1,6 @@
 //! `etcd://` as the conformance suite runs it: one member.
 
-use super::{
-    Backend, HostileStore, Queue, Servers, Store, Supports, TOO_LARGE, Tenure, one_hostile,
-    url_args,
-};
+use super::{Backend, HostileStore, Servers, Store, Supports, TOO_LARGE, one_hostile, url_args};
 use crate::support::hostile;
 use crate::support::*;
 
@@ -24,22 +21,12 @@ impl Servers for Etcd {
 
 impl Backend for OneEtcd {
     fn supports(&self) -> Supports {
-        Supports {
-            holders: true,
-            shared: true,
-            queue: Queue::Strict,
-            tenure: Tenure::Lease,
-            status_keys: &[],
-        }
+        Supports::EVERYTHING
     }
 
     fn start(&self) -> Store {
         let etcd = Etcd::start();
-        Store {
-            urls: url_args(etcd.url()),
-            run_args: Vec::new(),
-            servers: Box::new(etcd),
-        }
+        Store::at(etcd.url(), etcd)
     }
 
     fn unreachable(&self) -> Vec<String> {

@@ -32,6 +32,18 @@ pub struct Supports {
     pub status_keys: &'static [&'static str],
 }
 
+impl Supports {
+    /// Every mode, waiters served strictly in arrival order, holders on a lease: what a
+    /// backend with a server and a queue on it gives.
+    pub const EVERYTHING: Supports = Supports {
+        holders: true,
+        shared: true,
+        queue: Queue::Strict,
+        tenure: Tenure::Lease,
+        status_keys: &[],
+    };
+}
+
 /// How waiters are served (DESIGN, "Fair waiting").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queue {
@@ -97,6 +109,17 @@ pub struct Store {
     pub urls: Vec<String>,
     pub run_args: Vec<String>,
     pub servers: Box<dyn Servers>,
+}
+
+impl Store {
+    /// The store that `url` names, of `servers`, whose runs need no options of their own.
+    pub fn at(url: String, servers: impl Servers + 'static) -> Store {
+        Store {
+            urls: url_args(url),
+            run_args: Vec::new(),
+            servers: Box::new(servers),
+        }
+    }
 }
 
 /// `-u URL`.

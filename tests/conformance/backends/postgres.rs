@@ -1,9 +1,6 @@
 //! `postgres://` as the conformance suite runs it: one server.
 
-use super::{
-    Backend, HostileStore, Queue, Servers, Store, Supports, TOO_LARGE, Tenure, one_hostile,
-    url_args,
-};
+use super::{Backend, HostileStore, Servers, Store, Supports, TOO_LARGE, one_hostile, url_args};
 use crate::support::hostile;
 use crate::support::postgres::Postgres;
 
@@ -22,22 +19,12 @@ impl Servers for Postgres {
 
 impl Backend for OnePostgres {
     fn supports(&self) -> Supports {
-        Supports {
-            holders: true,
-            shared: true,
-            queue: Queue::Strict,
-            tenure: Tenure::Lease,
-            status_keys: &[],
-        }
+        Supports::EVERYTHING
     }
 
     fn start(&self) -> Store {
         let pg = Postgres::start();
-        Store {
-            urls: url_args(pg.url()),
-            run_args: Vec::new(),
-            servers: Box::new(pg),
-        }
+        Store::at(pg.url(), pg)
     }
 
     fn unreachable(&self) -> Vec<String> {

@@ -22,29 +22,14 @@ impl Servers for Redis {
     }
 }
 
-/// What every Redis topology but Redlock supports.
-fn redis_supports() -> Supports {
-    Supports {
-        holders: true,
-        shared: true,
-        queue: Queue::Strict,
-        tenure: Tenure::Lease,
-        status_keys: &[],
-    }
-}
-
 impl Backend for OneRedis {
     fn supports(&self) -> Supports {
-        redis_supports()
+        Supports::EVERYTHING
     }
 
     fn start(&self) -> Store {
         let redis = Redis::start();
-        Store {
-            urls: url_args(redis.url()),
-            run_args: Vec::new(),
-            servers: Box::new(redis),
-        }
+        Store::at(redis.url(), redis)
     }
 
     fn unreachable(&self) -> Vec<String> {
@@ -71,16 +56,12 @@ impl Servers for Watched {
 
 impl Backend for Sentinel {
     fn supports(&self) -> Supports {
-        redis_supports()
+        Supports::EVERYTHING
     }
 
     fn start(&self) -> Store {
         let watched = Watched::start();
-        Store {
-            urls: url_args(watched.url()),
-            run_args: Vec::new(),
-            servers: Box::new(watched),
-        }
+        Store::at(watched.url(), watched)
     }
 
     fn unreachable(&self) -> Vec<String> {
@@ -108,16 +89,12 @@ impl Servers for Cluster {
 
 impl Backend for RedisCluster {
     fn supports(&self) -> Supports {
-        redis_supports()
+        Supports::EVERYTHING
     }
 
     fn start(&self) -> Store {
         let cluster = Cluster::start();
-        Store {
-            urls: url_args(cluster.url()),
-            run_args: Vec::new(),
-            servers: Box::new(cluster),
-        }
+        Store::at(cluster.url(), cluster)
     }
 
     fn unreachable(&self) -> Vec<String> {
