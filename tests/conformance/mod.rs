@@ -3,10 +3,10 @@
 //! A backend that declares it cannot keep a promise must refuse the mode when it is opened,
 //! and the suite checks that refusal instead. Each test starts a store of its own.
 //!
-//! Adding a backend: its fixture (an `impl Backend` in `backends.rs`: what it supports, how its
-//! store starts, where nothing of its kind answers, a hostile store of its kind) and one line
-//! below, `mod NAME { every_promise!(FIXTURE); }`. Adding a promise: its module, and one line
-//! in [`every_promise`].
+//! Adding a backend: its fixture (an `impl Backend` in a file of `backends/`: what it supports,
+//! how its store starts, where nothing of its kind answers, a hostile store of its kind) and one
+//! line below, `mod NAME { every_promise!(FIXTURE); }`. Adding a promise: its module, and one
+//! entry in `every_promise!`. CONTRIBUTING lists the promises.
 
 mod backends;
 mod store;
@@ -28,6 +28,7 @@ mod metrics;
 mod metrics_dir;
 mod min_hold;
 mod shared;
+mod signalled_waiter;
 mod unreachable;
 mod wait_runs_out;
 
@@ -54,6 +55,11 @@ macro_rules! every_promise {
         #[test]
         fn fair() {
             fair::check(&$backend)
+        }
+
+        #[test]
+        fn signalled_waiter() {
+            signalled_waiter::check(&$backend)
         }
 
         #[test]

@@ -1,4 +1,5 @@
-//! `-w DUR` that runs out: 75, not before DUR, with one line that says who holds the lock.
+//! `-w DUR` that runs out: 75, not before DUR, with one line that says who holds the lock; the
+//! waiter's place in the queue is gone at once.
 
 use std::time::Duration;
 
@@ -32,5 +33,6 @@ pub fn check(backend: &dyn Backend) {
         "{line}"
     );
     assert!(line.contains("raise --wait"), "says what to do: {line}");
+    assert_eq!(store.waiters(), 0, "it left the queue at once");
     holder.finish().expect(0);
 }
