@@ -100,8 +100,9 @@ impl Meta {
     }
 
     fn to_text(&self) -> String {
-        // One line per field: a newline inside a value would start a forged field.
-        let clean = |s: &str| s.replace(|c: char| c.is_control(), "?");
+        // One line per field: a newline inside a value would start a forged field (the
+        // printable form escapes it).
+        let clean = |s: &str| crate::text::printable(s);
         let mut text = String::new();
         let h = &self.holder;
         let mut line = |key: &str, value: Option<String>| {
