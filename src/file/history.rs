@@ -84,12 +84,17 @@ struct Tail {
 }
 
 fn tail(file: &File) -> io::Result<Tail> {
+    tail_of(file, TAIL)
+}
+
+/// [`tail`] of the last `size` bytes.
+fn tail_of(file: &File, size: u64) -> io::Result<Tail> {
     let len = file.metadata()?.len();
-    let from = len.saturating_sub(TAIL);
+    let from = len.saturating_sub(size);
     let mut bytes = Vec::new();
-    // `take`: a file that grows while it is read is still read no further than TAIL.
+    // `take`: a file that grows while it is read is still read no further than `size`.
     ReadAt { file, at: from }
-        .take(TAIL)
+        .take(size)
         .read_to_end(&mut bytes)?;
     let mut lines: Vec<Vec<u8>> = bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
     // What follows the last newline is a line still being written, or nothing.
@@ -140,6 +145,19 @@ pub fn read(paths: &Paths, limit: usize) -> Result<History, BackendError> {
 /// The largest fence NAME's history shows (its tail's), if any: no fence is issued below it.
 pub fn largest_fence(paths: &Paths) -> Result<Option<u64>, BackendError> {
     Ok(read(paths, usize::MAX)?.runs.iter().map(|r| r.fence).max())
+}
+
+/// The largest fence of the history's newest records (its last [`MAX_RECORD`] bytes: the runs
+/// just before this one, as each appends its record before it lets go), read at every fence
+/// a run is given; none when there is no history, or it cannot be read.
+pub fn newest_fence(paths: &Paths) -> Option<u64> {
+    let file = open_existing(&paths.history(), false).ok()?;
+    let tail = tail_of(&file, MAX_RECORD as u64).ok()?;
+    let lines = tail.lines.iter();
+    lines
+        .filter_map(|line| Run::from_line(std::str::from_utf8(line).ok()?))
+        .map(|run| run.fence)
+        .max()
 }
 
 #[cfg(test)]

@@ -158,7 +158,7 @@ mod tests {
         };
         let parsed = Meta::parse(&meta.to_text());
         assert_eq!(parsed.holder.fence, Some(17));
-        assert_eq!(parsed.holder.command.as_deref(), Some("evil?fence=1"));
+        assert_eq!(parsed.holder.command.as_deref(), Some("evil\\nfence=1"));
         assert_eq!(parsed.not_before, meta.not_before);
         assert_eq!(Meta::parse(""), Meta::default());
         assert_eq!(Meta::parse("garbage\npid=x\n").holder.pid, None);
