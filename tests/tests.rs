@@ -34,6 +34,7 @@ mod postgres;
 mod postgres_faults;
 mod postgres_hostile;
 mod postgres_modes;
+mod printable;
 mod racing;
 mod redlock;
 mod release;
