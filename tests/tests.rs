@@ -17,6 +17,7 @@ mod fencing;
 mod file_crash;
 mod first_contact;
 mod history;
+mod history_hostile;
 mod holders;
 mod hostile_servers;
 mod in_flight;
