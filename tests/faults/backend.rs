@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::files::Files;
+use crate::hostile::Junk;
 use crate::proxy::{FaultProxy, Hostile};
 use crate::rng::Rng;
 use crate::servers::Server;
@@ -43,6 +44,11 @@ pub enum Fault {
     /// `file://`: another user of the sticky directory swaps the lock files it owns for fresh
     /// ones (see `files.rs`).
     ForeignSwap,
+    /// Every backend: a hostile user of the metrics directory holds a NAME's metrics lock, or
+    /// swaps its files for a FIFO, a link or a huge file (see `hostile.rs`).
+    Neighbour,
+    /// Every backend: another user of a lock writes junk into its history (`hostile.rs`).
+    HistoryJunk,
 }
 
 impl Fault {
@@ -60,6 +66,8 @@ impl Fault {
             Fault::RestartEmpty => "server restarted EMPTY",
             Fault::Hostile => "a hostile reply on one connection",
             Fault::ForeignSwap => "another user swapped its lock files",
+            Fault::Neighbour => "another user in the metrics directory",
+            Fault::HistoryJunk => "another user wrote junk into a history",
         }
     }
 }
@@ -89,6 +97,9 @@ pub trait Backend: Send + Sync {
     /// name starts with `fence:`, `gone:` or `history:`, and etcd's histories, are allowed to
     /// stay).
     fn leftovers(&self) -> Vec<String>;
+    /// Writes `junk` into NAME's history beside the runs' own records, as another user of the
+    /// lock may (straight to the store, not through the fault proxy).
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String>;
 }
 
 /// Opens the backend named `label` (`redis`, `file`, `redlock`, `etcd`).
@@ -343,6 +354,20 @@ impl Backend for Servers {
         }
         left
     }
+
+    /// On every server (each keeps its own history: Redlock's `history` merges them).
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
+        let record = junk.record(token);
+        for server in &self.servers {
+            let mut conn = server.lock().unwrap().conn().map_err(|e| e.to_string())?;
+            redis::cmd("LPUSH")
+                .arg(format!("history:{{{name}}}"))
+                .arg(&record)
+                .query::<i64>(&mut conn)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
 }
 
 /// `etcd://`: one etcd member behind a fault proxy. Its server faults are the ones a process
@@ -537,6 +562,33 @@ impl Backend for EtcdMember {
             Err(e) => left.push(format!("leases not readable: {e}")),
         }
         left
+    }
+
+    /// A key of NAME's history, named as a run's is (the instant, then a token).
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
+        use std::io::Write as _;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let key = format!("locked-run/history/{name}/{now_ms:016}-{token}");
+        let mut put = self.etcd.lock().unwrap().ctl_command(&["put", &key]);
+        put.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = put.spawn().map_err(|e| e.to_string())?;
+        let written = child
+            .stdin
+            .take()
+            .map(|mut stdin| stdin.write_all(junk.record(token).as_bytes()));
+        let pid = child.id() as i32;
+        if !crate::support::wait_pid_exit(pid, Duration::from_secs(10)) {
+            signal(pid, libc::SIGKILL);
+        }
+        let status = child.wait().map_err(|e| e.to_string())?;
+        match (written, status.success()) {
+            (Some(Ok(())), true) => Ok(()),
+            _ => Err(format!("etcdctl put {key}: {status}")),
+        }
     }
 }
 
