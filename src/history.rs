@@ -45,9 +45,13 @@ pub async fn history(
 
 /// What a read of NAME's history skipped (see [`Reader`](crate::backend::Reader)).
 pub fn skipped_line(name: &LockName, skipped: usize) -> String {
+    let records = match skipped {
+        1 => "record",
+        _ => "records",
+    };
     crate::text::message!(
-        "skipped {skipped} record(s) of lock {name}'s history: larger than {} bytes or not a \
-         run's record (another program's, or damaged); the runs beside them are shown",
+        "skipped {skipped} unreadable {records} in lock {name}'s history: larger than {} bytes \
+         or not a run's record (another program's, or damaged); the runs beside them are shown",
         crate::backend::MAX_RECORD
     )
 }

@@ -57,7 +57,8 @@ fn oversized_records_are_skipped(url: &[String], plant: impl Fn(), skipped: usiz
         0 => assert!(out.stderr.is_empty(), "{}", out.stderr),
         n => {
             assert_eq!(runs, [newest, older[1], older[0]]);
-            let said = format!("skipped {n} record(s) of lock job's history: larger than 4096");
+            let said =
+                format!("skipped {n} unreadable records in lock job's history: larger than 4096");
             assert!(out.stderr.contains(&said), "{}", out.stderr);
         }
     }
@@ -181,5 +182,9 @@ fn file_reads_only_the_tail_of_a_huge_history() {
     }
     let runs: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "{out:?}");
-    assert!(out.stderr.contains("skipped 1 record(s)"), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("skipped 1 unreadable record in lock job's history"),
+        "{out:?}"
+    );
 }

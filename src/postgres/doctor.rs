@@ -350,7 +350,7 @@ fn replication_state(
 ) -> (Level, String) {
     let replayed = replayed.unwrap_or_else(|| "nothing yet".into());
     let ago = ago.map_or_else(String::new, |s| format!(", its last transaction {s}s ago"));
-    let receiver = receiver.map_or_else(String::new, |r| format!(" ({r})"));
+    let receiver = receiver.map_or_else(String::new, |r| format!(", {r}"));
     match received {
         Some(received) => (
             Level::Ok,
@@ -414,7 +414,7 @@ mod tests {
         );
         assert_eq!(level, Level::Ok);
         assert!(
-            detail.contains("(streaming from p:5432): received WAL to 0/3000060"),
+            detail.contains(", streaming from p:5432: received WAL to 0/3000060"),
             "{detail}"
         );
         assert_eq!(
