@@ -6,7 +6,7 @@
 //! release's trim and by `history` alike: a line of 400 MB costs neither more than that.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 
@@ -87,15 +87,20 @@ fn tail(file: &File) -> io::Result<Tail> {
     tail_of(file, TAIL)
 }
 
-/// [`tail`] of the last `size` bytes.
+/// [`tail`] of the last `size` bytes: one `pread` (a file that grows meanwhile is still read no
+/// further than its length was).
 fn tail_of(file: &File, size: u64) -> io::Result<Tail> {
     let len = file.metadata()?.len();
     let from = len.saturating_sub(size);
-    let mut bytes = Vec::new();
-    // `take`: a file that grows while it is read is still read no further than `size`.
-    ReadAt { file, at: from }
-        .take(size)
-        .read_to_end(&mut bytes)?;
+    let mut bytes = vec![0; (len - from) as usize];
+    let mut got = 0;
+    while got < bytes.len() {
+        match file.read_at(&mut bytes[got..], from + got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    bytes.truncate(got);
     let mut lines: Vec<Vec<u8>> = bytes.split(|&b| b == b'\n').map(<[u8]>::to_vec).collect();
     // What follows the last newline is a line still being written, or nothing.
     lines.pop();
@@ -105,20 +110,6 @@ fn tail_of(file: &File, size: u64) -> io::Result<Tail> {
         _ => lines.remove(0).len(),
     };
     Ok(Tail { lines, cut })
-}
-
-/// A reader of `file` from offset `at` on (`pread`: the descriptor's own offset is left alone).
-struct ReadAt<'a> {
-    file: &'a File,
-    at: u64,
-}
-
-impl Read for ReadAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.file.read_at(buf, self.at)?;
-        self.at += n as u64;
-        Ok(n)
-    }
 }
 
 /// The NAME's last `limit` runs, newest first, from the file's last [`TAIL`] bytes; none when
