@@ -197,8 +197,8 @@ fn checked<S: AsRef<std::ffi::OsStr>>(program: &str, args: impl IntoIterator<Ite
     out.stdout
 }
 
-/// The count of tokens issued that the counter file's extended attribute says (its fourth word).
-fn counted(counter: &Path) -> Option<u64> {
+/// The counter file's extended attribute, as text (none when it has none).
+fn attribute(counter: &Path) -> Option<String> {
     let path = std::ffi::CString::new(path_str(counter)).unwrap();
     let mut buf = [0u8; 128];
     // SAFETY: the path and name are NUL-terminated; the buffer is live and as long as said.
@@ -210,9 +210,13 @@ fn counted(counter: &Path) -> Option<u64> {
             buf.len(),
         )
     };
-    let text = std::str::from_utf8(&buf[..usize::try_from(n).ok()?]).ok()?;
-    // BOOT MOUNT TOP LAST, then the file it was set on.
-    text.split(' ').nth(3)?.parse().ok()
+    String::from_utf8(buf[..usize::try_from(n).ok()?].to_vec()).ok()
+}
+
+/// The count of tokens issued that the counter file's extended attribute says (its fourth word:
+/// BOOT MOUNT TOP LAST, then the file it was set on).
+fn counted(counter: &Path) -> Option<u64> {
+    attribute(counter)?.split(' ').nth(3)?.parse().ok()
 }
 
 #[test]
@@ -397,21 +401,11 @@ fn a_count_edited_by_hand_never_gives_a_fence_again() {
         println!("SKIPPED: no user extended attributes here");
         return;
     }
-    let path = std::ffi::CString::new(path_str(&counter)).unwrap();
-    let mut buf = [0u8; 128];
-    // SAFETY: NUL-terminated path and name; the buffer is live and as long as said.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            c"user.locked-run".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    let text = String::from_utf8(buf[..usize::try_from(n).unwrap()].to_vec()).unwrap();
+    let text = attribute(&counter).unwrap();
     let mut words: Vec<&str> = text.split(' ').collect();
     words[3] = "1";
     let edited = words.join(" ");
+    let path = std::ffi::CString::new(path_str(&counter)).unwrap();
     // SAFETY: NUL-terminated path and name; the value is live and as long as said.
     let rc = unsafe {
         libc::setxattr(

@@ -3,7 +3,6 @@
 //! wrapper's spawn and exit instants and status. Every wrapper has a hard timeout (killed and
 //! recorded as hung past it) and is killed if the client is dropped before reaping it.
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -134,19 +133,7 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
     // A wrapper that reads without bound (a build before issue 43's, say, reading a link to
     // /dev/zero) fails an allocation here rather than take the machine's memory from the
     // other passes: the memory check still sees it pass its own bound.
-    // SAFETY: setrlimit(2) only, async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE,
-                rlim_max: ADDRESS_SPACE,
-            };
-            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
+    crate::support::hostile::cap_address_space(&mut cmd, ADDRESS_SPACE);
     if let (Some(i), true) = (plan.hostile_host, crate::hostile::can_name_hosts()) {
         crate::hostile::on_host_named(&mut cmd, i);
     }
