@@ -35,6 +35,7 @@ mod support;
 mod backend;
 mod child;
 mod client;
+mod etcd;
 mod files;
 mod history;
 mod hostile;
