@@ -1,7 +1,8 @@
-//! A history any user of the lock can write, on every backend: twenty records of 1 MB pushed
-//! beside the runs' own are skipped and counted, never a reason for `history` to fail (69) or
-//! for `status` to say the lock has no last run; `file://` reads and trims only the tail of
-//! `NAME.history`, whatever is before it (a line of 600 MB).
+//! A history any user of the lock can write, on every backend (Redlock: on each of its
+//! servers): twenty records of 1 MB pushed beside the runs' own are skipped and counted, never
+//! a reason for `history` to fail (69) or for `status` to say the lock has no last run;
+//! `file://` reads and trims only the tail of `NAME.history`, whatever is before it (a line of
+//! 600 MB).
 
 use std::io::Write;
 use std::process::Stdio;
@@ -24,9 +25,10 @@ fn oversized(i: usize) -> String {
     )
 }
 
-fn fence_of_a_run(url: &[String]) -> u64 {
+fn fence_of_a_run(url: &[String], run_args: &[&str]) -> u64 {
     let out = lr()
         .args(url)
+        .args(run_args)
         .job(sh("echo $LOCKED_RUN_FENCE"))
         .run()
         .expect(0);
@@ -35,11 +37,17 @@ fn fence_of_a_run(url: &[String]) -> u64 {
 
 /// Two runs, [`PLANTED`] oversized records planted by `plant`, one run more: `history` shows
 /// the runs (the newest first) and says how many records it skipped (`skipped`; none where
-/// the release itself trimmed them away), and `status` has the last run's line.
-fn oversized_records_are_skipped(url: &[String], plant: impl Fn(), skipped: usize) {
-    let older = [fence_of_a_run(url), fence_of_a_run(url)];
+/// the release itself trimmed them away), and `status` has the last run's line. `run_args`:
+/// what the runs take besides the `-u` arguments `url`.
+fn oversized_records_are_skipped(
+    url: &[String],
+    run_args: &[&str],
+    plant: impl Fn(),
+    skipped: usize,
+) {
+    let older = [fence_of_a_run(url, run_args), fence_of_a_run(url, run_args)];
     plant();
-    let newest = fence_of_a_run(url);
+    let newest = fence_of_a_run(url, run_args);
     let out = lr()
         .args(url)
         .args(["history", "--json", "job"])
@@ -81,7 +89,24 @@ fn redis_skips_oversized_records_on_the_server() {
             let _: i64 = redis.cmd(&["LPUSH", "history:{job}", &oversized(i)]);
         }
     };
-    oversized_records_are_skipped(&["-u".into(), redis.url()], plant, PLANTED);
+    oversized_records_are_skipped(&["-u".into(), redis.url()], &[], plant, PLANTED);
+}
+
+/// Redlock reads every server's history, each through the same script: what each skipped is
+/// added up.
+#[test]
+fn redlock_skips_oversized_records_on_every_server() {
+    let five = Five::start();
+    let plant = || {
+        for server in &five.servers {
+            for i in 0..PLANTED {
+                let _: i64 = server.cmd(&["LPUSH", "history:{job}", &oversized(i)]);
+            }
+        }
+    };
+    // Redlock's per-server timeout at its default (T/100) is missed on two loaded cores.
+    let run_args = ["--node-timeout", "300ms"];
+    oversized_records_are_skipped(&five.url_args(), &run_args, plant, 5 * PLANTED);
 }
 
 #[test]
@@ -94,7 +119,7 @@ fn postgres_skips_oversized_records_on_the_server() {
              FROM generate_series(1, {PLANTED}) AS g"
         ));
     };
-    oversized_records_are_skipped(&["-u".into(), pg.url()], plant, PLANTED);
+    oversized_records_are_skipped(&["-u".into(), pg.url()], &[], plant, PLANTED);
 }
 
 #[test]
@@ -116,7 +141,7 @@ fn etcd_skips_oversized_records_a_few_at_a_time() {
             assert!(child.wait().unwrap().success(), "etcdctl put {key}");
         }
     };
-    oversized_records_are_skipped(&["-u".into(), etcd.url()], plant, PLANTED);
+    oversized_records_are_skipped(&["-u".into(), etcd.url()], &[], plant, PLANTED);
 }
 
 /// On `file://` the release that follows trims what is not a record away.
@@ -133,7 +158,7 @@ fn file_trims_oversized_records_away() {
             writeln!(file, "{}", oversized(i)).unwrap();
         }
     };
-    oversized_records_are_skipped(&["-u".into(), file_url(locks.path())], plant, 0);
+    oversized_records_are_skipped(&["-u".into(), file_url(locks.path())], &[], plant, 0);
     let len = std::fs::metadata(&history).unwrap().len();
     assert!(len < 4096, "trimmed to the runs: {len} bytes");
 }
