@@ -296,7 +296,7 @@ fn json_line(level: Level, message: &str, rest: Map<String, Value>) -> String {
     object.insert("pid".into(), json!(std::process::id()));
     object.extend(rest);
     object.insert("message".into(), json!(message));
-    Value::Object(object).to_string()
+    crate::text::json(&Value::Object(object))
 }
 
 /// An event's message, and its other fields as JSON values.

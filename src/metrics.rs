@@ -6,12 +6,20 @@
 //! run that held the lock: a skip or an unreachable store changes only the counters and
 //! `locked_run_last_attempt_timestamp_seconds`, so a host that skipped never looks failed.
 //! A write that fails is one warning and changes no status.
+//!
+//! The directory may be shared with other users and programs (node_exporter's collector
+//! directory), so nothing in it can hold a run up past its command's end: the previous file is
+//! read only if it is a regular file (never through a link, never blocking on a FIFO, at most
+//! [`MAX_FILE`] bytes), and the lock of the read-add-write is waited for at most [`LOCK_WAIT`]
+//! (another user may hold it for ever: a flock needs only a descriptor open for reading), after
+//! which the counters are written from what could be read, with one warning.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Run, wall_clock_ms};
 use crate::name::LockName;
@@ -83,6 +91,13 @@ const GAUGES: [(&str, &str); 6] = [
     ),
 ];
 
+/// How long a run waits for the lock of the read-add-write before it writes without it.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
+/// The most of the previous file that is read: far more than the few dozen lines this module
+/// writes.
+const MAX_FILE: u64 = 1 << 20;
+
 const ATTEMPT: &str = "locked_run_last_attempt_timestamp_seconds";
 const RUNS: &str = "locked_run_runs_total";
 
@@ -100,8 +115,20 @@ fn update(dir: &Path, name: &LockName, outcome: Outcome, run: Option<&Run>) -> i
     let stem = crate::file::stem(name);
     let path = dir.join(format!("locked_run_{stem}.prom"));
     // The counters are read, added to and written under this lock: a run that wrote between
-    // another's read and write would lose a count.
-    let guard = lock(&dir.join(format!(".locked_run_{stem}.lock")))?;
+    // another's read and write would lose a count. One that cannot be had within LOCK_WAIT
+    // (held by another user, or not a file of ours) costs that, not the run's end.
+    let lock_path = dir.join(format!(".locked_run_{stem}.lock"));
+    let guard = match lock(&lock_path) {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            tracing::warn!(
+                "cannot lock {} ({e}); the metrics of lock {name} are written without it (a run \
+                 ending at the same moment may lose a count)",
+                lock_path.display()
+            );
+            None
+        }
+    };
     let mut values = read(&path);
     let labels = format!("name=\"{}\"", escape(name.as_str()));
     let seconds = |ms: u64| ms as f64 / 1000.0;
@@ -125,7 +152,11 @@ fn update(dir: &Path, name: &LockName, outcome: Outcome, run: Option<&Run>) -> i
         gauge(GAUGES[5].0, run.fence as f64);
     }
     let text = render(&values, &labels);
-    let tmp = dir.join(format!(".locked_run_{stem}.prom.{}", std::process::id()));
+    // A name nobody can guess and plant a file under beforehand.
+    let tmp = dir.join(format!(
+        ".locked_run_{stem}.prom.{}",
+        crate::backend::new_token()
+    ));
     let written = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -142,24 +173,68 @@ fn update(dir: &Path, name: &LockName, outcome: Outcome, run: Option<&Run>) -> i
     written
 }
 
-/// An exclusive flock on `path` (created), held while the returned file lives.
+/// An exclusive flock on `path` (created; a regular file, never through a link, opened
+/// without blocking), held while the returned file lives; waited for at most [`LOCK_WAIT`].
 fn lock(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    crate::file::flock_file(&file, libc::LOCK_EX)?;
-    Ok(file)
+    let open = |write: bool| {
+        OpenOptions::new()
+            .read(true)
+            .write(write)
+            .create(write)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+    };
+    // Another user's lock file (0644) opens for reading only, which a flock needs.
+    let file = match open(true) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => open(false)?,
+        opened => opened?,
+    };
+    regular(&file)?;
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match crate::file::flock_file(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if started.elapsed() >= LOCK_WAIT {
+                    return Err(io::Error::other(format!(
+                        "another process has held it for {}",
+                        crate::text::show(LOCK_WAIT)
+                    )));
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            locked => return locked.map(|()| file),
+        }
+    }
+}
+
+/// An error unless `file` is a regular file.
+fn regular(file: &File) -> io::Result<()> {
+    match file.metadata()?.is_file() {
+        true => Ok(()),
+        false => Err(io::Error::other("not a regular file")),
+    }
 }
 
 /// The samples of a file this module wrote: `metric{labels} value` lines. Anything else
-/// (comments, a damaged line) is left out; a missing file is an empty one.
-fn read(path: &PathBuf) -> BTreeMap<String, f64> {
-    let text = fs::read_to_string(path).unwrap_or_default();
+/// (comments, a damaged line) is left out; a missing file is an empty one, and so is anything
+/// but a regular file (a FIFO, a link to `/dev/zero`: another user's, in a shared directory),
+/// of which no more than [`MAX_FILE`] bytes are read.
+fn read(path: &Path) -> BTreeMap<String, f64> {
+    let text = (|| {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)?;
+        regular(&file)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE).read_to_end(&mut bytes)?;
+        io::Result::Ok(String::from_utf8_lossy(&bytes).into_owned())
+    })()
+    .unwrap_or_default();
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

@@ -6,6 +6,7 @@ use crate::backend::{Freed, Holder, Tenure, View};
 use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
+use crate::text::say;
 
 /// Shows the holder and refuses (2) without `force`; with it, frees the lock. `token`: of
 /// several holders (`--holders`), free only the one whose `LOCKED_RUN_TOKEN` it is.
@@ -25,6 +26,7 @@ pub async fn release(
         let tenure = backend.tenure();
         let runs = crate::status::history_for(backend, &report)
             .await
+            .map(|history| history.runs)
             .unwrap_or_default();
         let live = match report
             .holders
@@ -55,13 +57,6 @@ pub async fn release(
         Freed::Released { holders, fence } => Ok(said(name, &holders, fence)),
         Freed::Kept(why) => Err(Failure::usage(why)),
     }
-}
-
-/// One line on stdout; a reader that went away (`| head -0`) changes nothing: the lock is
-/// released all the same, and the status says so.
-fn say(line: std::fmt::Arguments) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {

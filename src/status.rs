@@ -6,16 +6,7 @@ use serde_json::{Value, json};
 use crate::backend::{Expiry, Holder, KEPT, Report, Run, Slot, Tenure, View};
 use crate::exit::{Exit, Failure};
 use crate::name::LockName;
-use crate::text::show;
-
-/// `println!` that does not panic when stdout is closed (`locked-run ... | head`): what could
-/// not be written is dropped, and the status stands.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
+use crate::text::{out, printable, show};
 
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
 pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
@@ -25,7 +16,12 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
         .map_err(|e| Failure::unavailable(e.to_string()))?;
     // The last run, and what the history tells of the holders; a history that cannot be read
     // (the ACL) leaves the line out, not the status.
-    let runs = history_for(backend, &report).await;
+    let runs = history_for(backend, &report).await.map(|history| {
+        if history.skipped > 0 {
+            tracing::info!("{}", crate::history::skipped_line(name, history.skipped));
+        }
+        history.runs
+    });
     let last = runs
         .as_ref()
         .map(|runs| runs.first().cloned())
@@ -74,7 +70,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
                     .collect(),
             );
         }
-        out!("{object}");
+        out!("{}", crate::text::json(&object));
     } else if let Some(servers) = &report.servers {
         let quorum = servers.quorum;
         let holding = servers
@@ -100,7 +96,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
                         .split_once(": ")
                         .map_or("", |(_, rest)| rest)
                 ),
-                Err(e) => out!("  {url}: no answer: {e}"),
+                Err(e) => out!("  {url}: no answer: {}", printable(&e.to_string())),
             }
         }
     } else {
@@ -132,7 +128,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
 pub async fn history_for(
     backend: &dyn View,
     report: &Report,
-) -> Result<Vec<Run>, crate::backend::BackendError> {
+) -> Result<crate::backend::History, crate::backend::BackendError> {
     let all = report.held.is_some() || report.fence.is_none();
     backend.history(if all { KEPT } else { 1 }).await
 }
@@ -243,7 +239,7 @@ pub fn to_text(name: &str, report: &Report, kept: &[bool]) -> String {
                 let mut holder = slot.busy.holder.clone();
                 let own = holder.fence.take();
                 let own = own.map_or_else(String::new, |f| format!(", fence {f}"));
-                let token = slot.token.as_deref().unwrap_or("?");
+                let token = printable(slot.token.as_deref().unwrap_or("?"));
                 let kept = match kept.get(i) {
                     Some(true) => "kept by --min-hold, ",
                     _ => "",

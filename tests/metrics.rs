@@ -1,10 +1,14 @@
 //! `--metrics-dir`: node_exporter's textfile, written at the end of every run: the last held
 //! run's gauges, a skip and an unreachable store counted without touching them, counters that
-//! concurrent runs never lose, no temporary file left, and a file `promtool` accepts.
+//! concurrent runs never lose, no temporary file left, and a file `promtool` accepts; in a
+//! directory shared with other users, nothing planted there (a held lock, a FIFO, a link to
+//! `/dev/zero`) holds a run up past its command's end.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
+use crate::support::hostile::run_measured;
 use crate::support::*;
 
 /// The samples of NAME `job`'s file: `metric{labels}` to value.
@@ -165,5 +169,142 @@ fn promtool_accepts_the_file() {
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A process of another user's (nobody's, as root; else this user's), started in a process
+/// group of its own and killed with it when dropped.
+struct Other(std::process::Child);
+
+impl Other {
+    /// Runs `script` with `sh` as that user; it says it is up by writing `up` into `ready`.
+    fn start(script: &str, ready: &Path) -> Other {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script]).process_group(0);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.uid(65534).gid(65534);
+        }
+        let other = Other(cmd.spawn().unwrap());
+        wait_for_file(ready, Duration::from_secs(10), |t| t.contains("up"));
+        other
+    }
+}
+
+impl Drop for Other {
+    fn drop(&mut self) {
+        signal(-(self.0.id() as i32), libc::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+/// A directory every user may write (as a shared collector directory is).
+fn shared_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    dir
+}
+
+/// Issue 43: any user who can read the metrics lock file can hold it (`flock FILE sleep`); a
+/// run waited for it for as long, after its release, deaf to SIGTERM. Now it waits a few
+/// seconds at most, says so once, and writes the counters all the same.
+#[test]
+fn a_metrics_lock_held_by_another_user_delays_the_end_by_seconds_at_most() {
+    let locks = scratch();
+    let metrics = shared_dir();
+    let dir = path_str(metrics.path());
+    let url = file_url(locks.path());
+    lr().url(&url)
+        .args(["--metrics-dir", dir])
+        .job(["true"])
+        .run()
+        .expect(0);
+    let ready = metrics.path().join("ready");
+    let lock = metrics.path().join(".locked_run_job.lock");
+    let _holder = Other::start(
+        &format!(
+            "exec flock -o {} sh -c 'echo up > {}; exec sleep 50'",
+            path_str(&lock),
+            path_str(&ready)
+        ),
+        &ready,
+    );
+    let out = lr()
+        .url(&url)
+        .args(["--metrics-dir", dir])
+        .job(["true"])
+        .run()
+        .expect(0);
+    assert!(
+        out.elapsed < Duration::from_secs(15),
+        "the run ended {:?} after its start",
+        out.elapsed
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot lock") && out.stderr.contains("written without it"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        runs(&samples(metrics.path()), "ran"),
+        2.0,
+        "counted all the same"
+    );
+}
+
+/// Issue 43: a FIFO planted where the previous file (or the lock file) goes blocked the run's
+/// read for ever, past SIGTERM. Neither is read now; the file is written afresh.
+#[test]
+fn a_fifo_in_place_of_the_metrics_file_or_its_lock_is_not_waited_on() {
+    let locks = scratch();
+    let metrics = shared_dir();
+    for fifo in ["locked_run_job.prom", ".locked_run_job.lock"] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(metrics.path().join(fifo))
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    let out = lr()
+        .url(&file_url(locks.path()))
+        .args(["--metrics-dir", path_str(metrics.path())])
+        .job(["true"])
+        .spawn()
+        .wait_for(Duration::from_secs(30))
+        .expect(0);
+    assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
+    assert_eq!(runs(&samples(metrics.path()), "ran"), 1.0);
+}
+
+/// Issue 43: a link to `/dev/zero` where the previous file goes was read until memory ran out
+/// (16 GB). Links are never followed there now; the run stays small.
+#[test]
+fn a_link_to_dev_zero_in_place_of_the_metrics_file_is_not_followed() {
+    let locks = scratch();
+    let metrics = shared_dir();
+    std::os::unix::fs::symlink("/dev/zero", metrics.path().join("locked_run_job.prom")).unwrap();
+    let url = file_url(locks.path());
+    let (out, peak) = run_measured(&[
+        "-u",
+        &url,
+        "--metrics-dir",
+        path_str(metrics.path()),
+        "job",
+        "true",
+    ]);
+    let out = out.expect(0);
+    if let Some(kb) = peak {
+        assert!(kb < 128 * 1024, "peak {kb} KiB");
+    }
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+    assert_eq!(runs(&samples(metrics.path()), "ran"), 1.0);
+    assert!(
+        std::fs::symlink_metadata(metrics.path().join("locked_run_job.prom"))
+            .unwrap()
+            .is_file(),
+        "the link was replaced by the file"
     );
 }

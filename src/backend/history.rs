@@ -1,6 +1,9 @@
 //! What happened: one run of a NAME that took the lock, as every backend's history keeps it
 //! (host, pid, user, fence, mode, when it took and let go of the lock, how long it waited, how
-//! it ended), and the one record format the stores without columns keep it in: a JSON object.
+//! it ended), the one record format every store keeps it in (a JSON object of at most
+//! [`MAX_RECORD`] bytes), and the one reader of what a store gives back ([`Reader`]): any user
+//! of a lock can write its history, so a record larger than that, or not one of ours, is
+//! skipped and counted, never a reason for a read to fail.
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -8,6 +11,14 @@ use serde_json::{Value, json};
 
 /// How many runs of one NAME a history keeps.
 pub const KEPT: usize = 100;
+
+/// The largest record a history keeps, in bytes: a writer cuts its own fields to fit (see
+/// [`Run::to_line`]), and a reader skips what is larger.
+pub const MAX_RECORD: usize = 4096;
+
+/// The most records one read of a history looks at, kept and skipped together: a store that
+/// another user filled with records past [`KEPT`] is read that far and no further.
+pub const SCANNED: usize = 10 * KEPT;
 
 /// Says that a release went through but its run could not be added to the history (`failed`:
 /// why). Only after the release was confirmed: one that failed says so itself, and a history
@@ -130,27 +141,99 @@ impl Run {
         })
     }
 
-    /// The record as one line of JSON.
+    /// The record as one line of JSON, at most [`MAX_RECORD`] bytes: the fields that are text
+    /// cut to fit (a host or user name of hundreds of characters, escaped six bytes a
+    /// character, would pass it whole).
     pub fn to_line(&self) -> String {
-        self.to_json().to_string()
+        let cut = |text: &str, max: usize| text.chars().take(max).collect::<String>();
+        let bounded = Run {
+            token: cut(&self.token, 256),
+            host: cut(&self.host, 128),
+            user: cut(&self.user, 128),
+            mode: cut(&self.mode, 64),
+            ..self.clone()
+        };
+        // Each text field is at most 6 bytes a character once escaped: 576 * 6 bytes and the
+        // numbers' 300 fit in MAX_RECORD.
+        bounded.to_json().to_string()
     }
 
-    /// A record from one line of JSON.
+    /// A record from one line of JSON; `None` when it is larger than [`MAX_RECORD`] or not one.
     pub fn from_line(line: &str) -> Option<Run> {
+        if line.len() > MAX_RECORD {
+            return None;
+        }
         Run::from_json(&serde_json::from_str(line).ok()?)
     }
 }
 
-/// Runs from several stores (Redlock's servers) as one history: each run once (by its token),
-/// newest first, at most `limit`.
-pub fn merged(lists: impl IntoIterator<Item = Vec<Run>>, limit: usize) -> Vec<Run> {
-    let mut runs: Vec<Run> = Vec::new();
-    for run in lists.into_iter().flatten() {
-        if !runs.iter().any(|r| r.token == run.token) {
-            runs.push(run);
+/// What a read of a NAME's history found: its runs, newest first, and how many records it
+/// skipped (larger than [`MAX_RECORD`], or not records of a run).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub runs: Vec<Run>,
+    pub skipped: usize,
+}
+
+/// The one reader of a history, for every store: raw records in (in any order), the runs and
+/// the count of what it skipped out. A store that skips records itself (Redis, PostgreSQL:
+/// so that no reply carries them) adds its count with [`Reader::skipped`].
+#[derive(Debug, Default)]
+pub struct Reader {
+    runs: Vec<Run>,
+    skipped: usize,
+}
+
+impl Reader {
+    pub fn new() -> Reader {
+        Reader::default()
+    }
+
+    /// Reads one raw record: a run, or one more skipped.
+    pub fn take(&mut self, raw: &[u8]) {
+        let run = std::str::from_utf8(raw).ok().and_then(Run::from_line);
+        match run {
+            Some(run) => self.runs.push(run),
+            None => self.skipped += 1,
         }
     }
-    newest_first(runs, limit)
+
+    /// Counts `n` records the store skipped before they were sent.
+    pub fn skipped(&mut self, n: usize) {
+        self.skipped += n;
+    }
+
+    /// How many runs it has read so far.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The last `limit` runs, newest first, and the count of what was skipped.
+    pub fn finish(self, limit: usize) -> History {
+        History {
+            runs: newest_first(self.runs, limit),
+            skipped: self.skipped,
+        }
+    }
+}
+
+/// Histories of several stores (Redlock's servers) as one: each run once (by its token),
+/// newest first, at most `limit`; what each skipped, added up.
+pub fn merged(histories: impl IntoIterator<Item = History>, limit: usize) -> History {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut skipped = 0;
+    for history in histories {
+        skipped += history.skipped;
+        for run in history.runs {
+            if !runs.iter().any(|r| r.token == run.token) {
+                runs.push(run);
+            }
+        }
+    }
+    History {
+        runs: newest_first(runs, limit),
+        skipped,
+    }
 }
 
 /// `runs` newest first (by when they let go of the lock), at most `limit`.
@@ -193,12 +276,71 @@ mod tests {
         assert_eq!(Run::from_line("{\"host\":\"x\"}"), None);
     }
 
+    fn history(runs: Vec<Run>, skipped: usize) -> History {
+        History { runs, skipped }
+    }
+
     #[test]
     fn histories_of_several_stores_count_each_run_once_newest_first() {
-        let a = vec![run("t1", 1_000_000), run("t2", 3_000_000)];
-        let b = vec![run("t2", 3_000_000), run("t3", 2_000_000)];
-        let tokens: Vec<String> = merged([a, b], 10).into_iter().map(|r| r.token).collect();
+        let a = history(vec![run("t1", 1_000_000), run("t2", 3_000_000)], 1);
+        let b = history(vec![run("t2", 3_000_000), run("t3", 2_000_000)], 2);
+        let both = merged([a, b], 10);
+        let tokens: Vec<String> = both.runs.into_iter().map(|r| r.token).collect();
         assert_eq!(tokens, ["t2", "t3", "t1"]);
-        assert_eq!(merged([vec![run("t1", 1), run("t2", 2)]], 1)[0].token, "t2");
+        assert_eq!(both.skipped, 3);
+        let one = history(vec![run("t1", 1), run("t2", 2)], 0);
+        assert_eq!(merged([one], 1).runs[0].token, "t2");
+    }
+
+    /// Issue 43: any user of a lock can write its history; a record of 1 MB, one that is not
+    /// JSON and one of another program's are skipped and counted, the runs beside them read.
+    #[test]
+    fn the_reader_skips_what_is_too_large_or_not_a_record_and_counts_it() {
+        let good = run("t1", 1_000_000).to_line();
+        let huge = format!("{{\"host\":\"{}\"}}", "x".repeat(1 << 20));
+        let raw: Vec<&[u8]> = vec![
+            good.as_bytes(),
+            huge.as_bytes(),
+            b"not json",
+            b"{\"host\":\"x\"}",
+            &[0xff, 0xfe],
+        ];
+        let mut reader = Reader::new();
+        for record in raw {
+            reader.take(record);
+        }
+        let read = reader.finish(10);
+        assert_eq!(read.runs, [run("t1", 1_000_000)]);
+        assert_eq!(read.skipped, 4);
+        // A record of exactly the bound is read; one byte more is skipped.
+        let padded = |n: usize| {
+            let mut r = run("t2", 2_000_000);
+            r.mode = String::new();
+            let base = r.to_json().to_string().len();
+            r.mode = "m".repeat(n - base);
+            r.to_json().to_string()
+        };
+        assert!(Run::from_line(&padded(MAX_RECORD)).is_some());
+        assert!(Run::from_line(&padded(MAX_RECORD + 1)).is_none());
+    }
+
+    /// Issue 43: the writer cuts its own fields, so that its record is never one a reader
+    /// skips, whatever its host and user names hold.
+    #[test]
+    fn a_record_with_the_longest_fields_fits_the_bound() {
+        // The last millisecond of year 9999: the latest instant RFC 3339 writes.
+        let mut r = run(&"t".repeat(5000), 253_402_300_799_999);
+        r.host = "\u{1b}".repeat(5000);
+        r.user = "\u{7}".repeat(5000);
+        r.mode = "\u{1}".repeat(5000);
+        r.pid = u32::MAX;
+        r.fence = u64::MAX;
+        r.waited_ms = u64::MAX;
+        r.status = i32::MIN;
+        r.ended = Ended::Signal(i32::MAX);
+        let line = r.to_line();
+        assert!(line.len() <= MAX_RECORD, "{}", line.len());
+        let back = Run::from_line(&line).unwrap();
+        assert_eq!(back.host.chars().count(), 128);
     }
 }

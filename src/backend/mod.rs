@@ -13,7 +13,9 @@ mod lock;
 mod spec;
 mod view;
 
-pub use history::{Ended, KEPT, Run, merged, newest_first, rfc3339, unrecorded};
+pub use history::{
+    Ended, History, KEPT, MAX_RECORD, Reader, Run, SCANNED, merged, rfc3339, unrecorded,
+};
 pub use lock::{Attempt, Backend, KEEP_ALIVE, Tenure, Wakeup, Wakeups};
 pub use spec::{LockSpec, Mode};
 pub use view::{Check, Freed, Level, Report, Servers, Slot, View};
@@ -48,12 +50,13 @@ impl fmt::Display for Holder {
         if !self.is_known() {
             return f.write_str("another program (no locked-run holder metadata)");
         }
-        f.write_str(self.host.as_deref().unwrap_or("?"))?;
+        // Another host's names: in the printable form wherever a holder is shown.
+        f.write_str(&crate::text::printable(self.host.as_deref().unwrap_or("?")))?;
         if let Some(pid) = self.pid {
             write!(f, " pid {pid}")?;
         }
         if let Some(command) = &self.command {
-            write!(f, " ({command})")?;
+            write!(f, " ({})", crate::text::printable(command))?;
         }
         if let Some(since) = self.since() {
             write!(f, " since {since}")?;

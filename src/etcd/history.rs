@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::EtcdLock;
 use super::wire::{b64, created_at, delete, int, kvs, prefix_end, put, txn, txn_range};
-use crate::backend::{BackendError, KEPT, Run};
+use crate::backend::{BackendError, History, KEPT, Reader, Run, SCANNED};
 
 /// Where every NAME's history lives.
 pub const ROOT: &str = "locked-run";
@@ -83,24 +83,39 @@ impl EtcdLock {
         Ok(())
     }
 
-    /// The NAME's last `limit` runs, newest first.
-    pub(super) async fn history_here(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
+    /// The NAME's last `limit` runs, newest first, read a few keys at a time (a value may be
+    /// as large as the cluster takes, 1.5 MiB by default, and any user of the lock can write
+    /// one: a reply of `limit` of them would pass the client's limit), through the one
+    /// [`Reader`], which skips and counts what is not a record.
+    pub(super) async fn history_here(&self, limit: usize) -> Result<History, BackendError> {
         let prefix = prefix(self);
-        let newest = json!({
-            "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix.as_bytes())),
-            "sort_target": "KEY",
-            "sort_order": "DESCEND",
-            "limit": limit.to_string(),
-        });
         let deadline = Instant::now() + self.client.connect_timeout();
-        let reply = self.client.must("/v3/kv/range", &newest, deadline).await?;
-        Ok(kvs(&reply)
-            .iter()
-            .filter_map(|kv| Run::from_line(&String::from_utf8_lossy(&kv.value)))
-            .collect())
+        let mut reader = Reader::new();
+        let mut end = prefix_end(prefix.as_bytes());
+        let mut scanned = 0;
+        while reader.runs() < limit && scanned < SCANNED {
+            let page = json!({
+                "key": b64(prefix.as_bytes()),
+                "range_end": b64(&end),
+                "sort_target": "KEY",
+                "sort_order": "DESCEND",
+                "limit": PAGE.to_string(),
+            });
+            let reply = self.client.must("/v3/kv/range", &page, deadline).await?;
+            let kvs = kvs(&reply);
+            for kv in &kvs {
+                reader.take(&kv.value);
+            }
+            scanned += kvs.len();
+            match kvs.last() {
+                Some(oldest) if reply["more"] == true => end = oldest.key.clone().into_bytes(),
+                _ => break,
+            }
+        }
+        Ok(reader.finish(limit))
     }
 }
+
+/// How many history keys one request reads: a page of values of etcd's largest (1.5 MiB,
+/// 2 MiB once the gateway encodes them) stays far below the client's 16 MiB.
+const PAGE: usize = 4;

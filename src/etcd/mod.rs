@@ -57,8 +57,8 @@ pub use open::client;
 pub use wire::prefix_end;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Mode, Report, Run, Tenure, View,
-    Wakeups, hostname, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, History, Mode, Report, Run, Tenure,
+    View, Wakeups, hostname, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -521,7 +521,7 @@ impl View for EtcdLock {
         self.force(token).await
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         self.history_here(limit).await
     }
 

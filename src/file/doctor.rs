@@ -143,6 +143,9 @@ pub fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
         Ok(detail) => add("files", Level::Ok, detail),
         Err(detail) => add("files", Level::Fail, detail),
     }
+    if let Some(detail) = counter_behind(dir, name) {
+        add("fence", Level::Warn, detail);
+    }
     let open_to_all = file::writable_by_all(dir, name);
     if !open_to_all.is_empty() {
         add(
@@ -157,6 +160,23 @@ pub fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
         );
     }
     checks
+}
+
+/// What to say when NAME's fence counter is below the largest fence its history shows (the
+/// directory restored from a copy, or the counter set back or removed by hand).
+fn counter_behind(dir: &Path, name: &LockName) -> Option<String> {
+    let paths = super::files::Paths::new(dir, name);
+    let largest = super::history::largest_fence(&paths).ok().flatten()?;
+    let counter = paths.read_fence().ok()?;
+    (counter.unwrap_or(0) < largest).then(|| {
+        crate::text::message!(
+            "{} is below fence {largest} of lock {name}'s history (counter: {}): was the \
+             directory restored from a copy, or the counter set back by hand? The next run's \
+             fence goes past {largest} all the same",
+            paths.fence.display(),
+            counter.map_or_else(|| "none".to_owned(), |c| c.to_string())
+        )
+    })
 }
 
 const NFS: i64 = 0x6969;

@@ -1,6 +1,8 @@
 //! The fence counter of a `file://` lock: `DIR/STEM.fence`, the top of the block of tokens last
 //! reserved, written durably before any token of it is issued; the tokens are issued under the
-//! lock (and a brief flock on DIR), counted in the block as `reserve` says.
+//! lock (and a brief flock on DIR), counted in the block as `reserve` says, and always past
+//! the largest fence the NAME's history shows: a counter restored from a copy, deleted or set
+//! back by hand does not give a token of a run the history remembers again.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
@@ -64,9 +66,12 @@ impl Paths {
             return Ok(None);
         };
         let top = self.counter_value(&file)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| refused(&self.fence, "read", &e))?;
         let counted = Epoch::of(&file)
             .zip(Record::read(&file))
-            .filter(|(now, record)| record.holds(top, now));
+            .filter(|(now, record)| record.holds(top, now, &meta));
         Ok(Some(counted.map_or(Reading::AtMost(top), |(_, record)| {
             Reading::Last(record.last)
         })))
@@ -86,16 +91,25 @@ impl Paths {
     /// directory itself ([`Paths::lock_dir`]): should two processes ever both hold NAME (its
     /// lock file deleted while held), they still never get the same token. From the block the
     /// counter file reserves, without a write to disk, while its record holds (see `reserve`);
-    /// else from a new block, reserved durably first.
+    /// else from a new block, reserved durably first. Either way past the largest fence of
+    /// the history's newest records, and a new block past the largest of its whole tail.
     pub fn raise_fence_locked(&self, dir: &File) -> Result<u64, BackendError> {
         let counter = self.open_counter()?;
         let top = match &counter {
             Some(file) => self.counter_value(file)?,
             None => 0,
         };
+        let shown = super::history::newest_fence(self).unwrap_or(0);
         if let Some(file) = &counter {
+            let meta = file
+                .metadata()
+                .map_err(|e| refused(&self.fence, "read", &e))?;
             if let (Some(now), Some(record)) = (Epoch::of(file), Record::read(file)) {
-                if let Some(next) = record.next(top, &now) {
+                let next = record
+                    .next(top, &now, &meta)
+                    .map(|next| next.max(shown.saturating_add(1)))
+                    .filter(|&next| next <= top);
+                if let Some(next) = next {
                     // Counted before the token is used; a count that cannot be set is a block
                     // reserved instead.
                     let counted = Record {
@@ -108,12 +122,14 @@ impl Paths {
                 }
             }
         }
-        self.reserve_block(dir, top)
+        let largest = super::history::largest_fence(self).ok().flatten();
+        self.reserve_block(dir, top.max(shown).max(largest.unwrap_or(0)))
     }
 
     /// Issues `top + 1`, the first token of a new block, once the block's top is on disk: a
     /// temporary file, fsync, rename over the counter, fsync of the directory; then the count
-    /// is set, for the runs after to count from.
+    /// is set, for the runs after to count from. `top`: the counter's value, or the largest
+    /// fence the history shows when that is larger.
     fn reserve_block(&self, dir: &File, top: u64) -> Result<u64, BackendError> {
         let next = top.checked_add(1).ok_or_else(|| {
             BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
@@ -141,6 +157,7 @@ impl Paths {
                     epoch,
                     top: new_top,
                     last: next,
+                    stamp: Default::default(),
                 };
                 let _ = record.write(&tmp);
             }

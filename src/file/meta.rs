@@ -100,8 +100,15 @@ impl Meta {
     }
 
     fn to_text(&self) -> String {
-        // One line per field: a newline inside a value would start a forged field.
-        let clean = |s: &str| s.replace(|c: char| c.is_control(), "?");
+        // One line per field: a newline inside a value would start a forged field (the
+        // printable form escapes it), and each short enough that every field fits in what a
+        // reader reads of the file (4 KiB), however long the escapes made it.
+        let clean = |s: &str| {
+            crate::text::printable(s)
+                .chars()
+                .take(512)
+                .collect::<String>()
+        };
         let mut text = String::new();
         let h = &self.holder;
         let mut line = |key: &str, value: Option<String>| {
@@ -157,10 +164,22 @@ mod tests {
         };
         let parsed = Meta::parse(&meta.to_text());
         assert_eq!(parsed.holder.fence, Some(17));
-        assert_eq!(parsed.holder.command.as_deref(), Some("evil?fence=1"));
+        assert_eq!(parsed.holder.command.as_deref(), Some("evil\\nfence=1"));
         assert_eq!(parsed.not_before, meta.not_before);
         assert_eq!(Meta::parse(""), Meta::default());
         assert_eq!(Meta::parse("garbage\npid=x\n").holder.pid, None);
+        // A host and a command of control characters, escaped ten bytes each: every field is
+        // still within what a reader reads.
+        let long = Meta {
+            holder: Holder {
+                host: Some("\u{1b}".repeat(255)),
+                command: Some("\u{7}".repeat(255)),
+                ..meta.holder.clone()
+            },
+            ..meta
+        };
+        assert!(long.to_text().len() < 2048, "{}", long.to_text().len());
+        assert_eq!(Meta::parse(&long.to_text()).token.as_deref(), Some("t"));
     }
 
     #[test]

@@ -57,7 +57,7 @@ use std::fs::File;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Check, Expiry, Holder, hostname};
-use crate::backend::{Freed, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
+use crate::backend::{Freed, History, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -351,7 +351,7 @@ impl View for FileLock {
         inspect::force_release(&self.paths, &self.name, token)
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         history::read(&self.paths, limit)
     }
 

@@ -2,6 +2,9 @@
 //! primary, the server's version, the tables and the role's privileges on them (with the SQL
 //! for an administrator when the role may neither use nor create them), `synchronous_commit`
 //! and the standbys (what a failover would keep of the grants), and the connections left.
+//! With several hosts (the recommended primary and synchronous standby), a standby is an OK
+//! line with its replication state, and the hosts together must have one primary: none, or
+//! more than one, is a FAIL.
 
 use tokio::time::Instant;
 
@@ -35,19 +38,97 @@ fn question() -> String {
              FROM to_regclass('locked_run.{table}') AS c WHERE c IS NOT NULL)"
         ));
     }
+    // A standby's replication state (each null on a primary): what it has received and
+    // replayed, how long ago the last transaction it replayed committed, and its WAL
+    // receiver as pg_stat_wal_receiver shows it to a role that may see it.
+    columns.extend([
+        "pg_last_wal_receive_lsn()::text".into(),
+        "pg_last_wal_replay_lsn()::text".into(),
+        "round(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::numeric, \
+         1)::text"
+            .into(),
+        "(SELECT status || ' from ' || sender_host || ':' || sender_port FROM \
+         pg_stat_wal_receiver WHERE status IS NOT NULL)"
+            .into(),
+    ]);
     format!("SELECT {}", columns.join(", "))
 }
 
-/// The checks of every host of the URL.
+/// The column of [`question`] where the standby's columns start.
+const STANDBY_AT: usize = 12 + TABLE_NAMES.len();
+
+/// What a host turned out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Primary,
+    Standby,
+    /// It did not answer, or not what it is.
+    Unknown,
+}
+
+/// The checks of every host of the URL; with several, whether they have one primary.
 pub async fn checks(client: &Client, _name: &LockName) -> Vec<Check> {
+    let several = client.url.hosts.len() > 1;
     let mut checks = Vec::new();
+    let mut roles = Vec::new();
     for host in &client.url.hosts {
-        checks.extend(check_host(client, host).await);
+        let (role, host_checks) = check_host(client, host, several).await;
+        roles.push((host.to_string(), role));
+        checks.extend(host_checks);
+    }
+    if several {
+        checks.push(one_primary(&roles));
     }
     checks
 }
 
-async fn check_host(client: &Client, host: &Host) -> Vec<Check> {
+/// The hosts' line: one primary and standbys is what locks need; no primary grants nothing,
+/// and two grant the same lock twice.
+fn one_primary(roles: &[(String, Role)]) -> Check {
+    let of = |role: Role| -> Vec<&str> {
+        roles
+            .iter()
+            .filter(|(_, r)| *r == role)
+            .map(|(host, _)| host.as_str())
+            .collect()
+    };
+    let (primaries, standbys) = (of(Role::Primary), of(Role::Standby));
+    let (level, detail) = match primaries.as_slice() {
+        [primary] => (
+            Level::Ok,
+            format!(
+                "{primary} is the primary, {} standby(s): a run finds the primary among them",
+                standbys.len()
+            ),
+        ),
+        [] => (
+            Level::Fail,
+            crate::text::message!(
+                "no host of the URL is a primary ({} standby(s), {} not answering): no lock can \
+                 be taken until one is promoted",
+                standbys.len(),
+                of(Role::Unknown).len()
+            ),
+        ),
+        many => (
+            Level::Fail,
+            crate::text::message!(
+                "{} hosts of the URL are primaries ({}): a run takes the lock on whichever it \
+                 reaches first, so two runs can hold it at once; fence off the old primary",
+                many.len(),
+                many.join(", ")
+            ),
+        ),
+    };
+    Check {
+        server: "hosts".into(),
+        check: "primary",
+        level,
+        detail,
+    }
+}
+
+async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<Check>) {
     let server = host.to_string();
     let line = |check: &'static str, level: Level, detail: String| Check {
         server: server.clone(),
@@ -68,7 +149,10 @@ async fn check_host(client: &Client, host: &Host) -> Vec<Check> {
         Ok(conn) => conn,
         Err(e) => {
             let why: BackendError = client.setup_error(host, e, password.map(|(_, from)| from));
-            return vec![line("connection", Level::Fail, why.to_string())];
+            return (
+                Role::Unknown,
+                vec![line("connection", Level::Fail, why.to_string())],
+            );
         }
     };
     let tls = match (conn.tls, &client.login.sslmode) {
@@ -98,30 +182,54 @@ async fn check_host(client: &Client, host: &Host) -> Vec<Check> {
                 PgError::Io(why) | PgError::Setup(why) => why,
             };
             checks.push(line("server", Level::Fail, said));
-            return checks;
+            return (Role::Unknown, checks);
         }
         Err(_) => {
             let detail = format!("no answer within {}", crate::text::show(timeout));
             checks.push(line("server", Level::Fail, detail));
-            return checks;
+            return (Role::Unknown, checks);
         }
     };
     let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
     let flag = |i: usize| row.get(i).cloned().flatten().map(|v| v == "t");
     let number = |i: usize| text(i).parse::<i64>().ok();
-    checks.push(match flag(0) {
-        Some(false) => line("primary", Level::Ok, "a primary: it grants locks".into()),
-        _ => line(
-            "primary",
-            Level::Fail,
-            "a standby (in recovery, read-only): only a primary grants locks".into(),
-        ),
-    });
-    checks.push(line(
-        "version",
-        Level::Ok,
-        format!("PostgreSQL {}", text(1)),
-    ));
+    let version = line("version", Level::Ok, format!("PostgreSQL {}", text(1)));
+    match (flag(0), several) {
+        (Some(false), _) => {
+            checks.push(line(
+                "primary",
+                Level::Ok,
+                "a primary: it grants locks".into(),
+            ));
+        }
+        // Beside a primary, a standby is what a failover goes to: its state is what matters.
+        (Some(true), true) => {
+            let standby = |i: usize| row.get(STANDBY_AT + i).cloned().flatten();
+            let (level, detail) = replication_state(
+                standby(0),
+                standby(1),
+                standby(2),
+                standby(3).map(|s| crate::text::printable(&s)),
+            );
+            checks.push(line("standby", level, detail));
+            checks.push(version);
+            return (Role::Standby, checks);
+        }
+        (found, _) => {
+            checks.push(line(
+                "primary",
+                Level::Fail,
+                "a standby (in recovery, read-only): only a primary grants locks".into(),
+            ));
+            let role = match found {
+                Some(true) => Role::Standby,
+                _ => Role::Unknown,
+            };
+            checks.push(version);
+            return (role, checks);
+        }
+    }
+    checks.push(version);
     let role = text(2);
     let may_create = flag(10) == Some(true);
     let tables: Vec<(&str, Option<bool>)> = TABLE_NAMES
@@ -228,5 +336,90 @@ async fn check_host(client: &Client, host: &Host) -> Vec<Check> {
             ))
         ),
     ));
-    checks
+    (Role::Primary, checks)
+}
+
+/// A standby's line: what it has received and replayed (the LSNs), how long ago the last
+/// transaction it replayed committed, and its WAL receiver's state when the role may see it. A
+/// standby that receives nothing (its WAL receiver down: it is not replicating) is a WARN.
+fn replication_state(
+    received: Option<String>,
+    replayed: Option<String>,
+    ago: Option<String>,
+    receiver: Option<String>,
+) -> (Level, String) {
+    let replayed = replayed.unwrap_or_else(|| "nothing yet".into());
+    let ago = ago.map_or_else(String::new, |s| format!(", its last transaction {s}s ago"));
+    let receiver = receiver.map_or_else(String::new, |r| format!(", {r}"));
+    match received {
+        Some(received) => (
+            Level::Ok,
+            format!(
+                "a standby (in recovery, read-only){receiver}: received WAL to {received}, \
+                 replayed to {replayed}{ago}; a failover to it keeps what it has"
+            ),
+        ),
+        None => (
+            Level::Warn,
+            format!(
+                "a standby (in recovery, read-only) that receives no WAL: replayed to \
+                 {replayed}{ago}; it is not replicating (is the primary reachable from it?)"
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(roles: &[Role]) -> Vec<(String, Role)> {
+        roles
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("h{i}:5432"), *r))
+            .collect()
+    }
+
+    /// Issue 43: the README's primary and synchronous standby failed `doctor`. One primary
+    /// beside standbys is OK; none, or two, is a FAIL.
+    #[test]
+    fn the_hosts_need_exactly_one_primary() {
+        use Role::*;
+        assert_eq!(one_primary(&hosts(&[Primary, Standby])).level, Level::Ok);
+        assert_eq!(
+            one_primary(&hosts(&[Standby, Primary, Standby])).level,
+            Level::Ok
+        );
+        assert_eq!(one_primary(&hosts(&[Primary, Unknown])).level, Level::Ok);
+        let none = one_primary(&hosts(&[Standby, Unknown]));
+        assert_eq!(none.level, Level::Fail);
+        assert!(none.detail.starts_with("no host of the URL is a primary"));
+        let two = one_primary(&hosts(&[Primary, Primary]));
+        assert_eq!(two.level, Level::Fail);
+        assert!(
+            two.detail
+                .starts_with("2 hosts of the URL are primaries (h0:5432, h1:5432)")
+        );
+    }
+
+    #[test]
+    fn a_standby_that_receives_nothing_is_a_warning() {
+        let some = |s: &str| Some(s.to_owned());
+        let (level, detail) = replication_state(
+            some("0/3000060"),
+            some("0/3000060"),
+            some("0.4"),
+            some("streaming from p:5432"),
+        );
+        assert_eq!(level, Level::Ok);
+        assert!(
+            detail.contains(", streaming from p:5432: received WAL to 0/3000060"),
+            "{detail}"
+        );
+        assert_eq!(
+            replication_state(None, some("0/1"), None, None).0,
+            Level::Warn
+        );
+    }
 }

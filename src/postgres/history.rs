@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::PgLock;
 use super::inspect::never_made;
 use super::sql::{self, Commit, Tx};
-use crate::backend::{BackendError, KEPT, Run};
+use crate::backend::{BackendError, History, KEPT, MAX_RECORD, Reader, Run};
 
 /// The transaction that adds `run` to the history of the NAME `n` (an SQL literal).
 pub fn record(n: &str, run: &Run, within: Duration) -> Tx {
@@ -37,31 +37,41 @@ pub fn record(n: &str, run: &Run, within: Duration) -> Tx {
 }
 
 impl PgLock {
-    /// The NAME's last `limit` runs, newest first.
-    pub(super) async fn history_here(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    /// The NAME's last `limit` runs, newest first: a row larger than [`MAX_RECORD`] never
+    /// leaves the server (any user of the lock's tables can write one), only their count.
+    pub(super) async fn history_here(&self, limit: usize) -> Result<History, BackendError> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(History::default());
         }
         let mut tx = Tx::default();
         let at = tx.push(format!(
-            "SELECT run FROM locked_run.history WHERE name = {} \
-             ORDER BY ended_at DESC, token DESC LIMIT {}",
+            "SELECT run FROM locked_run.history WHERE name = {} AND octet_length(run) <= \
+             {MAX_RECORD} ORDER BY ended_at DESC, token DESC LIMIT {}",
             self.n,
             limit.min(KEPT)
+        ));
+        let larger = tx.push(format!(
+            "SELECT count(*) FROM locked_run.history WHERE name = {} AND octet_length(run) > \
+             {MAX_RECORD}",
+            self.n
         ));
         let deadline = Instant::now() + self.client.connect_timeout;
         let sets = match self.client.exec(&tx, deadline, false).await {
             Ok(sets) => sets,
-            Err(e) if never_made(&e) => return Ok(Vec::new()),
+            Err(e) if never_made(&e) => return Ok(History::default()),
             Err(e) => return Err(e),
         };
-        Ok(sets
-            .get(at)
-            .map(|rows| {
-                rows.iter()
-                    .filter_map(|row| Run::from_line(row.first()?.as_deref()?))
-                    .collect()
-            })
-            .unwrap_or_default())
+        let mut reader = Reader::new();
+        for row in sets.get(at).into_iter().flatten() {
+            match row.first() {
+                Some(Some(run)) => reader.take(run.as_bytes()),
+                _ => reader.skipped(1),
+            }
+        }
+        let count = sets
+            .get(larger)
+            .and_then(|rows| rows.first()?.first()?.as_deref()?.parse().ok());
+        reader.skipped(count.unwrap_or(0));
+        Ok(reader.finish(KEPT))
     }
 }

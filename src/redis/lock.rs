@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::backend::new_token;
 use crate::backend::{
-    Attempt, Backend, BackendError, Check, Freed, KEEP_ALIVE, KEPT, Report, Run, Tenure, View,
-    Wakeups, wall_clock_ms,
+    Attempt, Backend, BackendError, Check, Freed, History, KEEP_ALIVE, KEPT, Report, Run, Tenure,
+    View, Wakeups, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -61,7 +61,9 @@ impl ServerLock {
     /// A lock on an opened node; `command` is the program name shown to `status`.
     pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
-        let host = crate::backend::hostname().replace(|c: char| c.is_control(), "?");
+        // A semaphore's metadata is tab-separated: no control character in a field (the
+        // printable form escapes them).
+        let host = crate::text::printable(&crate::backend::hostname());
         ServerLock {
             keys: Keys::of(&name),
             fair: false,
@@ -75,8 +77,7 @@ impl ServerLock {
             token: RefCell::new(new_token()),
             host,
             pid: std::process::id().to_string(),
-            // A semaphore's metadata is tab-separated: no control character in a field.
-            command: command.replace(|c: char| c.is_control(), "?"),
+            command: crate::text::printable(command),
             wait_replicas: None,
         }
     }
@@ -522,7 +523,7 @@ impl View for ServerLock {
         self.force_release_here(token).await
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         self.history_here(limit).await
     }
 

@@ -56,12 +56,12 @@ pub(super) fn holder(
     since: Option<String>,
     fence: Option<String>,
 ) -> Holder {
-    // Written by whoever wrote the holder's record: shown as text, never as terminal control.
-    let text = |field: Option<String>| field.map(|f| crate::text::printable(&f));
+    // Written by whoever wrote the holder's record: kept as it is, and shown in the printable
+    // form (the holder's `Display`; JSON escapes it by construction).
     Holder {
-        host: text(host),
+        host,
         pid: pid.and_then(|p| p.parse().ok()),
-        command: text(command),
+        command,
         since_ms: since.and_then(|s| s.parse().ok()),
         fence: fence.and_then(|f| f.parse().ok()),
     }

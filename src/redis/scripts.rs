@@ -382,3 +382,34 @@ return released
     ),
     sha1: "9cc24dc069240bfb382447b718cadda0291fafd0",
 };
+
+/// KEYS: history. ARGV: limit, how many records to look at, the largest record's bytes.
+/// `history` (and `status`'s last run): the NAME's newest records, as many as `limit`, of the
+/// first so many of `history:{NAME}`, leaving out, on the server, every one larger than a
+/// record may be or that is not JSON (any user of the lock can push onto the list: twenty
+/// records of 1 MB would otherwise make a reply past the client's limit). Returns `{skipped,
+/// {record, ...}}`, newest first.
+pub const HISTORY: Script = Script {
+    source: r#"
+local limit, scanned, largest = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local kept, skipped, at = {}, 0, 0
+while #kept < limit and at < scanned do
+  local chunk = redis.call('LRANGE', KEYS[1], at, math.min(at + 15, scanned - 1))
+  if #chunk == 0 then
+    break
+  end
+  for _, record in ipairs(chunk) do
+    if #kept < limit then
+      if #record <= largest and pcall(cjson.decode, record) then
+        kept[#kept + 1] = record
+      else
+        skipped = skipped + 1
+      end
+    end
+  end
+  at = at + #chunk
+end
+return {skipped, kept}
+"#,
+    sha1: "f3e77bd59144cef8faaae29b1c30c9d9b2f60653",
+};

@@ -16,6 +16,9 @@ use crate::support::{signal, wait_pid_exit};
 const HUNG_MARGIN: Duration = Duration::from_secs(20);
 /// A client stops after this many runs, whatever the time left.
 const MAX_RUNS: u64 = 5000;
+/// The address space a wrapper (and what it starts) may take: far above what one needs, far
+/// below the machine's memory.
+const ADDRESS_SPACE: u64 = 2 << 30;
 
 /// What every client of one pass shares.
 pub struct Pass {
@@ -29,6 +32,8 @@ pub struct Pass {
     pub nested_mix: bool,
     /// strace is installed: runs drawn as held up are (see `Plan::held_ms`).
     pub strace: bool,
+    /// The metrics directory every run writes to, shared with a hostile user (`hostile.rs`).
+    pub metrics: PathBuf,
 }
 
 /// One wrapper, as the harness saw it.
@@ -122,6 +127,15 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         {
             cmd.env_remove(key);
         }
+    }
+    // Every run (and nested run) writes its metrics where the hostile user lurks.
+    cmd.env("LOCKED_RUN_METRICS_DIR", &pass.metrics);
+    // A wrapper that reads without bound (a build before issue 43's, say, reading a link to
+    // /dev/zero) fails an allocation here rather than take the machine's memory from the
+    // other passes: the memory check still sees it pass its own bound.
+    crate::support::hostile::cap_address_space(&mut cmd, ADDRESS_SPACE);
+    if let (Some(i), true) = (plan.hostile_host, crate::hostile::can_name_hosts()) {
+        crate::hostile::on_host_named(&mut cmd, i);
     }
     cmd.args(&pass.url_args)
         .args(plan.wrapper_args())

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::backend::{Backend, Fault};
+use crate::hostile::Junk;
 use crate::rng::Rng;
 
 /// The hostile user.
@@ -72,7 +73,7 @@ impl Backend for Files {
 
     fn faults(&self) -> Vec<(Fault, u64)> {
         match self.hostile {
-            true => vec![(Fault::ForeignSwap, 1)],
+            true => vec![(Fault::ForeignSwap, 4)],
             false => Vec::new(),
         }
     }
@@ -122,5 +123,15 @@ impl Backend for Files {
             }
         }
         left
+    }
+
+    /// A line appended to `DIR/NAME.history` by another writer of the directory.
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.history")))
+            .map_err(|e| e.to_string())?;
+        writeln!(file, "{}", junk.record(token)).map_err(|e| e.to_string())
     }
 }

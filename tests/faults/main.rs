@@ -4,7 +4,10 @@
 //! restarted with or without its data) and the clients SIGKILL, SIGTERM and SIGSTOP their own
 //! wrappers, or hold one up under strace between its grant and its start; every command records its start and end, its fence and a fenced SQLite write; a
 //! checker then reads the whole history: exclusion, fences, writes, processes left, statuses,
-//! bounds, fair waiting, and what the servers still hold once everything stopped.
+//! bounds, fair waiting, and what the servers still hold once everything stopped. Other users
+//! act too (hostile.rs): one in the metrics directory every run writes to, one of the lock who
+//! writes junk into its history, and runs on hosts with hostile names, whose `status` and
+//! `history` output is checked for raw control characters.
 //!
 //! ```text
 //! cargo test --test faults                                   # a short pass per backend
@@ -32,8 +35,10 @@ mod support;
 mod backend;
 mod child;
 mod client;
+mod etcd;
 mod files;
 mod history;
+mod hostile;
 mod liveness;
 mod monitor;
 mod nemesis;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Backend;
 use crate::client::{Pass, Wrapper, client};
 use crate::history::{History, Violation, create_db};
+use crate::hostile::{self, Neighbour};
 use crate::monitor::{self, monitor};
 use crate::nemesis::nemesis;
 use crate::plan::{DAEMON_MAX_MS, TTL_MS, names};
@@ -56,6 +57,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
     std::fs::write(&history, "").unwrap();
     let names = names(backend.holders_ok());
     create_db(&db, &names);
+    let neighbour = Neighbour::start(&names);
     let pass = Pass {
         bin: config.bin.clone(),
         history: history.clone(),
@@ -70,11 +72,13 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
             .stdout(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success()),
+        metrics: neighbour.metrics_dir().to_owned(),
     };
     let urls = backend.url_args();
-    let (wrappers, faults, seen) = std::thread::scope(|s| {
-        let nemesis = s.spawn(|| nemesis(backend, config.seed, pass.deadline));
+    let (wrappers, faults, seen, printed) = std::thread::scope(|s| {
+        let nemesis = s.spawn(|| nemesis(backend, config.seed, pass.deadline, &neighbour, &names));
         let monitor = s.spawn(|| monitor(&config.bin, &urls, &names, pass.deadline));
+        let reader = s.spawn(|| hostile::reader(&config.bin, &urls, &names, pass.deadline));
         let clients: Vec<_> = (0..config.clients)
             .map(|i| {
                 let pass = &pass;
@@ -89,6 +93,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
             wrappers,
             nemesis.join().expect("the nemesis thread"),
             monitor.join().expect("the monitor thread"),
+            reader.join().expect("the reader thread"),
         )
     });
     let ran_for = started.elapsed();
@@ -104,7 +109,14 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         left = backend.leftovers();
     }
     std::thread::sleep(daemons_done.saturating_duration_since(Instant::now()));
-    let mut h = History::read(&history, &db, wrappers, faults, names, backend.fair_order());
+    let mut h = History::read(
+        &history,
+        &db,
+        wrappers,
+        faults,
+        names.clone(),
+        backend.fair_order(),
+    );
     h.clock_steps = monitor::clock_steps(&seen);
     let mut violations: Vec<Violation> = left
         .into_iter()
@@ -122,6 +134,9 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         excused: None,
     }));
     leftover_processes(&h, &history, &mut violations);
+    violations.extend(printed);
+    violations.extend(hostile::settled(&config.bin, &urls, &names));
+    hostile::check_ends(&h, &mut violations);
     safety::check(&h, &mut violations);
     monitor::check(&h, &seen, &mut violations);
     liveness::check(&h, &mut violations);

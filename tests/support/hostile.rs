@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -89,19 +90,7 @@ pub fn run_measured(args: &[&str]) -> (Output, Option<u64>) {
         false => locked_run(),
     };
     cmd.args(args);
-    // SAFETY: setrlimit(2) only, which is async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE,
-                rlim_max: ADDRESS_SPACE,
-            };
-            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
+    cap_address_space(&mut cmd, ADDRESS_SPACE);
     let out = spawn(cmd).wait();
     // GNU time writes "Command exited with non-zero status N" first when it did.
     let peak = std::fs::read_to_string(report.path())
@@ -112,6 +101,24 @@ pub fn run_measured(args: &[&str]) -> (Output, Option<u64>) {
         println!("peak memory not measured: no {TIME} (Debian's `time` package)");
     }
     (out, peak)
+}
+
+/// Caps the address space of what `cmd` runs at `bytes`: past it an allocation fails (and a
+/// Rust program aborts) instead of taking the machine's memory.
+pub fn cap_address_space(cmd: &mut Command, bytes: u64) {
+    // SAFETY: setrlimit(2) only, which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
 }
 
 /// Writes `bytes` again and again until the client hangs up.
