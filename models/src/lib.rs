@@ -1,0 +1,16 @@
+//! The protocol models of `locked-run`: each backend's protocol as a Stateright model, small
+//! enough to read beside the code it mirrors, explored exhaustively to stated bounds, each with
+//! known-bad variants (mutations) that the checker must refute with a counterexample trace.
+//! A crate of its own so that it is compiled optimised also in a debug `cargo test` (the
+//! workspace's profile says so): the checker's time goes into these steps.
+//!
+//! # Layout
+//! - `check`: running a model and its mutations; the report.
+//! - `net`: the bag of messages every model's network is.
+//! - `lease`: the lease clock in ticks (`src/lease.rs`), the job, the clock's rules.
+//! - `lease_clock`: model 6, the lease clock against one store.
+
+pub mod check;
+pub mod lease;
+pub mod lease_clock;
+pub mod net;
