@@ -7,12 +7,15 @@
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::lease_clock;
+use locked_run_models::{lease_clock, redis};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let filter = args.iter().find(|a| !a.starts_with('-'));
-    let models: Vec<(&str, fn() -> Report)> = vec![("lease clock", lease_clock::check)];
+    let models: Vec<(&str, fn() -> Vec<Report>)> = vec![
+        ("lease clock", || vec![lease_clock::check()]),
+        ("redis", redis::check),
+    ];
     let (mut passed, mut failed) = (0, 0);
     for (name, check) in models {
         if filter.is_some_and(|f| {
@@ -20,11 +23,12 @@ fn main() -> ExitCode {
         }) {
             continue;
         }
-        let report = check();
-        print(&report);
-        match report.passed() {
-            true => passed += 1,
-            false => failed += 1,
+        for report in check() {
+            print(&report);
+            match report.passed() {
+                true => passed += 1,
+                false => failed += 1,
+            }
         }
     }
     println!("{passed} passed, {failed} failed");

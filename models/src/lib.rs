@@ -9,8 +9,10 @@
 //! - `net`: the bag of messages every model's network is.
 //! - `lease`: the lease clock in ticks (`src/lease.rs`), the job, the clock's rules.
 //! - `lease_clock`: model 6, the lease clock against one store.
+//! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`.
 
 pub mod check;
 pub mod lease;
 pub mod lease_clock;
 pub mod net;
+pub mod redis;
