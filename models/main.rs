@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::{lease_clock, redis};
+use locked_run_models::{file, lease_clock, redis};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     let models: Vec<(&str, fn() -> Vec<Report>)> = vec![
         ("lease clock", || vec![lease_clock::check()]),
         ("redis", redis::check),
+        ("file", || vec![file::check()]),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, check) in models {
@@ -57,6 +58,18 @@ fn print(r: &Report) {
         r.took.as_secs_f64(),
         r.bounds
     );
+    for m in &r.limits {
+        match m.refuted {
+            Some((property, steps)) => println!(
+                "  limit    {:<52} shown: {property:?} broken ({steps} steps, {} states)",
+                m.mutation, m.states
+            ),
+            None => println!(
+                "  limit    {:<52} NOT SHOWN ({} states)",
+                m.mutation, m.states
+            ),
+        }
+    }
     for m in &r.mutations {
         match m.refuted {
             Some((property, steps)) => println!(

@@ -18,9 +18,12 @@ pub struct Report {
     /// Properties the correct protocol broke: (property, where its trace was written).
     pub broken: Vec<(&'static str, String)>,
     pub mutations: Vec<Refutation>,
+    /// Where the protocol as built stops keeping a promise, shown by a trace (what the model
+    /// found beyond the bounds the docs state): each must still be shown.
+    pub limits: Vec<Refutation>,
 }
 
-/// One mutation's outcome.
+/// One mutation's (or limit's) outcome.
 pub struct Refutation {
     pub mutation: &'static str,
     /// The property the checker found broken, and the trace's length in steps; `None`: the
@@ -31,7 +34,9 @@ pub struct Refutation {
 
 impl Report {
     pub fn passed(&self) -> bool {
-        self.broken.is_empty() && self.mutations.iter().all(|m| m.refuted.is_some())
+        self.broken.is_empty()
+            && self.mutations.iter().all(|m| m.refuted.is_some())
+            && self.limits.iter().all(|m| m.refuted.is_some())
     }
 }
 
@@ -156,5 +161,27 @@ where
         took: started.elapsed(),
         broken,
         mutations: refutations,
+        limits: Vec::new(),
     }
+}
+
+/// Shows a limit: `model` (the protocol as built, in an environment beyond its stated
+/// bounds) must break a property; the trace goes beside the mutations'.
+pub fn limit<M>(report: &mut Report, label: &'static str, model: M)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Debug + Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Debug + Clone + PartialEq,
+{
+    let file = report.model.replace([' ', ':', '/'], "-");
+    let slug = format!(
+        "{file}.limit.{}",
+        label.replace([' ', '(', ')', ',', '/', '\''], "-")
+    );
+    let (states, found) = explore(model, &slug, true);
+    report.limits.push(Refutation {
+        mutation: label,
+        refuted: found.first().map(|(p, _, len)| (*p, *len)),
+        states,
+    });
 }
