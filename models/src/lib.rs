@@ -9,10 +9,12 @@
 //! - `net`: the bag of messages every model's network is.
 //! - `lease`: the lease clock in ticks (`src/lease.rs`), the job, the clock's rules.
 //! - `lease_clock`: model 6, the lease clock against one store.
+//! - `etcd`: model 3, etcd's recipe and the dead-waiter mark.
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
 //! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`.
 
 pub mod check;
+pub mod etcd;
 pub mod file;
 pub mod lease;
 pub mod lease_clock;
