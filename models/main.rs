@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::{etcd, file, lease_clock, redis};
+use locked_run_models::{etcd, file, lease_clock, redis, redlock};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     let models: Vec<(&str, fn() -> Vec<Report>)> = vec![
         ("lease clock", || vec![lease_clock::check()]),
         ("redis", redis::check),
+        ("redlock", || vec![redlock::check()]),
         ("etcd", || vec![etcd::check()]),
         ("file", || vec![file::check()]),
     ];

@@ -11,6 +11,7 @@
 //! - `lease_clock`: model 6, the lease clock against one store.
 //! - `etcd`: model 3, etcd's recipe and the dead-waiter mark.
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
+//! - `redlock`: model 2, Redlock's quorum and its fence.
 //! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`.
 
 pub mod check;
@@ -20,3 +21,4 @@ pub mod lease;
 pub mod lease_clock;
 pub mod net;
 pub mod redis;
+pub mod redlock;
