@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::{etcd, file, lease_clock, redis, redlock};
+use locked_run_models::{etcd, file, lease_clock, postgres, redis, redlock};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         ("redis", redis::check),
         ("redlock", || vec![redlock::check()]),
         ("etcd", || vec![etcd::check()]),
+        ("postgres", || vec![postgres::check()]),
         ("file", || vec![file::check()]),
     ];
     let (mut passed, mut failed) = (0, 0);
