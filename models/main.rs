@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::{etcd, file, lease_clock, postgres, redis, redlock};
+use locked_run_models::{etcd, file, lease_clock, object_store, postgres, redis, redlock};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         ("redlock", || vec![redlock::check()]),
         ("etcd", || vec![etcd::check()]),
         ("postgres", || vec![postgres::check()]),
+        ("object store", || vec![object_store::check()]),
         ("file", || vec![file::check()]),
     ];
     let (mut passed, mut failed) = (0, 0);

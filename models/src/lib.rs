@@ -11,6 +11,7 @@
 //! - `lease_clock`: model 6, the lease clock against one store.
 //! - `etcd`: model 3, etcd's recipe and the dead-waiter mark.
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
+//! - `object_store`: a candidate protocol for object stores (no backend).
 //! - `postgres`: model 4, grants serialised on the fence row, buried tokens.
 //! - `redlock`: model 2, Redlock's quorum and its fence.
 //! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`.
@@ -21,6 +22,7 @@ pub mod file;
 pub mod lease;
 pub mod lease_clock;
 pub mod net;
+pub mod object_store;
 pub mod postgres;
 pub mod redis;
 pub mod redlock;
