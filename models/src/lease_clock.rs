@@ -63,7 +63,7 @@ impl Msg {
         }
     }
 
-    fn to_store(&self) -> bool {
+    fn is_request(&self) -> bool {
         matches!(
             self,
             Msg::Acquire { .. } | Msg::Renew { .. } | Msg::Release { .. } | Msg::GiveBack { .. }
@@ -185,16 +185,16 @@ impl LeaseModel {
     }
 
     fn send(s: &mut State, m: Msg) {
-        let mine = s.net.count(|x| x.to_store() && x.client() == HOLDER);
-        if m.client() == HOLDER && mine >= IN_FLIGHT {
-            if let Some(i) = s
+        let mine = s.net.count(|x| x.is_request() && x.client() == HOLDER);
+        if m.client() == HOLDER
+            && mine >= IN_FLIGHT
+            && let Some(i) = s
                 .net
                 .bag
                 .iter()
-                .position(|x| x.to_store() && x.client() == HOLDER)
-            {
-                s.net.take(i);
-            }
+                .position(|x| x.is_request() && x.client() == HOLDER)
+        {
+            s.net.take(i);
         }
         s.net.send(m);
     }
@@ -442,7 +442,7 @@ impl Model for LeaseModel {
         }
         for i in s.net.distinct() {
             let m = s.net.bag[i];
-            if m.to_store() || m.client() == CONTENDER || !(h.paused || h.dead) {
+            if m.is_request() || m.client() == CONTENDER || !(h.paused || h.dead) {
                 out.push(Action::Deliver(m));
             }
         }
@@ -545,7 +545,7 @@ impl Model for LeaseModel {
             Action::Deliver(m) => {
                 let i = s.net.bag.iter().position(|x| *x == m)?;
                 s.net.take(i);
-                match m.to_store() {
+                match m.is_request() {
                     true => Self::store(&mut s, m),
                     false => self.answer(&mut s, m),
                 }

@@ -116,10 +116,8 @@ impl Model for PostgresModel {
             let waiting = matches!(s.runs[i], Phase::Waiting | Phase::GaveUp);
             match s.tx[i] {
                 Tx::Idle if s.runs[i] == Phase::Waiting && !s.sent[i] => out.push(Action::Send(i)),
-                Tx::Idle if s.sent[i] => {
-                    if s.fence_lock.is_none() || self.rules.no_fence_lock {
-                        out.push(Action::Lock(i));
-                    }
+                Tx::Idle if s.sent[i] && (s.fence_lock.is_none() || self.rules.no_fence_lock) => {
+                    out.push(Action::Lock(i))
                 }
                 Tx::Locked if waiting => out.push(Action::DeleteExpired(i)),
                 Tx::Deleted if waiting => out.push(Action::Decide(i)),

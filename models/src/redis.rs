@@ -337,10 +337,10 @@ impl Model for RedisModel {
                 }
             }
             Action::Net(f) => {
-                if let crate::net::Fault::Duplicate(j) = f {
-                    if let Msg::Acquire { c, .. } = s.net.bag[j] {
-                        s.c[c as usize].stray = true;
-                    }
+                if let crate::net::Fault::Duplicate(j) = f
+                    && let Msg::Acquire { c, .. } = s.net.bag[j]
+                {
+                    s.c[c as usize].stray = true;
                 }
                 crate::net::apply(&mut s.net, f)
             }
