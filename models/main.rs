@@ -9,10 +9,13 @@ use std::process::ExitCode;
 use locked_run_models::check::Report;
 use locked_run_models::{etcd, file, lease_clock, object_store, postgres, redis, redlock};
 
+/// A model's check: its reports (some models run in more than one configuration).
+type Check = fn() -> Vec<Report>;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let filter = args.iter().find(|a| !a.starts_with('-'));
-    let models: Vec<(&str, fn() -> Vec<Report>)> = vec![
+    let models: Vec<(&str, Check)> = vec![
         ("lease clock", || vec![lease_clock::check()]),
         ("redis", redis::check),
         ("redlock", || vec![redlock::check()]),
