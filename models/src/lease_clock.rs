@@ -147,17 +147,6 @@ pub enum Action {
 
 pub struct LeaseModel {
     pub rules: Rules,
-    pub env: Env,
-}
-
-/// The faults the environment may make beside delaying and reordering every message: each
-/// run of the checker allows some of them (their product is beyond a quick check).
-#[derive(Clone, Copy, Debug)]
-pub struct Env {
-    pub losses: u8,
-    pub pause: bool,
-    pub crash: bool,
-    pub drift: bool,
 }
 
 impl LeaseModel {
@@ -350,7 +339,7 @@ impl Model for LeaseModel {
 
     fn init_states(&self) -> Vec<State> {
         // The holder's first attempt is on its way.
-        let mut net = Net::new(self.env.losses, 0);
+        let mut net = Net::new(1, 0);
         net.send(Msg::Acquire {
             c: HOLDER,
             token: 0,
@@ -404,7 +393,7 @@ impl Model for LeaseModel {
         if s.runs.is_none() && s.attempts > 0 && free {
             out.push(Action::ContenderAttempt);
         }
-        if !h.behind && self.env.drift {
+        if !h.behind {
             out.push(Action::FallBehind);
         }
         if self.watcher_due(h).is_some_and(|d| d <= 0) {
@@ -417,12 +406,8 @@ impl Model for LeaseModel {
         }
         if !h.dead {
             if s.faults > 0 && h.phase != Phase::Done {
-                if self.env.pause {
-                    out.push(Action::Pause);
-                }
-                if self.env.crash {
-                    out.push(Action::Crash);
-                }
+                out.push(Action::Pause);
+                out.push(Action::Crash);
             }
             if h.paused {
                 out.push(Action::Resume);
@@ -614,13 +599,7 @@ pub fn check() -> Report {
                 Some(Mutation::NoWatcher) => rules.no_watcher = true,
                 Some(Mutation::NoStartGuard) => rules.no_start_guard = true,
             }
-            let env = Env {
-                losses: 1,
-                pause: true,
-                crash: true,
-                drift: true,
-            };
-            LeaseModel { rules, env }
+            LeaseModel { rules }
         },
         &[
             (Mutation::FromReply, "renewal timed from the reply"),
