@@ -13,7 +13,7 @@
 
 use stateright::{Model, Property};
 
-use crate::check::{Report, verify};
+use crate::check::{Report, limit, verify};
 
 const CLIENTS: usize = 3;
 /// Attempts each client may send (first, retries, keep-alives).
@@ -85,6 +85,7 @@ pub struct State {
     pub passed: bool,
     /// Ghost: tokens whose give-back (or stray release) the server has run.
     pub returned: Vec<u8>,
+    pub dead_refreshed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,6 +112,8 @@ pub struct Rules {
     pub peek_ignores_queue: bool,
     pub release_without_compare: bool,
     pub ignore_queue: bool,
+    /// Checks that a gone waiter's place lapses KEEP_ALIVE after its death (a limit).
+    pub dead_counts: bool,
 }
 
 pub struct RedisModel {
@@ -195,8 +198,12 @@ impl RedisModel {
             if s.c[c as usize].phase == Phase::Waiting {
                 s.net.send(Msg::Granted { c, token });
             }
-        } else if how == How::Queue && !s.queue.iter().any(|&(t, _)| t == token) {
-            s.queue.push((token, mode));
+        } else if how == How::Queue {
+            if !s.queue.iter().any(|&(t, _)| t == token) {
+                s.queue.push((token, mode));
+            }
+            // Ghost: the place of a waiter already dead kept alive (KEEP_ALIVE more).
+            s.dead_refreshed |= s.c[c as usize].phase == Phase::Gone;
         }
     }
 }
@@ -232,6 +239,7 @@ impl Model for RedisModel {
             granted_given_back: false,
             passed: false,
             returned: Vec::new(),
+            dead_refreshed: false,
         }]
     }
 
@@ -395,6 +403,10 @@ impl Model for RedisModel {
                 "a fair waiter is never passed by a later one",
                 |_, s: &State| !s.passed,
             ),
+            Property::always(
+                "a dead waiter's place is not kept alive",
+                |m: &RedisModel, s: &State| !m.rules.dead_counts || !s.dead_refreshed,
+            ),
             Property::sometimes("every run held it", |_, s: &State| {
                 s.c.iter().all(|c| c.phase == Phase::Done)
             }),
@@ -430,32 +442,44 @@ fn make(limit: u8, clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel
 pub fn check() -> Vec<Report> {
     use How::*;
     use Mode::*;
-    vec![
-        verify(
-            "redis: shared + exclusive",
-            format!(
-                "{CLIENTS} runs (shared, exclusive, shared; fair), {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
-            ),
-            |m| {
-                make(
-                    1,
-                    vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
-                    m,
-                )
-            },
-            &[
-                (Mutation::NoBury, "a give-back that does not bury its token"),
-                (
-                    Mutation::SharedPassesWriter,
-                    "a shared newcomer passing a queued writer",
-                ),
-                (
-                    Mutation::ReleaseWithoutCompare,
-                    "release without compare (plain DEL)",
-                ),
-                (Mutation::IgnoreQueue, "a grant that ignores the queue"),
-            ],
+    let mut first = verify(
+        "redis: shared + exclusive",
+        format!(
+            "{CLIENTS} runs (shared, exclusive, shared; fair), {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
         ),
+        |m| {
+            make(
+                1,
+                vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
+                m,
+            )
+        },
+        &[
+            (Mutation::NoBury, "a give-back that does not bury its token"),
+            (
+                Mutation::SharedPassesWriter,
+                "a shared newcomer passing a queued writer",
+            ),
+            (
+                Mutation::ReleaseWithoutCompare,
+                "release without compare (plain DEL)",
+            ),
+            (Mutation::IgnoreQueue, "a grant that ignores the queue"),
+        ],
+    );
+    let mut model = make(
+        1,
+        vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
+        None,
+    );
+    model.rules.dead_counts = true;
+    limit(
+        &mut first,
+        "a dead waiter's attempt landing after its death",
+        model,
+    );
+    vec![
+        first,
         verify(
             "redis: --holders 2, -n",
             format!(
