@@ -586,7 +586,7 @@ pub fn check() -> Report {
     verify(
         "lease clock",
         format!(
-            "1 holder + 1 contender ({ATTEMPTS} attempts), {}, 1 pause or wrapper SIGKILL, 1 message lost, {IN_FLIGHT} requests in flight",
+            "1 holder + 1 contender (attempts: {ATTEMPTS}), {}, 1 pause or wrapper SIGKILL, 1 message lost, {IN_FLIGHT} requests in flight",
             lease::bounds()
         ),
         |m| {
