@@ -1,0 +1,504 @@
+//! Model 1, one Redis server: the scripts of `src/redis/scripts.rs`, `shared.rs`, `semaphore.rs`
+//! and `lua.rs` as steps on the server's keys. `acquire` grants (SET NX, INCR fence) only when
+//! `may_take` lets it past the queue, else the waiter joins the queue (`enqueue`); a shared
+//! attempt goes only when no exclusive waiter is queued before it; `-n` (`peek`) never queues
+//! and takes only when nobody waits; `release` is compare-and-DEL; `give_back` leaves the
+//! queue, lets go what the token holds and buries it; a buried token's attempt is refused.
+//!
+//! Time is abstract here: a lease lapses on the server only after its holder's command was
+//! stopped (model 6 shows the lease clock stops it first), and a queue place lapses only when
+//! its waiter is gone or paused (a live waiter refreshes it every KEEP_ALIVE/3). The
+//! environment delays, reorders, loses and duplicates (an unanswered attempt retried with the
+//! same token) the attempts; waiters give up, crash, or are paused.
+
+use stateright::{Model, Property};
+
+use crate::check::{Report, limit, verify};
+
+const CLIENTS: usize = 3;
+/// Attempts each client may send (first, retries, keep-alives).
+const ATTEMPTS: u8 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+}
+
+/// How an attempt asks (`scripts::ACQUIRE`'s mode argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum How {
+    /// A fair waiter: joins the queue.
+    Queue,
+    /// `-n`: never queues; takes only when nobody waits.
+    Peek,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Msg {
+    Acquire { c: u8, token: u8 },
+    GiveBack { token: u8 },
+    Release { token: u8, bury: bool },
+    Granted { c: u8, token: u8 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Waiting,
+    Holding,
+    /// Its command was stopped (lease lost, or it ended): its key lapses or is released.
+    Stopped,
+    /// Gave up waiting (`-w`, a signal): its token given back.
+    GaveUp,
+    /// SIGKILLed while waiting.
+    Gone,
+    Done,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub mode: Mode,
+    pub how: How,
+    pub phase: Phase,
+    pub token: u8,
+    pub attempts: u8,
+    /// An attempt of this token went unanswered (retried, or sent twice): its release buries
+    /// the token (`stray`).
+    pub stray: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// `lock:{NAME}` / `holders:{NAME}`: who holds, by token (with the holder's mode).
+    pub holders: Vec<(u8, Mode)>,
+    /// `queue:{NAME}`: tokens in arrival order (with their mode).
+    pub queue: Vec<(u8, Mode)>,
+    /// `gone:{NAME}`.
+    pub buried: Vec<u8>,
+    pub net: crate::net::Net<Msg>,
+    pub c: Vec<Client>,
+    pub faults: u8,
+    /// Ghosts: a grant to a token its run had given back; a fair waiter passed by one that
+    /// came later. (The fence is `INCR` in the grant's own script: strictly increasing as long
+    /// as the server keeps its data; the fence's proofs are the other models'.)
+    pub granted_given_back: bool,
+    pub passed: bool,
+    /// Ghost: tokens whose give-back (or stray release) the server has run.
+    pub returned: Vec<u8>,
+    pub dead_refreshed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Attempt(usize),
+    Deliver(Msg),
+    Net(crate::net::Fault),
+    /// The command ends and the run releases.
+    Release(usize),
+    /// The lease is lost (renewals failed): the lease clock stopped the command first.
+    LoseLease(usize),
+    /// The server drops an expired key, or the place of a waiter that stopped asking.
+    Lapse(u8),
+    GiveUp(usize),
+    Crash(usize),
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rules {
+    /// `--holders N`.
+    pub limit: u8,
+    pub no_bury: bool,
+    pub shared_passes_writer: bool,
+    pub peek_ignores_queue: bool,
+    pub release_without_compare: bool,
+    pub ignore_queue: bool,
+    /// Checks that a gone waiter's place lapses KEEP_ALIVE after its death (a limit).
+    pub dead_counts: bool,
+}
+
+pub struct RedisModel {
+    pub rules: Rules,
+    pub clients: Vec<(Mode, How)>,
+}
+
+impl RedisModel {
+    /// `may_take` and the shared script's check: whether `token` may take a place now.
+    fn admits(&self, s: &State, token: u8, mode: Mode, how: How) -> bool {
+        let excl_held = s.holders.iter().any(|&(_, m)| m == Mode::Exclusive);
+        let free = match mode {
+            Mode::Shared => !excl_held,
+            Mode::Exclusive => {
+                s.holders.len() < self.rules.limit as usize
+                    && !s.holders.iter().any(|&(_, m)| m == Mode::Shared)
+            }
+        };
+        if !free {
+            return false;
+        }
+        let ahead: Vec<(u8, Mode)> = match s.queue.iter().position(|&(t, _)| t == token) {
+            Some(i) => s.queue[..i].to_vec(),
+            None => s.queue.clone(),
+        };
+        match (mode, how) {
+            (_, How::Peek) if self.rules.peek_ignores_queue => true,
+            (_, How::Peek) => match mode {
+                // -n --shared: only when no exclusive run holds or waits.
+                Mode::Shared => !s.queue.iter().any(|&(_, m)| m == Mode::Exclusive),
+                Mode::Exclusive => s.queue.is_empty(),
+            },
+            _ if self.rules.ignore_queue => true,
+            (Mode::Shared, How::Queue) => {
+                self.rules.shared_passes_writer || !ahead.iter().any(|&(_, m)| m == Mode::Exclusive)
+            }
+            (Mode::Exclusive, How::Queue) => {
+                let free_places = self.rules.limit as usize - s.holders.len();
+                ahead.len() < free_places
+            }
+        }
+    }
+
+    fn acquire(&self, s: &mut State, c: u8, token: u8) {
+        let (mode, how) = (s.c[c as usize].mode, s.c[c as usize].how);
+        if !self.rules.no_bury && s.buried.contains(&token) {
+            return;
+        }
+        if s.holders.iter().any(|&(t, _)| t == token) {
+            // Ours already: an earlier attempt whose answer was lost.
+            s.net.send(Msg::Granted { c, token });
+            return;
+        }
+        if self.admits(s, token, mode, how) {
+            let free_places = self.rules.limit as usize - s.holders.len();
+            s.holders.push((token, mode));
+            let my_place = s.queue.iter().position(|&(t, _)| t == token);
+            // Ghost: a live fair waiter queued before this grant's place (or any, when it has
+            // none) was passed.
+            let before = my_place.unwrap_or(s.queue.len());
+            let live_ahead: Vec<Mode> = s.queue[..before]
+                .iter()
+                .filter(|&&(t, _)| {
+                    s.c.iter()
+                        .any(|x| x.token == t && x.phase == Phase::Waiting)
+                })
+                .map(|&(_, m)| m)
+                .collect();
+            s.passed |= match mode {
+                // A shared run may go beside shared ones, never past a writer.
+                Mode::Shared => live_ahead.contains(&Mode::Exclusive),
+                // Of the free places, each waiter ahead should have had one first.
+                Mode::Exclusive => live_ahead.len() >= free_places,
+            };
+            if let Some(i) = my_place {
+                s.queue.remove(i);
+            }
+            if s.returned.contains(&token) {
+                s.granted_given_back = true;
+            }
+            // An answer to a run that went on without it is never read.
+            if s.c[c as usize].phase == Phase::Waiting {
+                s.net.send(Msg::Granted { c, token });
+            }
+        } else if how == How::Queue {
+            if !s.queue.iter().any(|&(t, _)| t == token) {
+                s.queue.push((token, mode));
+            }
+            // Ghost: the place of a waiter already dead kept alive (KEEP_ALIVE more).
+            s.dead_refreshed |= s.c[c as usize].phase == Phase::Gone;
+        }
+    }
+}
+
+impl Model for RedisModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let c: Vec<Client> = self
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(i, &(mode, how))| Client {
+                mode,
+                how,
+                phase: Phase::Waiting,
+                token: i as u8,
+                attempts: ATTEMPTS,
+                stray: false,
+            })
+            .collect();
+        // The first run holds already: the others come while it does.
+        let mut c: Vec<Client> = c;
+        c[0].phase = Phase::Holding;
+        vec![State {
+            holders: vec![(0, self.clients[0].0)],
+            queue: Vec::new(),
+            buried: Vec::new(),
+            net: crate::net::Net::new(1, 1),
+            c,
+            faults: 2,
+            granted_given_back: false,
+            passed: false,
+            returned: Vec::new(),
+            dead_refreshed: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        for (i, c) in s.c.iter().enumerate() {
+            match c.phase {
+                Phase::Waiting => {
+                    let out_there = s
+                        .net
+                        .count(|m| matches!(m, Msg::Acquire { c: x, .. } if *x as usize == i));
+                    if c.attempts > 0 && out_there == 0 {
+                        out.push(Action::Attempt(i));
+                    }
+                    if s.faults > 0 {
+                        out.push(Action::GiveUp(i));
+                        out.push(Action::Crash(i));
+                    }
+                }
+                Phase::Holding => {
+                    out.push(Action::Release(i));
+                    out.push(Action::LoseLease(i));
+                }
+                _ => {}
+            }
+        }
+        // The server drops what nobody keeps alive: a stopped holder's key, a place whose
+        // waiter stopped asking.
+        for &(t, _) in &s.holders {
+            let kept =
+                s.c.iter()
+                    .any(|c| c.token == t && matches!(c.phase, Phase::Holding));
+            if !kept {
+                out.push(Action::Lapse(t));
+            }
+        }
+        for &(t, _) in &s.queue {
+            let kept =
+                s.c.iter()
+                    .any(|c| c.token == t && c.phase == Phase::Waiting);
+            if !kept {
+                out.push(Action::Lapse(t));
+            }
+        }
+        for i in s.net.distinct() {
+            out.push(Action::Deliver(s.net.bag[i]));
+        }
+        // Any message may be lost; an attempt may be sent twice (a retry with the same token).
+        let mut f = Vec::new();
+        crate::net::faults(&s.net, &mut f);
+        out.extend(
+            f.into_iter()
+                .filter(|f| match f {
+                    crate::net::Fault::Duplicate(i) => matches!(s.net.bag[*i], Msg::Acquire { .. }),
+                    _ => true,
+                })
+                .map(Action::Net),
+        );
+    }
+
+    fn next_state(&self, s: &State, a: Action) -> Option<State> {
+        let mut s = s.clone();
+        match a {
+            Action::Attempt(i) => {
+                s.c[i].stray |= s.c[i].attempts < ATTEMPTS;
+                s.c[i].attempts -= 1;
+                let token = s.c[i].token;
+                s.net.send(Msg::Acquire { c: i as u8, token });
+            }
+            Action::Deliver(m) => {
+                let i = s.net.bag.iter().position(|x| *x == m)?;
+                s.net.take(i);
+                match m {
+                    Msg::Acquire { c, token } => self.acquire(&mut s, c, token),
+                    Msg::GiveBack { token } => {
+                        if !s.returned.contains(&token) {
+                            s.returned.push(token);
+                        }
+                        if !self.rules.no_bury && !s.buried.contains(&token) {
+                            s.buried.push(token);
+                        }
+                        s.queue.retain(|&(t, _)| t != token);
+                        s.holders.retain(|&(t, _)| t != token);
+                    }
+                    Msg::Release { token, bury } => {
+                        if bury && !s.returned.contains(&token) {
+                            s.returned.push(token);
+                        }
+                        if bury && !self.rules.no_bury && !s.buried.contains(&token) {
+                            s.buried.push(token);
+                        }
+                        if self.rules.release_without_compare {
+                            s.holders.clear();
+                        } else {
+                            s.holders.retain(|&(t, _)| t != token);
+                        }
+                    }
+                    Msg::Granted { c, token } => {
+                        let client = &mut s.c[c as usize];
+                        if client.phase == Phase::Waiting && client.token == token {
+                            client.phase = Phase::Holding;
+                        }
+                    }
+                }
+            }
+            Action::Net(f) => {
+                if let crate::net::Fault::Duplicate(j) = f
+                    && let Msg::Acquire { c, .. } = s.net.bag[j]
+                {
+                    s.c[c as usize].stray = true;
+                }
+                crate::net::apply(&mut s.net, f)
+            }
+            Action::Release(i) => {
+                s.c[i].phase = Phase::Done;
+                let (token, bury) = (s.c[i].token, s.c[i].stray);
+                s.net.send(Msg::Release { token, bury });
+            }
+            Action::LoseLease(i) => s.c[i].phase = Phase::Stopped,
+            Action::Lapse(t) => {
+                // A grant still on its way when its key lapses comes too late to be used
+                // (model 6: the wrapper gives it back rather than start).
+                s.net
+                    .bag
+                    .retain(|m| !matches!(m, Msg::Granted { token, .. } if *token == t));
+                s.holders.retain(|&(x, _)| x != t);
+                s.queue.retain(|&(x, _)| x != t);
+            }
+            Action::GiveUp(i) => {
+                s.faults -= 1;
+                s.c[i].phase = Phase::GaveUp;
+                let token = s.c[i].token;
+                s.net.send(Msg::GiveBack { token });
+            }
+            Action::Crash(i) => {
+                s.faults -= 1;
+                s.c[i].phase = Phase::Gone;
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "never more holders than the mode allows",
+                |m: &RedisModel, s: &State| {
+                    let inside: Vec<Mode> =
+                        s.c.iter()
+                            .filter(|c| matches!(c.phase, Phase::Holding))
+                            .map(|c| c.mode)
+                            .collect();
+                    let exclusive = inside.iter().filter(|&&x| x == Mode::Exclusive).count();
+                    exclusive <= m.rules.limit as usize
+                        && (exclusive == 0 || inside.len() == exclusive)
+                },
+            ),
+            Property::always("a token given back never holds", |_, s: &State| {
+                !s.granted_given_back
+            }),
+            Property::always(
+                "a fair waiter is never passed by a later one",
+                |_, s: &State| !s.passed,
+            ),
+            Property::always(
+                "a dead waiter's place is not kept alive",
+                |m: &RedisModel, s: &State| !m.rules.dead_counts || !s.dead_refreshed,
+            ),
+            Property::sometimes("every run held it", |_, s: &State| {
+                s.c.iter().all(|c| c.phase == Phase::Done)
+            }),
+        ]
+    }
+}
+
+#[derive(Clone, Copy)]
+pub enum Mutation {
+    NoBury,
+    SharedPassesWriter,
+    PeekIgnoresQueue,
+    ReleaseWithoutCompare,
+    IgnoreQueue,
+}
+
+fn make(limit: u8, clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel {
+    let mut rules = Rules {
+        limit,
+        ..Rules::default()
+    };
+    match m {
+        None => {}
+        Some(Mutation::NoBury) => rules.no_bury = true,
+        Some(Mutation::SharedPassesWriter) => rules.shared_passes_writer = true,
+        Some(Mutation::PeekIgnoresQueue) => rules.peek_ignores_queue = true,
+        Some(Mutation::ReleaseWithoutCompare) => rules.release_without_compare = true,
+        Some(Mutation::IgnoreQueue) => rules.ignore_queue = true,
+    }
+    RedisModel { rules, clients }
+}
+
+pub fn check() -> Vec<Report> {
+    use How::*;
+    use Mode::*;
+    let mut first = verify(
+        "redis: shared + exclusive",
+        format!(
+            "{CLIENTS} runs (shared, exclusive, shared; fair), {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
+        ),
+        |m| {
+            make(
+                1,
+                vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
+                m,
+            )
+        },
+        &[
+            (Mutation::NoBury, "a give-back that does not bury its token"),
+            (
+                Mutation::SharedPassesWriter,
+                "a shared newcomer passing a queued writer",
+            ),
+            (
+                Mutation::ReleaseWithoutCompare,
+                "release without compare (plain DEL)",
+            ),
+            (Mutation::IgnoreQueue, "a grant that ignores the queue"),
+        ],
+    );
+    let mut model = make(
+        1,
+        vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
+        None,
+    );
+    model.rules.dead_counts = true;
+    limit(
+        &mut first,
+        "a dead waiter's attempt landing after its death",
+        model,
+    );
+    vec![
+        first,
+        verify(
+            "redis: --holders 2, -n",
+            format!(
+                "{CLIENTS} runs (two fair, one -n), --holders 2, {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
+            ),
+            |m| {
+                make(
+                    2,
+                    vec![(Exclusive, Queue), (Exclusive, Queue), (Exclusive, Peek)],
+                    m,
+                )
+            },
+            &[
+                (
+                    Mutation::PeekIgnoresQueue,
+                    "-n taking a place while waiters queue",
+                ),
+                (Mutation::NoBury, "a give-back that does not bury its token"),
+            ],
+        ),
+    ]
+}
