@@ -299,6 +299,11 @@ impl FileLock {
             .into_iter()
             .filter(|seen| seen.ticket < ticket && !(self.shared && seen.shared))
             .collect();
+        // The head of the queue, and every waiter whose turn has come, has none before it:
+        // `/proc/locks` (a read of it waits for an RCU grace period) stays off the handoff.
+        if before.is_empty() {
+            return Ok(None);
+        }
         before.sort_by_key(|seen| Reverse(seen.ticket));
         let locks = ProcLocks::read();
         Ok(before
