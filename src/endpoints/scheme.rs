@@ -81,6 +81,11 @@ pub fn missing_slashes(url: &str) -> Option<String> {
     }
     let slashes = &rest[..rest.len() - rest.trim_start_matches('/').len()];
     let rest = rest.trim_start_matches('/');
+    // `redis:6379` is a host named redis and its port, not a URL short of its `//`.
+    let first = rest.split(['/', '?']).next().unwrap_or_default();
+    if slashes.is_empty() && !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     // A socket's path keeps its own leading `/` after the empty host.
     let root = if lower == "redis+unix" { "/" } else { "" };
     let fixed = printable(&format!("{scheme}://{root}{rest}"));
@@ -266,6 +271,8 @@ mod tests {
             "file:/var/lib/locks",
             "http:/example.com",
             "127.0.0.1:6379",
+            // A host named redis (a container's service) and its port.
+            "redis:6379",
         ] {
             assert_eq!(missing_slashes(url), None, "{url}");
         }
