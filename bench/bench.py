@@ -35,7 +35,7 @@ from pathlib import Path
 
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
 from disk import busy_disk
-from handoffs import handoffs, handoffs_table, uncontended
+from handoffs import measure_handoffs
 from postgres import Bouncer, Postgres, bin_dir
 from scale import postgres_table, readers, scale, scale_table
 
@@ -363,10 +363,9 @@ def main():
     parser.add_argument("--results", help="also write the table to this markdown file")
     parser.add_argument("--clients", action="store_true",
                         help="only the redis crate against the own client (with --smoke: a short one)")
-    parser.add_argument("--handoffs", action="store_true",
-                        help="only the handoff to 1, 8 and 32 waiters and the uncontended run, file:// and "
-                             "postgres:// beside flock (bench/handoffs.py)")
-    parser.add_argument("--base", help="with --handoffs: another build's binary, measured in the same rounds")
+    parser.add_argument("--handoffs", action="store_true", help="only bench/handoffs.py's measures")
+    parser.add_argument("--base", help="with --handoffs: another build's binary, in the same rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="with --handoffs: rounds a W (16 at least at W = 1)")
     parser.add_argument("--scale", action="store_true",
                         help="only the scale section: W waiters on one NAME (with --smoke: W = 1, 8)")
     args = parser.parse_args()
@@ -390,17 +389,8 @@ def main():
     widths, scale_rounds = ((1, 8), 1) if smoke else ((1, 8, 32, 96, 300), 2)
     try:
         if args.handoffs:
-            base = Tools(Path(args.base), servers, scratch) if args.base else None
-            if base:
-                subprocess.run(base.postgres("bench-init", "true"), check=True)
-            idle = uncontended(tools, base, rounds=1 if smoke else 5, runs=3 if smoke else 100,
-                               warmup=1 if smoke else 5)
-            h = handoffs(tools, base, (1, 8) if smoke else (1, 8, 32), 1 if smoke else 3)
-            say(f"Machine: {machine()}")
-            say(f"Date: {time.strftime('%Y-%m-%d %H:%M')}{' (smoke run, not a measurement)' if smoke else ''}")
-            say(f"This build: {args.binary}" + (f"; base: {args.base}" if args.base else ""))
-            say()
-            handoffs_table(say, h, idle, base, smoke)
+            measure_handoffs(args, Tools(Path(args.base), servers, scratch) if args.base else None, tools, say,
+                             lambda: machine())
             if args.results:
                 Path(args.results).write_text("\n".join(lines) + "\n")
             return

@@ -17,6 +17,7 @@ late (by its keep-alive's re-ask rather than the release's notification) would m
 import json
 import statistics
 import subprocess
+import time
 
 from scale import one_round
 
@@ -100,3 +101,17 @@ def handoffs_table(say, results, idle, base, smoke):
 
 def verdict(ok):
     return "meets" if ok else "MISSES"
+
+
+def measure_handoffs(args, base, tools, say, machine):
+    """`bench/run --handoffs`: measures, then says the table."""
+    smoke = args.smoke
+    if base:
+        subprocess.run(base.postgres("bench-init", "true"), check=True)
+    idle = uncontended(tools, base, rounds=1 if smoke else 5, runs=3 if smoke else 100, warmup=1 if smoke else 5)
+    h = handoffs(tools, base, (1, 8) if smoke else (1, 8, 32), 1 if smoke else args.rounds)
+    say(f"Machine: {machine()}")
+    say(f"Date: {time.strftime('%Y-%m-%d %H:%M')}{' (smoke run, not a measurement)' if smoke else ''}")
+    say(f"This build: {args.binary}" + (f"; base: {args.base}" if args.base else ""))
+    say()
+    handoffs_table(say, h, idle, base, smoke)

@@ -1,0 +1,76 @@
+//! `file://`: the handoff to the next waiter, and what it must not do on the way (read
+//! `/proc/locks`, whose every reading waits for the kernel). Real processes on a real
+//! directory, one waiter traced by strace.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+/// A lone waiter is handed the lock without a reading of `/proc/locks` on the way: each
+/// reading waits for an RCU grace period (the kernel takes its list of locks for writing),
+/// 10-20 ms on a quiet machine, which made file:// hand a lone waiter the lock some 12 ms after
+/// flock would have. See issue 47.
+#[test]
+fn a_lone_waiter_is_handed_the_lock_without_reading_proc_locks() {
+    handed_over_without_reading_proc_locks(0);
+}
+
+/// Nor does the waiter behind another, which finds the lock taken by the one before it on its
+/// way (and asks who holds it).
+#[test]
+fn a_waiter_behind_another_is_handed_the_lock_without_reading_proc_locks() {
+    handed_over_without_reading_proc_locks(1);
+}
+
+/// `ahead` waiters queue behind a holder, then one more under strace; from the instant the
+/// holder is told to end, the traced waiter opens `/proc/locks` no more.
+fn handed_over_without_reading_proc_locks(ahead: usize) {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let holder = Holder::start_on(&url, "job", &[]);
+    let queued = |n: usize| {
+        wait_until("the waiters queue", Duration::from_secs(10), || {
+            status_json(&url, "job")["waiters"] == n
+        })
+    };
+    let before: Vec<Running> = (0..ahead)
+        .map(|i| {
+            let waiter = lr().url(&url).job(["true"]).spawn();
+            queued(i + 1);
+            waiter
+        })
+        .collect();
+    let trace = scratch();
+    let trace = trace.path().join("waiter.trace");
+    let mut cmd = without_our_settings("strace");
+    cmd.args(["-f", "-qq", "-ttt", "-o", path_str(&trace)])
+        .args(["-e", "trace=openat", BIN, "-u", &url, "job", "--", "true"]);
+    let waiter = spawn(cmd);
+    queued(ahead + 1);
+    let told = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    holder.finish().expect(0);
+    for earlier in before {
+        earlier.wait().expect(0);
+    }
+    waiter.wait().expect(0);
+    let text = std::fs::read_to_string(&trace).expect("strace is installed (see .ci/setup)");
+    let late: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"/proc/locks\""))
+        .filter(|l| {
+            let at = l
+                .split_whitespace()
+                .nth(1)
+                .and_then(|t| t.parse::<f64>().ok());
+            at.is_some_and(|at| at >= told)
+        })
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the waiter read /proc/locks on its way to the lock:\n{}",
+        late.join("\n")
+    );
+}
