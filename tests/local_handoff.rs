@@ -1,6 +1,6 @@
-//! `file://`: the handoff to the next waiter, and what it must not do on the way (read
-//! `/proc/locks`, whose every reading waits for the kernel). Real processes on a real
-//! directory, one waiter traced by strace.
+//! `file://`: the handoff to the next waiter, and what it must not do on the way, nor while it
+//! holds the flock on DIR that a grant needs: read `/proc/locks`, whose every reading waits for
+//! the kernel. Real processes on a real directory, one waiter traced by strace.
 
 use std::time::Duration;
 
@@ -43,8 +43,17 @@ fn handed_over_without_reading_proc_locks(ahead: usize) {
     let trace = scratch();
     let trace = trace.path().join("waiter.trace");
     let mut cmd = without_our_settings("strace");
-    cmd.args(["-f", "-qq", "-ttt", "-o", path_str(&trace)])
-        .args(["-e", "trace=openat", BIN, "-u", &url, "job", "--", "true"]);
+    cmd.args(["-f", "-qq", "-y", "-ttt", "-o", path_str(&trace)])
+        .args([
+            "-e",
+            "trace=openat,flock,close",
+            BIN,
+            "-u",
+            &url,
+            "job",
+            "--",
+            "true",
+        ]);
     let waiter = spawn(cmd);
     queued(ahead + 1);
     let told = std::time::SystemTime::now()
@@ -73,4 +82,19 @@ fn handed_over_without_reading_proc_locks(ahead: usize) {
         "the waiter read /proc/locks on its way to the lock:\n{}",
         late.join("\n")
     );
+    // Nor while it held the flock on DIR (taking its place in the queue), which a grant
+    // needs too: a handoff meanwhile would wait as long.
+    let dir = format!("<{}>", path_str(locks.path()));
+    let mut held = false;
+    for line in text.lines() {
+        if line.contains("flock(") && line.contains(&dir) && line.contains("LOCK_EX") {
+            held = line.ends_with("= 0");
+        } else if line.contains("close(") && line.contains(&dir) {
+            held = false;
+        }
+        assert!(
+            !(held && line.contains("\"/proc/locks\"")),
+            "the waiter read /proc/locks under the flock on {dir}:\n{text}"
+        );
+    }
 }
