@@ -28,9 +28,12 @@ fn handed_over_without_reading_proc_locks(ahead: usize) {
     let locks = scratch();
     let url = file_url(locks.path());
     let holder = Holder::start_on(&url, "job", &[]);
+    // Queued, and blocked in flock (the head on the lock file, each other one on the place of
+    // the one before it): a waiter that had yet to start its thread would start it after the
+    // instant this test takes for the release.
     let queued = |n: usize| {
-        wait_until("the waiters queue", Duration::from_secs(10), || {
-            status_json(&url, "job")["waiters"] == n
+        wait_until("the waiters block", Duration::from_secs(10), || {
+            status_json(&url, "job")["waiters"] == n && blocked_in(locks.path()) == n
         })
     };
     let before: Vec<Running> = (0..ahead)
@@ -46,7 +49,7 @@ fn handed_over_without_reading_proc_locks(ahead: usize) {
     cmd.args(["-f", "-qq", "-y", "-ttt", "-o", path_str(&trace)])
         .args([
             "-e",
-            "trace=openat,flock,close",
+            "trace=openat,flock,close,clone3",
             BIN,
             "-u",
             &url,
@@ -82,6 +85,25 @@ fn handed_over_without_reading_proc_locks(ahead: usize) {
         "the waiter read /proc/locks on its way to the lock:\n{}",
         late.join("\n")
     );
+    // Nor starts a thread on the way: the one that waited on the place of the waiter before it
+    // goes on to wait on the lock file (a thread started once the lock is busy may first run
+    // after the release it was started to see, on a busy machine).
+    let threads: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("clone3("))
+        .filter(|l| {
+            let at = l
+                .split_whitespace()
+                .nth(1)
+                .and_then(|t| t.parse::<f64>().ok());
+            at.is_some_and(|at| at >= told)
+        })
+        .collect();
+    assert!(
+        threads.is_empty(),
+        "the waiter started a thread on its way to the lock:\n{}",
+        threads.join("\n")
+    );
     // Nor while it held the flock on DIR (taking its place in the queue), which a grant
     // needs too: a handoff meanwhile would wait as long.
     let dir = format!("<{}>", path_str(locks.path()));
@@ -97,4 +119,29 @@ fn handed_over_without_reading_proc_locks(ahead: usize) {
             "the waiter read /proc/locks under the flock on {dir}:\n{text}"
         );
     }
+}
+
+/// How many flock requests are blocked on the files of `dir`, as `/proc/locks` lists them (the
+/// `->` lines), matched by inode.
+fn blocked_in(dir: &std::path::Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let inodes: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.ino())
+        .collect();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("->") && l.contains("FLOCK"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(6)?
+                .rsplit(':')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .filter(|inode| inodes.contains(inode))
+        .count()
 }

@@ -310,6 +310,7 @@ impl Backend for FileLock {
         let wakeups = FileWakeups {
             lock: self,
             pending: Vec::new(),
+            passed: Vec::new(),
         };
         Ok((Box::new(wakeups), true))
     }
