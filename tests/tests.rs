@@ -27,6 +27,7 @@ mod lease_loss;
 mod library;
 mod local;
 mod local_files;
+mod local_handoff;
 mod local_trust;
 mod max_run;
 mod messages;

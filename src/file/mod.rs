@@ -22,9 +22,10 @@
 //! - Order: a run that must wait takes a place in a queue of files (see `queue`), so waiters
 //!   of both modes go in arrival order and a shared newcomer never passes an exclusive waiter.
 //! - Waiting: a thread blocks in `flock` on a descriptor of its own, on the place of the waiter
-//!   before it (`LOCK_SH`), or on the lock file once none is left (`LOCK_EX`, or `LOCK_SH` for a
-//!   shared run), so the kernel wakes it the moment that one lets go; it lets go at once and
-//!   tells the waiter, which then tries as usual. No polling, except while a `--min-hold`
+//!   before it (`LOCK_SH`) and then on the lock file, or on the lock file alone once no place
+//!   is left before (`LOCK_EX`, or `LOCK_SH` for a shared run), so the kernel wakes it the
+//!   moment the lock is let go; it lets go at once and tells the waiter, which then tries as
+//!   usual. No polling, except while a `--min-hold`
 //!   deadline (which no process holds) is slept out: then the lock file is re-read every
 //!   `MIN_HOLD_RECHECK`, so that a `release --force` is seen.
 //! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
@@ -310,6 +311,7 @@ impl Backend for FileLock {
         let wakeups = FileWakeups {
             lock: self,
             pending: Vec::new(),
+            passed: Vec::new(),
         };
         Ok((Box::new(wakeups), true))
     }
