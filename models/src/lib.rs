@@ -8,7 +8,7 @@
 //! - `check`: running a model and its mutations; the report.
 //! - `net`: the bag of messages every model's network is.
 //! - `lease`: the lease clock in ticks (`src/lease.rs`), the job, the clock's rules.
-//! - `lease_clock`: model 6, the lease clock against one store.
+//! - `lease_clock`: model 6, the lease clock against one store (its wire and store, its holder).
 //! - `etcd`: model 3, etcd's recipe and the dead-waiter mark.
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
 //! - `object_store`: a candidate protocol for object stores (no backend).
