@@ -68,11 +68,20 @@ fn print(r: &Report) {
     for m in &r.limits {
         match m.refuted {
             Some((property, steps)) => println!(
-                "  limit    {:<52} shown: {property:?} broken ({steps} steps, {} states)",
+                "  limit    {:<60} shown: {property:?} broken ({steps} steps, {} states)",
                 m.mutation, m.states
             ),
             None => println!(
-                "  limit    {:<52} NOT SHOWN ({} states)",
+                "  limit    {:<60} NOT SHOWN ({} states)",
+                m.mutation, m.states
+            ),
+        }
+    }
+    for m in &r.holds {
+        match m.refuted {
+            None => println!("  holds    {:<60} holds ({} states)", m.mutation, m.states),
+            Some((property, steps)) => println!(
+                "  holds    {:<60} BROKEN: {property:?} ({steps} steps, {} states)",
                 m.mutation, m.states
             ),
         }
@@ -80,11 +89,11 @@ fn print(r: &Report) {
     for m in &r.mutations {
         match m.refuted {
             Some((property, steps)) => println!(
-                "  mutation {:<52} refuted: {property:?} ({steps} steps, {} states)",
+                "  mutation {:<60} refuted: {property:?} ({steps} steps, {} states)",
                 m.mutation, m.states
             ),
             None => println!(
-                "  mutation {:<52} NOT REFUTED ({} states): the model cannot tell it from the protocol",
+                "  mutation {:<60} NOT REFUTED ({} states): the model cannot tell it from the protocol",
                 m.mutation, m.states
             ),
         }
