@@ -7,7 +7,9 @@
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::{etcd, file, lease_clock, object_store, postgres, redis, redlock};
+use locked_run_models::{
+    etcd, file, keep_alive, lease_clock, object_store, postgres, redis, redlock,
+};
 
 /// A model's check: its reports (some models run in more than one configuration).
 type Check = fn() -> Vec<Report>;
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
     let models: Vec<(&str, Check)> = vec![
         ("lease clock", || vec![lease_clock::check()]),
         ("redis", redis::check),
+        ("keep-alive", || vec![keep_alive::check()]),
         ("redlock", || vec![redlock::check()]),
         ("etcd", || vec![etcd::check()]),
         ("postgres", || vec![postgres::check()]),

@@ -10,6 +10,7 @@
 //! - `lease`: the lease clock in ticks (`src/lease.rs`), the job, the clock's rules.
 //! - `lease_clock`: model 6, the lease clock against one store (its wire and store, its holder).
 //! - `etcd`: model 3, etcd's recipe and the dead-waiter mark.
+//! - `keep_alive`: model 7, a waiter's place and its keep-alive (every backend's queue).
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
 //! - `object_store`: a candidate protocol for object stores (no backend).
 //! - `postgres`: model 4, grants serialised on the fence row, buried tokens.
@@ -19,6 +20,7 @@
 pub mod check;
 pub mod etcd;
 pub mod file;
+pub mod keep_alive;
 pub mod lease;
 pub mod lease_clock;
 pub mod net;

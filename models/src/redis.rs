@@ -7,13 +7,22 @@
 //!
 //! Time is abstract here: a lease lapses on the server only after its holder's command was
 //! stopped (model 6 shows the lease clock stops it first), and a queue place lapses only when
-//! its waiter is gone or paused (a live waiter refreshes it every KEEP_ALIVE/3). The
-//! environment delays, reorders, loses and duplicates (an unanswered attempt retried with the
-//! same token) the attempts; waiters give up, crash, or are paused.
+//! its waiter is gone or paused (a live waiter refreshes it every KEEP_ALIVE/3; the keep-alive
+//! model bounds when). The environment delays, reorders, loses and duplicates (an unanswered
+//! attempt retried with the same token) the attempts; waiters give up, crash, or are paused.
+//!
+//! Liveness (a configuration of its own, `Asks::Tick`), under the fairness the protocol needs:
+//! every holder's command ends (holders keep releasing, or lose their lease), every message is
+//! delivered or lost and only finitely many are lost, the server lets go what nobody keeps
+//! alive, and a live waiter asks again after every change it could see: its keep-alive tick
+//! (every KEEP_ALIVE/3, whatever woke it or not) and the timeout of an attempt that went
+//! unanswered. There a waiter asks once, then once more after each release, give-back, lapse
+//! or lost answer; the model has no cycle, so every path ends, and the property is checked
+//! where it ends. The safety configurations bound a waiter's attempts instead (`Asks::Budget`).
 
 use stateright::{Model, Property};
 
-use crate::check::{Report, limit, verify};
+use crate::check::{Report, verify};
 
 const CLIENTS: usize = 3;
 /// Attempts each client may send (first, retries, keep-alives).
@@ -62,9 +71,12 @@ pub struct Client {
     pub phase: Phase,
     pub token: u8,
     pub attempts: u8,
-    /// An attempt of this token went unanswered (retried, or sent twice): its release buries
-    /// the token (`stray`).
+    /// An attempt of this token went unanswered (lost, or sent twice): its release buries the
+    /// token (`stray`).
     pub stray: bool,
+    /// Something changed that this waiter's next ask could see (it was woken, its keep-alive
+    /// tick came, or its attempt timed out): it may ask again.
+    pub news: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -85,7 +97,6 @@ pub struct State {
     pub passed: bool,
     /// Ghost: tokens whose give-back (or stray release) the server has run.
     pub returned: Vec<u8>,
-    pub dead_refreshed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +114,33 @@ pub enum Action {
     Crash(usize),
 }
 
+/// What makes a waiter ask again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Asks {
+    /// A few attempts (first, retries, keep-alives) at any moment, nothing more: the safety
+    /// configurations.
+    #[default]
+    Budget,
+    /// Its keep-alive tick (every KEEP_ALIVE/3) after any change, besides the release's wake-up.
+    Tick,
+    /// No tick, no timer for the head's keep-alive: the release (or give-back) wakes the head
+    /// of the queue, and a holder's key that lapses wakes the waiters (each sleeps its PTTL).
+    WokenAtHead,
+    /// No tick, no timer at all: a waiter sleeps until woken, and the release wakes no one.
+    Never,
+}
+
+/// What the server let go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// A release or a give-back (which wake whose turn it is).
+    Released,
+    /// A holder's key lapsed.
+    HolderLapsed,
+    /// A waiter's place lapsed.
+    PlaceLapsed,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rules {
     /// `--holders N`.
@@ -112,13 +150,18 @@ pub struct Rules {
     pub peek_ignores_queue: bool,
     pub release_without_compare: bool,
     pub ignore_queue: bool,
-    /// Checks that a gone waiter's place lapses KEEP_ALIVE after its death (a limit).
-    pub dead_counts: bool,
+    pub asks: Asks,
 }
 
 pub struct RedisModel {
     pub rules: Rules,
     pub clients: Vec<(Mode, How)>,
+    /// Attempts a waiter may make at any moment; messages the network may lose, duplicate;
+    /// waiters that may give up or be SIGKILLed.
+    pub attempts: u8,
+    pub losses: u8,
+    pub dups: u8,
+    pub faults: u8,
 }
 
 impl RedisModel {
@@ -198,12 +241,32 @@ impl RedisModel {
             if s.c[c as usize].phase == Phase::Waiting {
                 s.net.send(Msg::Granted { c, token });
             }
-        } else if how == How::Queue {
-            if !s.queue.iter().any(|&(t, _)| t == token) {
-                s.queue.push((token, mode));
+        } else if how == How::Queue && !s.queue.iter().any(|&(t, _)| t == token) {
+            s.queue.push((token, mode));
+        }
+    }
+
+    /// The server let something go: the waiters that will see it. With the keep-alive tick,
+    /// every live waiter, at its next tick; else those a wake-up or a timer of theirs reaches.
+    fn changed(&self, s: &mut State, what: Change) {
+        let all = match (self.rules.asks, what) {
+            (Asks::Budget | Asks::Never, _) => false,
+            (Asks::Tick, _) => true,
+            (Asks::WokenAtHead, Change::HolderLapsed) => true,
+            (Asks::WokenAtHead, Change::PlaceLapsed) => false,
+            (Asks::WokenAtHead, Change::Released) => {
+                if let Some(&(head, _)) = s.queue.first()
+                    && let Some(c) = s.c.iter_mut().find(|c| c.token == head)
+                {
+                    c.news = true;
+                }
+                false
             }
-            // Ghost: the place of a waiter already dead kept alive (KEEP_ALIVE more).
-            s.dead_refreshed |= s.c[c as usize].phase == Phase::Gone;
+        };
+        if all {
+            for c in s.c.iter_mut().filter(|c| c.phase == Phase::Waiting) {
+                c.news = true;
+            }
         }
     }
 }
@@ -222,8 +285,9 @@ impl Model for RedisModel {
                 how,
                 phase: Phase::Waiting,
                 token: i as u8,
-                attempts: ATTEMPTS,
+                attempts: self.attempts,
                 stray: false,
+                news: false,
             })
             .collect();
         // The first run holds already: the others come while it does.
@@ -233,13 +297,12 @@ impl Model for RedisModel {
             holders: vec![(0, self.clients[0].0)],
             queue: Vec::new(),
             buried: Vec::new(),
-            net: crate::net::Net::new(1, 1),
+            net: crate::net::Net::new(self.losses, self.dups),
             c,
-            faults: 2,
+            faults: self.faults,
             granted_given_back: false,
             passed: false,
             returned: Vec::new(),
-            dead_refreshed: false,
         }]
     }
 
@@ -250,7 +313,7 @@ impl Model for RedisModel {
                     let out_there = s
                         .net
                         .count(|m| matches!(m, Msg::Acquire { c: x, .. } if *x as usize == i));
-                    if c.attempts > 0 && out_there == 0 {
+                    if (c.attempts > 0 || c.news) && out_there == 0 {
                         out.push(Action::Attempt(i));
                     }
                     if s.faults > 0 {
@@ -303,8 +366,10 @@ impl Model for RedisModel {
         let mut s = s.clone();
         match a {
             Action::Attempt(i) => {
-                s.c[i].stray |= s.c[i].attempts < ATTEMPTS;
-                s.c[i].attempts -= 1;
+                match s.c[i].news {
+                    true => s.c[i].news = false,
+                    false => s.c[i].attempts -= 1,
+                }
                 let token = s.c[i].token;
                 s.net.send(Msg::Acquire { c: i as u8, token });
             }
@@ -322,6 +387,7 @@ impl Model for RedisModel {
                         }
                         s.queue.retain(|&(t, _)| t != token);
                         s.holders.retain(|&(t, _)| t != token);
+                        self.changed(&mut s, Change::Released);
                     }
                     Msg::Release { token, bury } => {
                         if bury && !s.returned.contains(&token) {
@@ -335,6 +401,7 @@ impl Model for RedisModel {
                         } else {
                             s.holders.retain(|&(t, _)| t != token);
                         }
+                        self.changed(&mut s, Change::Released);
                     }
                     Msg::Granted { c, token } => {
                         let client = &mut s.c[c as usize];
@@ -345,10 +412,15 @@ impl Model for RedisModel {
                 }
             }
             Action::Net(f) => {
-                if let crate::net::Fault::Duplicate(j) = f
-                    && let Msg::Acquire { c, .. } = s.net.bag[j]
-                {
-                    s.c[c as usize].stray = true;
+                let (crate::net::Fault::Duplicate(j) | crate::net::Fault::Lose(j)) = f;
+                if let Msg::Acquire { c, .. } | Msg::Granted { c, .. } = s.net.bag[j] {
+                    // An attempt (or its answer) gone astray: the attempt goes unanswered, it
+                    // times out and asks again, and its run's release buries the token.
+                    let client = &mut s.c[c as usize];
+                    client.stray = true;
+                    client.news |= matches!(f, crate::net::Fault::Lose(_))
+                        && client.phase == Phase::Waiting
+                        && self.rules.asks != Asks::Budget;
                 }
                 crate::net::apply(&mut s.net, f)
             }
@@ -360,12 +432,21 @@ impl Model for RedisModel {
             Action::LoseLease(i) => s.c[i].phase = Phase::Stopped,
             Action::Lapse(t) => {
                 // A grant still on its way when its key lapses comes too late to be used
-                // (model 6: the wrapper gives it back rather than start).
-                s.net
-                    .bag
-                    .retain(|m| !matches!(m, Msg::Granted { token, .. } if *token == t));
+                // (model 6: the wrapper gives it back rather than start, and asks again).
+                let late = |m: &Msg| matches!(m, Msg::Granted { token, .. } if *token == t);
+                if self.rules.asks != Asks::Budget
+                    && let Some(&Msg::Granted { c, .. }) = s.net.bag.iter().find(|m| late(m))
+                {
+                    s.c[c as usize].news = true;
+                }
+                s.net.bag.retain(|m| !late(m));
+                let what = match s.holders.iter().any(|&(x, _)| x == t) {
+                    true => Change::HolderLapsed,
+                    false => Change::PlaceLapsed,
+                };
                 s.holders.retain(|&(x, _)| x != t);
                 s.queue.retain(|&(x, _)| x != t);
+                self.changed(&mut s, what);
             }
             Action::GiveUp(i) => {
                 s.faults -= 1;
@@ -403,9 +484,16 @@ impl Model for RedisModel {
                 "a fair waiter is never passed by a later one",
                 |_, s: &State| !s.passed,
             ),
-            Property::always(
-                "a dead waiter's place is not kept alive",
-                |m: &RedisModel, s: &State| !m.rules.dead_counts || !s.dead_refreshed,
+            // Monotone (a waiter never waits again), so that the checker's paths that join
+            // carry the same verdict; checked where a path ends (the model has no cycles).
+            Property::eventually(
+                "a waiter eventually runs when holders keep releasing",
+                |m: &RedisModel, s: &State| {
+                    m.rules.asks == Asks::Budget
+                        || s.c
+                            .iter()
+                            .all(|c| c.how == How::Peek || c.phase != Phase::Waiting)
+                },
             ),
             Property::sometimes("every run held it", |_, s: &State| {
                 s.c.iter().all(|c| c.phase == Phase::Done)
@@ -421,6 +509,8 @@ pub enum Mutation {
     PeekIgnoresQueue,
     ReleaseWithoutCompare,
     IgnoreQueue,
+    WokenAtHead,
+    WakesNoOne,
 }
 
 fn make(limit: u8, clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel {
@@ -435,14 +525,36 @@ fn make(limit: u8, clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel
         Some(Mutation::PeekIgnoresQueue) => rules.peek_ignores_queue = true,
         Some(Mutation::ReleaseWithoutCompare) => rules.release_without_compare = true,
         Some(Mutation::IgnoreQueue) => rules.ignore_queue = true,
+        Some(Mutation::WokenAtHead) => rules.asks = Asks::WokenAtHead,
+        Some(Mutation::WakesNoOne) => rules.asks = Asks::Never,
     }
-    RedisModel { rules, clients }
+    RedisModel {
+        rules,
+        clients,
+        attempts: ATTEMPTS,
+        losses: 1,
+        dups: 1,
+        faults: 2,
+    }
+}
+
+/// The liveness configuration: a waiter asks once, then after each change it could see; one
+/// message lost, one waiter SIGKILLed or giving up.
+fn live(clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel {
+    let mut model = make(1, clients, m);
+    if model.rules.asks == Asks::Budget {
+        model.rules.asks = Asks::Tick;
+    }
+    model.attempts = 1;
+    model.dups = 0;
+    model.faults = 1;
+    model
 }
 
 pub fn check() -> Vec<Report> {
     use How::*;
     use Mode::*;
-    let mut first = verify(
+    let first = verify(
         "redis: shared + exclusive",
         format!(
             "{CLIENTS} runs (shared, exclusive, shared; fair), {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
@@ -467,19 +579,30 @@ pub fn check() -> Vec<Report> {
             (Mutation::IgnoreQueue, "a grant that ignores the queue"),
         ],
     );
-    let mut model = make(
-        1,
-        vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
-        None,
-    );
-    model.rules.dead_counts = true;
-    limit(
-        &mut first,
-        "a dead waiter's attempt landing after its death",
-        model,
-    );
     vec![
         first,
+        verify(
+            "redis: waiters run",
+            format!(
+                "{CLIENTS} runs (shared, exclusive, shared; fair), each asking once, then after each release, give-back, lapse or lost answer; 1 loss, 1 fault: a waiter SIGKILLed or giving up"
+            ),
+            |m| {
+                live(
+                    vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
+                    m,
+                )
+            },
+            &[
+                (
+                    Mutation::WokenAtHead,
+                    "no tick or keep-alive timer: the release wakes the head",
+                ),
+                (
+                    Mutation::WakesNoOne,
+                    "a release that wakes no one (waiters sleep until woken)",
+                ),
+            ],
+        ),
         verify(
             "redis: --holders 2, -n",
             format!(
