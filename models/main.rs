@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use locked_run_models::check::Report;
 use locked_run_models::{
-    etcd, file, keep_alive, lease_clock, object_store, postgres, redis, redlock,
+    etcd, file, keep_alive, lease_clock, object_store, postgres, postgres_expiry, redis, redlock,
 };
 
 /// A model's check: its reports (some models run in more than one configuration).
@@ -23,7 +23,9 @@ fn main() -> ExitCode {
         ("keep-alive", || vec![keep_alive::check()]),
         ("redlock", || vec![redlock::check()]),
         ("etcd", || vec![etcd::check()]),
-        ("postgres", || vec![postgres::check()]),
+        ("postgres", || {
+            vec![postgres::check(), postgres_expiry::check()]
+        }),
         ("object store", || vec![object_store::check()]),
         ("file", || vec![file::check()]),
     ];

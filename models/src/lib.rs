@@ -14,6 +14,7 @@
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
 //! - `object_store`: a candidate protocol for object stores (no backend).
 //! - `postgres`: model 4, grants serialised on the fence row, buried tokens.
+//! - `postgres_expiry`: model 4's clock: `expires_at` against the lease clock (`now()`).
 //! - `redlock`: model 2, Redlock's quorum and its fence.
 //! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`.
 
@@ -26,5 +27,6 @@ pub mod lease_clock;
 pub mod net;
 pub mod object_store;
 pub mod postgres;
+pub mod postgres_expiry;
 pub mod redis;
 pub mod redlock;
