@@ -9,7 +9,7 @@
 //! - `net`: the bag of messages every model's network is.
 //! - `lease`: the lease clock in ticks (`src/lease.rs`), the job, the clock's rules.
 //! - `lease_clock`: model 6, the lease clock against one store (its wire and store, its holder).
-//! - `etcd`: model 3, etcd's recipe and the dead-waiter mark.
+//! - `etcd`: model 3, etcd's recipe: the queue leases, the grant's mark.
 //! - `keep_alive`: model 7, a waiter's place and its keep-alive (every backend's queue).
 //! - `file`: model 5, `file://`'s fence blocks, crashes and restores.
 //! - `object_store`: a candidate protocol for object stores (no backend).
