@@ -12,6 +12,8 @@
 //! ends only once its run stopped keeping it alive, and the lease clock stopped that run's
 //! command first (model 6). etcd itself is linearizable (Raft): each transaction is one step.
 //! Wake-ups are hints: a waiter may send its grant at any moment; the comparison decides.
+//! The first run is `etcdctl lock`: its key on its session's lease (which outlives any stall
+//! here), holding when first, with no mark; nobody but etcd ever deletes another's key.
 
 use stateright::{Model, Property};
 
@@ -23,9 +25,13 @@ const RUNS: usize = 3;
 pub struct Key {
     pub run: u8,
     pub created: u8,
-    /// On its run's holding lease (the mark), else on its queue lease.
+    /// On its run's holding lease (the mark), else on its queue lease (or, `etcdctl lock`'s,
+    /// on its session's lease: never marked).
     pub holding: bool,
 }
+
+/// The run that is `etcdctl lock`.
+const ETCDCTL: usize = 0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -71,6 +77,8 @@ pub enum Action {
     QueueLapses(usize),
     /// A waiter whose key lapsed queues again, at the end (`place_gone`).
     Requeue(usize),
+    /// (DESIGN's example) the waiter behind deletes a stalled first key without the mark.
+    DeleteStalled(usize),
     Stop(usize),
     /// A stopped run's key goes (revoke, or its holding lease ends).
     LetGo(usize),
@@ -84,6 +92,9 @@ pub struct Rules {
     pub no_mark: bool,
     /// The grant moves the key without comparing that none is before it.
     pub no_compare: bool,
+    /// DESIGN's example encoding: the waiter behind deletes a first key that has no mark and
+    /// whose keep-alives stalled (no queue leases).
+    pub delete_behind: bool,
 }
 
 pub struct EtcdModel {
@@ -98,7 +109,7 @@ impl EtcdModel {
     /// Whether run `i`'s queue lease is kept alive: while it waits and its keep-alives get
     /// through (a holder's queue lease is dropped; a gone waiter's is not kept).
     fn queue_kept(s: &State, i: usize) -> bool {
-        s.runs[i] == Phase::Waiting && !s.stalled[i]
+        i == ETCDCTL || s.runs[i] == Phase::Waiting && !s.stalled[i]
     }
 
     fn grant(s: &mut State, i: usize, fence: u8) {
@@ -131,6 +142,13 @@ impl Model for EtcdModel {
             match s.runs[i] {
                 Phase::New => out.push(Action::Create(i)),
                 Phase::Waiting => {
+                    if self.rules.delete_behind
+                        && first(&s.keys).is_some_and(|k| {
+                            k.run != i as u8 && !k.holding && s.stalled[k.run as usize]
+                        })
+                    {
+                        out.push(Action::DeleteStalled(i));
+                    }
                     match key {
                         Some(_) => out.push(Action::Mark(i)),
                         None if s.requeues > 0 => out.push(Action::Requeue(i)),
@@ -144,8 +162,17 @@ impl Model for EtcdModel {
                         out.push(Action::Crash(i));
                     }
                 }
-                Phase::Running { .. } => out.push(Action::Stop(i)),
-                Phase::Stopped | Phase::Gone if key.is_some_and(|k| k.holding) => {
+                Phase::Running { .. } => {
+                    out.push(Action::Stop(i));
+                    // etcdctl's session keep-alives may stall too (its lease outlives them).
+                    if i == ETCDCTL {
+                        out.push(match s.stalled[i] {
+                            false => Action::Stall(i),
+                            true => Action::KeepAlive(i),
+                        });
+                    }
+                }
+                Phase::Stopped | Phase::Gone if key.is_some_and(|k| k.holding || i == ETCDCTL) => {
                     out.push(Action::LetGo(i))
                 }
                 _ => {}
@@ -166,7 +193,7 @@ impl Model for EtcdModel {
                 s.keys.push(Key {
                     run: i as u8,
                     created,
-                    holding: free,
+                    holding: free && i != ETCDCTL,
                 });
                 match free {
                     true => Self::grant(&mut s, i, created),
@@ -181,7 +208,7 @@ impl Model for EtcdModel {
                     return None;
                 }
                 let key = s.keys.iter_mut().find(|k| k.run == i as u8)?;
-                key.holding = !self.rules.no_mark;
+                key.holding = !self.rules.no_mark && i != ETCDCTL;
                 s.revision += 1;
                 Self::grant(&mut s, i, mine.created);
             }
@@ -199,6 +226,11 @@ impl Model for EtcdModel {
                     created: s.revision,
                     holding: false,
                 });
+                s.revision += 1;
+            }
+            Action::DeleteStalled(_) => {
+                let k = first(&s.keys)?;
+                s.keys.retain(|x| x.run != k.run);
                 s.revision += 1;
             }
             Action::Stop(i) => s.runs[i] = Phase::Stopped,
@@ -251,13 +283,14 @@ impl Model for EtcdModel {
 pub enum Mutation {
     NoMark,
     NoCompare,
+    DeleteBehind,
 }
 
 pub fn check() -> Report {
     verify(
         "etcd",
         format!(
-            "{RUNS} runs, a waiter's keep-alives stalling past KEEP_ALIVE at any time, 1 waiter SIGKILLed, 1 place taken again after a lapse; grants sent at any moment (a wake-up is a hint)"
+            "{RUNS} runs (the first `etcdctl lock`), keep-alives stalling past KEEP_ALIVE at any time, 1 waiter SIGKILLed, 1 place taken again after a lapse; grants sent at any moment (a wake-up is a hint)"
         ),
         |m| {
             let mut rules = Rules::default();
@@ -265,6 +298,7 @@ pub fn check() -> Report {
                 None => {}
                 Some(Mutation::NoMark) => rules.no_mark = true,
                 Some(Mutation::NoCompare) => rules.no_compare = true,
+                Some(Mutation::DeleteBehind) => rules.delete_behind = true,
             }
             EtcdModel { rules }
         },
@@ -276,6 +310,10 @@ pub fn check() -> Report {
             (
                 Mutation::NoCompare,
                 "the mark without the comparison (a woken waiter moves its key unchecked)",
+            ),
+            (
+                Mutation::DeleteBehind,
+                "DESIGN's example: the one behind deletes a stalled unmarked first key",
             ),
         ],
     )
