@@ -1,8 +1,9 @@
 //! The protocol models: each backend's protocol as a Stateright model, explored exhaustively
 //! to stated bounds, with the known-bad variants (mutations) each must refute with a trace.
 //! `cargo test --test models [NAME] [--traces]` prints, per model, the states explored, the
-//! bounds, and each mutation with the property that refuted it; traces are written to
-//! `target/models/` (and printed with `--traces`). docs/how-it-works.md describes each model.
+//! bounds, each limit shown, each variant that must hold, and each mutation with the property
+//! that refuted it; traces are written to `target/models/` (and printed with `--traces`).
+//! docs/how-it-works.md describes each model.
 
 use std::process::ExitCode;
 

@@ -16,7 +16,8 @@
 //! - `postgres`: model 4, grants serialised on the fence row, buried tokens.
 //! - `postgres_expiry`: model 4's clock: `expires_at` against the lease clock (`now()`).
 //! - `redlock`: model 2, Redlock's quorum and its fence.
-//! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`.
+//! - `redis`: model 1, one Redis server's scripts: grants, the queue, `--shared`, `--holders`
+//!   (its scripts, its configurations and mutations).
 
 pub mod check;
 pub mod etcd;

@@ -20,9 +20,13 @@
 //! or lost answer; the model has no cycle, so every path ends, and the property is checked
 //! where it ends. The safety configurations bound a waiter's attempts instead (`Asks::Budget`).
 
+mod configs;
+mod scripts;
+
 use stateright::{Model, Property};
 
-use crate::check::{Report, verify};
+pub use configs::{Mutation, check};
+use scripts::Change;
 
 const CLIENTS: usize = 3;
 /// Attempts each client may send (first, retries, keep-alives).
@@ -130,17 +134,6 @@ pub enum Asks {
     Never,
 }
 
-/// What the server let go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Change {
-    /// A release or a give-back (which wake whose turn it is).
-    Released,
-    /// A holder's key lapsed.
-    HolderLapsed,
-    /// A waiter's place lapsed.
-    PlaceLapsed,
-}
-
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rules {
     /// `--holders N`.
@@ -162,113 +155,6 @@ pub struct RedisModel {
     pub losses: u8,
     pub dups: u8,
     pub faults: u8,
-}
-
-impl RedisModel {
-    /// `may_take` and the shared script's check: whether `token` may take a place now.
-    fn admits(&self, s: &State, token: u8, mode: Mode, how: How) -> bool {
-        let excl_held = s.holders.iter().any(|&(_, m)| m == Mode::Exclusive);
-        let free = match mode {
-            Mode::Shared => !excl_held,
-            Mode::Exclusive => {
-                s.holders.len() < self.rules.limit as usize
-                    && !s.holders.iter().any(|&(_, m)| m == Mode::Shared)
-            }
-        };
-        if !free {
-            return false;
-        }
-        let ahead: Vec<(u8, Mode)> = match s.queue.iter().position(|&(t, _)| t == token) {
-            Some(i) => s.queue[..i].to_vec(),
-            None => s.queue.clone(),
-        };
-        match (mode, how) {
-            (_, How::Peek) if self.rules.peek_ignores_queue => true,
-            (_, How::Peek) => match mode {
-                // -n --shared: only when no exclusive run holds or waits.
-                Mode::Shared => !s.queue.iter().any(|&(_, m)| m == Mode::Exclusive),
-                Mode::Exclusive => s.queue.is_empty(),
-            },
-            _ if self.rules.ignore_queue => true,
-            (Mode::Shared, How::Queue) => {
-                self.rules.shared_passes_writer || !ahead.iter().any(|&(_, m)| m == Mode::Exclusive)
-            }
-            (Mode::Exclusive, How::Queue) => {
-                let free_places = self.rules.limit as usize - s.holders.len();
-                ahead.len() < free_places
-            }
-        }
-    }
-
-    fn acquire(&self, s: &mut State, c: u8, token: u8) {
-        let (mode, how) = (s.c[c as usize].mode, s.c[c as usize].how);
-        if !self.rules.no_bury && s.buried.contains(&token) {
-            return;
-        }
-        if s.holders.iter().any(|&(t, _)| t == token) {
-            // Ours already: an earlier attempt whose answer was lost.
-            s.net.send(Msg::Granted { c, token });
-            return;
-        }
-        if self.admits(s, token, mode, how) {
-            let free_places = self.rules.limit as usize - s.holders.len();
-            s.holders.push((token, mode));
-            let my_place = s.queue.iter().position(|&(t, _)| t == token);
-            // Ghost: a live fair waiter queued before this grant's place (or any, when it has
-            // none) was passed.
-            let before = my_place.unwrap_or(s.queue.len());
-            let live_ahead: Vec<Mode> = s.queue[..before]
-                .iter()
-                .filter(|&&(t, _)| {
-                    s.c.iter()
-                        .any(|x| x.token == t && x.phase == Phase::Waiting)
-                })
-                .map(|&(_, m)| m)
-                .collect();
-            s.passed |= match mode {
-                // A shared run may go beside shared ones, never past a writer.
-                Mode::Shared => live_ahead.contains(&Mode::Exclusive),
-                // Of the free places, each waiter ahead should have had one first.
-                Mode::Exclusive => live_ahead.len() >= free_places,
-            };
-            if let Some(i) = my_place {
-                s.queue.remove(i);
-            }
-            if s.returned.contains(&token) {
-                s.granted_given_back = true;
-            }
-            // An answer to a run that went on without it is never read.
-            if s.c[c as usize].phase == Phase::Waiting {
-                s.net.send(Msg::Granted { c, token });
-            }
-        } else if how == How::Queue && !s.queue.iter().any(|&(t, _)| t == token) {
-            s.queue.push((token, mode));
-        }
-    }
-
-    /// The server let something go: the waiters that will see it. With the keep-alive tick,
-    /// every live waiter, at its next tick; else those a wake-up or a timer of theirs reaches.
-    fn changed(&self, s: &mut State, what: Change) {
-        let all = match (self.rules.asks, what) {
-            (Asks::Budget | Asks::Never, _) => false,
-            (Asks::Tick, _) => true,
-            (Asks::WokenAtHead, Change::HolderLapsed) => true,
-            (Asks::WokenAtHead, Change::PlaceLapsed) => false,
-            (Asks::WokenAtHead, Change::Released) => {
-                if let Some(&(head, _)) = s.queue.first()
-                    && let Some(c) = s.c.iter_mut().find(|c| c.token == head)
-                {
-                    c.news = true;
-                }
-                false
-            }
-        };
-        if all {
-            for c in s.c.iter_mut().filter(|c| c.phase == Phase::Waiting) {
-                c.news = true;
-            }
-        }
-    }
 }
 
 impl Model for RedisModel {
@@ -500,128 +386,4 @@ impl Model for RedisModel {
             }),
         ]
     }
-}
-
-#[derive(Clone, Copy)]
-pub enum Mutation {
-    NoBury,
-    SharedPassesWriter,
-    PeekIgnoresQueue,
-    ReleaseWithoutCompare,
-    IgnoreQueue,
-    WokenAtHead,
-    WakesNoOne,
-}
-
-fn make(limit: u8, clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel {
-    let mut rules = Rules {
-        limit,
-        ..Rules::default()
-    };
-    match m {
-        None => {}
-        Some(Mutation::NoBury) => rules.no_bury = true,
-        Some(Mutation::SharedPassesWriter) => rules.shared_passes_writer = true,
-        Some(Mutation::PeekIgnoresQueue) => rules.peek_ignores_queue = true,
-        Some(Mutation::ReleaseWithoutCompare) => rules.release_without_compare = true,
-        Some(Mutation::IgnoreQueue) => rules.ignore_queue = true,
-        Some(Mutation::WokenAtHead) => rules.asks = Asks::WokenAtHead,
-        Some(Mutation::WakesNoOne) => rules.asks = Asks::Never,
-    }
-    RedisModel {
-        rules,
-        clients,
-        attempts: ATTEMPTS,
-        losses: 1,
-        dups: 1,
-        faults: 2,
-    }
-}
-
-/// The liveness configuration: a waiter asks once, then after each change it could see; one
-/// message lost, one waiter SIGKILLed or giving up.
-fn live(clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel {
-    let mut model = make(1, clients, m);
-    if model.rules.asks == Asks::Budget {
-        model.rules.asks = Asks::Tick;
-    }
-    model.attempts = 1;
-    model.dups = 0;
-    model.faults = 1;
-    model
-}
-
-pub fn check() -> Vec<Report> {
-    use How::*;
-    use Mode::*;
-    let first = verify(
-        "redis: shared + exclusive",
-        format!(
-            "{CLIENTS} runs (shared, exclusive, shared; fair), {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
-        ),
-        |m| {
-            make(
-                1,
-                vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
-                m,
-            )
-        },
-        &[
-            (Mutation::NoBury, "a give-back that does not bury its token"),
-            (
-                Mutation::SharedPassesWriter,
-                "a shared newcomer passing a queued writer",
-            ),
-            (
-                Mutation::ReleaseWithoutCompare,
-                "release without compare (plain DEL)",
-            ),
-            (Mutation::IgnoreQueue, "a grant that ignores the queue"),
-        ],
-    );
-    vec![
-        first,
-        verify(
-            "redis: waiters run",
-            format!(
-                "{CLIENTS} runs (shared, exclusive, shared; fair), each asking once, then after each release, give-back, lapse or lost answer; 1 loss, 1 fault: a waiter SIGKILLed or giving up"
-            ),
-            |m| {
-                live(
-                    vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
-                    m,
-                )
-            },
-            &[
-                (
-                    Mutation::WokenAtHead,
-                    "no tick or keep-alive timer: the release wakes the head",
-                ),
-                (
-                    Mutation::WakesNoOne,
-                    "a release that wakes no one (waiters sleep until woken)",
-                ),
-            ],
-        ),
-        verify(
-            "redis: --holders 2, -n",
-            format!(
-                "{CLIENTS} runs (two fair, one -n), --holders 2, {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
-            ),
-            |m| {
-                make(
-                    2,
-                    vec![(Exclusive, Queue), (Exclusive, Queue), (Exclusive, Peek)],
-                    m,
-                )
-            },
-            &[
-                (
-                    Mutation::PeekIgnoresQueue,
-                    "-n taking a place while waiters queue",
-                ),
-                (Mutation::NoBury, "a give-back that does not bury its token"),
-            ],
-        ),
-    ]
 }
