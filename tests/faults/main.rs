@@ -40,6 +40,7 @@ mod files;
 mod history;
 mod hostile;
 mod liveness;
+mod model_check;
 mod monitor;
 mod nemesis;
 mod pg;

@@ -13,7 +13,7 @@ use crate::monitor::{self, monitor};
 use crate::nemesis::nemesis;
 use crate::plan::{DAEMON_MAX_MS, TTL_MS, names};
 use crate::support::{alive, signal};
-use crate::{liveness, safety};
+use crate::{liveness, model_check, safety};
 
 pub struct Config {
     pub seed: u64,
@@ -139,6 +139,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
     hostile::check_ends(&h, &mut violations);
     safety::check(&h, &mut violations);
     monitor::check(&h, &seen, &mut violations);
+    model_check::check(&h, &seen, label != "file", &mut violations);
     liveness::check(&h, &mut violations);
     print(&h, &violations, ran_for, started.elapsed());
     if std::env::var("LOCKED_RUN_FAULTS_KEEP").is_ok() {
