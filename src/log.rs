@@ -21,7 +21,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cli::{LogArgs, LogFormat};
-use crate::text::printable;
+use crate::text::line_form;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 /// `-q`: a watched wait says nothing either.
@@ -74,7 +74,7 @@ fn format() -> LogFormat {
 /// The one line a failure owes the user, in the log's format.
 pub fn failure_line(message: &str, status: u8) -> String {
     match format() {
-        LogFormat::Text => format!("locked-run: {}", printable(message)),
+        LogFormat::Text => format!("locked-run: {}", line_form(message)),
         LogFormat::Json => {
             let mut fields = Map::new();
             fields.insert("event".into(), json!("failed"));
@@ -133,7 +133,7 @@ fn print(event: &Event<'_>) {
 
 fn render(level: Level, message: &str, rest: Map<String, Value>) -> String {
     match format() {
-        LogFormat::Text => format!("locked-run: {}: {}", level_word(&level), printable(message)),
+        LogFormat::Text => format!("locked-run: {}: {}", level_word(&level), line_form(message)),
         LogFormat::Json => json_line(level, message, rest),
     }
 }
@@ -211,7 +211,7 @@ pub fn progress_allowed() -> bool {
 /// A watched wait's line (`line` without `locked-run: `): on a terminal (`in_place`) written
 /// over the last one, else a line of its own. Through the writer thread, never waiting.
 pub fn progress(line: &str, in_place: bool) {
-    let text = format!("locked-run: {}", printable(line));
+    let text = format!("locked-run: {}", line_form(line));
     match (in_place, QUEUE.get_or_init(start_writer)) {
         (true, Some(queue)) => {
             if queue.try_send(Out::Raw(format!("\r{text}\x1b[K"))).is_err() {

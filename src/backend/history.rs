@@ -5,7 +5,7 @@
 //! of a lock can write its history, so a record larger than that, or not one of ours, is
 //! skipped and counted, never a reason for a read to fail.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use serde_json::{Value, json};
 
@@ -81,9 +81,10 @@ pub struct Run {
     pub ended: Ended,
 }
 
-/// `ms` since the epoch as RFC 3339, UTC, to the millisecond.
+/// `ms` since the epoch as RFC 3339, UTC, to the millisecond (the last instant it can write
+/// for anything later: only a wall clock set past year 9999 would give one).
 pub fn rfc3339(ms: u64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms);
+    let t = super::showable(ms.min(super::LAST_SHOWABLE_MS)).unwrap_or(UNIX_EPOCH);
     humantime::format_rfc3339_millis(t).to_string()
 }
 

@@ -53,9 +53,10 @@ fn ms_until(t: &str) -> String {
     format!("(extract(epoch FROM ({t} - clock_timestamp())) * 1000)::bigint")
 }
 
-/// The timestamptz `t` in ms since the epoch.
+/// The timestamptz `t` in ms since the epoch; null for `infinity` (any user of the tables
+/// may write one, and its cast to bigint would fail every query that reads it).
 fn epoch_ms(t: &str) -> String {
-    format!("(extract(epoch FROM {t}) * 1000)::bigint")
+    format!("(CASE WHEN isfinite({t}) THEN extract(epoch FROM {t}) * 1000 END)::bigint")
 }
 
 /// The notification channel of a waiter's token: `lr_` and its hex digits (at most 63 bytes).

@@ -17,6 +17,7 @@ mod dead_waiter;
 mod environment;
 mod exclusive;
 mod fair;
+mod far_since;
 mod history;
 mod history_bounds;
 mod holders;
@@ -105,6 +106,11 @@ macro_rules! every_promise {
         #[test]
         fn json_keys() {
             json_keys::check(&$backend)
+        }
+
+        #[test]
+        fn far_since() {
+            far_since::check(&$backend)
         }
 
         #[test]

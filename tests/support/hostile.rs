@@ -4,7 +4,7 @@
 //! `$-5`, a PostgreSQL message of 4 GiB, a port that hangs up on anything but HTTP, a JSON
 //! gateway whose watch or keep-alive never ends), and `locked-run` run with its peak memory
 //! measured and its address space capped, so that an unbounded read fails visibly (and cannot
-//! eat the shared machine).
+//! eat the shared machine); and a run on a host whose name another party chose.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,6 +17,29 @@ use std::thread;
 
 use super::BIN;
 use super::process::{Output, locked_run, spawn, without_our_settings};
+
+/// Makes `cmd` run in a UTS namespace of its own (as root) whose host name is `name` (at most
+/// 64 bytes), as a container's owner may name its host.
+pub fn on_host_named<'a>(cmd: &'a mut Command, name: &'static str) -> &'a mut Command {
+    // SAFETY: unshare(2) and sethostname(2) only, both async-signal-safe, between fork and
+    // exec; the name is a static buffer.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWUTS) != 0
+                || libc::sethostname(name.as_ptr().cast(), name.len()) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Whether [`on_host_named`] can work here (a UTS namespace needs root).
+pub fn can_name_hosts() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// A fake server; stops accepting when dropped (a script writing forever ends when its client
 /// hangs up).

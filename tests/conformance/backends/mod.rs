@@ -101,7 +101,15 @@ pub trait Servers {
     /// Adds `record`, as it is, to the history of NAME `job`, where the backend keeps it, as
     /// its newest run (what a user with access to the store could write).
     fn add_history_record(&self, record: &str);
+
+    /// Writes [`FAR_SINCE_MS`] (past year 9999) as the `since` of the run that holds `job`
+    /// alone, where the backend keeps its holder's metadata (what any user of the store could
+    /// write).
+    fn plant_far_since(&self);
 }
+
+/// A holder's `since`, in ms since the epoch, that no date can show (year 3170843).
+pub const FAR_SINCE_MS: u64 = 99_999_999_999_999_999;
 
 /// A started store: the `-u` arguments that name it (what `status`, `release` and `history`
 /// take), the options a run takes with them, and its servers, running until it is dropped.

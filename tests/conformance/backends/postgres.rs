@@ -15,6 +15,16 @@ impl Servers for Postgres {
              VALUES ('job', md5('{record}'), clock_timestamp(), '{record}')"
         ));
     }
+
+    fn plant_far_since(&self) {
+        let changed = self.psql(&format!(
+            "UPDATE locked_run.holder SET since = to_timestamp({} / 1000.0) WHERE name = 'job' \
+             RETURNING name",
+            // PostgreSQL's timestamps end at year 294276: the farthest it takes.
+            super::FAR_SINCE_MS.min(9_000_000_000_000_000)
+        ));
+        assert_eq!(changed, "job", "one holder");
+    }
 }
 
 impl Backend for OnePostgres {
