@@ -112,7 +112,7 @@ fn tail_of(file: &File, size: u64) -> io::Result<Tail> {
     Ok(Tail { lines, cut })
 }
 
-/// The NAME's last `limit` runs, newest first, from the file's last [`TAIL`] bytes; none when
+/// The NAME's last `limit` runs, newest first (the last line first), from the file's last [`TAIL`] bytes; none when
 /// it has no history yet. A line cut by the start of the tail counts as skipped when what is
 /// left of it is already larger than a record may be.
 pub fn read(paths: &Paths, limit: usize) -> Result<History, BackendError> {
@@ -127,7 +127,8 @@ pub fn read(paths: &Paths, limit: usize) -> Result<History, BackendError> {
     if tail.cut > MAX_RECORD {
         reader.skipped(1);
     }
-    for line in &tail.lines {
+    // Newest first: the file's own order (each run appends), whatever a line says of itself.
+    for line in tail.lines.iter().rev() {
         reader.take(line);
     }
     Ok(reader.finish(limit))

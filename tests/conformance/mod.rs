@@ -20,6 +20,7 @@ mod fair;
 mod far_since;
 mod history;
 mod history_bounds;
+mod history_order;
 mod holders;
 mod hostile;
 mod json_keys;
@@ -121,6 +122,11 @@ macro_rules! every_promise {
         #[test]
         fn history_bounds() {
             history_bounds::check(&$backend)
+        }
+
+        #[test]
+        fn history_order() {
+            history_order::check(&$backend)
         }
 
         #[test]

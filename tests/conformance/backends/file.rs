@@ -38,6 +38,7 @@ impl Backend for File {
             queue: Queue::Waiters,
             tenure: Tenure::Kernel,
             status_keys: &[],
+            history_order: true,
         }
     }
 

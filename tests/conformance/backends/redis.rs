@@ -161,6 +161,7 @@ impl Backend for Redlock {
             tenure: Tenure::Lease,
             // What each server says, and how many make a quorum.
             status_keys: &["quorum", "servers"],
+            history_order: true,
         }
     }
 
