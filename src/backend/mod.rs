@@ -14,7 +14,7 @@ mod spec;
 mod view;
 
 pub use history::{
-    Ended, History, KEPT, MAX_RECORD, Reader, Run, SCANNED, merged, rfc3339, unrecorded,
+    Ended, History, KEPT, MAX_FENCE, MAX_RECORD, Reader, Run, SCANNED, merged, rfc3339, unrecorded,
 };
 pub use lock::{Attempt, Backend, KEEP_ALIVE, Tenure, Wakeup, Wakeups};
 pub use spec::{LockSpec, Mode};

@@ -8,7 +8,7 @@
 //! by what a record says: `ended_at` is the server's clock when the row was stored
 //! (`clock_timestamp()`), and a row stamped later than the server's clock now (written by
 //! hand) is no run's yet: not shown, not counted among the runs kept, and gone once it is more
-//! than an hour ahead. A row not shaped as a record (a JSON object of at most [`MAX_RECORD`]
+//! than an hour ahead. A row not shaped as a record (a JSON object of at most [`MAX_RECORD`](crate::backend::MAX_RECORD)
 //! bytes) is not counted either, and goes at the next trim: a flood of junk, or of rows dated
 //! in the future, can never make a release trim its own run away.
 
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::PgLock;
 use super::inspect::never_made;
 use super::sql::{self, Commit, Tx};
-use crate::backend::{BackendError, History, KEPT, MAX_RECORD, Reader, Run};
+use crate::backend::{BackendError, History, KEPT, Reader, Run};
 
 /// The transaction that adds `run` to the history of the NAME `n` (an SQL literal).
 pub fn record(n: &str, run: &Run, within: Duration) -> Tx {
@@ -44,7 +44,7 @@ pub fn record(n: &str, run: &Run, within: Duration) -> Tx {
     tx
 }
 
-/// Whether a row's `run` is shaped as a record: a JSON object of at most [`MAX_RECORD`] bytes
+/// Whether a row's `run` is shaped as a record: a JSON object of at most [`MAX_RECORD`](crate::backend::MAX_RECORD) bytes
 /// (what the reader then finds in it is its own business).
 const RECORD: &str = "(octet_length(run) <= 4096 AND left(run, 1) = '{' AND right(run, 1) = '}')";
 
@@ -54,7 +54,7 @@ const SHOWN: &str = "(ended_at <= clock_timestamp() AND (octet_length(run) <= 40
 
 impl PgLock {
     /// The NAME's last `limit` runs, newest first as the server stored them: a row that is no
-    /// record (larger than [`MAX_RECORD`], say: any user of the lock's tables can write one),
+    /// record (larger than [`MAX_RECORD`](crate::backend::MAX_RECORD), say: any user of the lock's tables can write one),
     /// or dated later than now, never leaves the server, only their count.
     pub(super) async fn history_here(&self, limit: usize) -> Result<History, BackendError> {
         if limit == 0 {
@@ -95,6 +95,7 @@ impl PgLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::MAX_RECORD;
 
     /// What the server takes for a record is what a reader takes.
     #[test]

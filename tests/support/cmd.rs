@@ -171,6 +171,20 @@ impl Output {
     }
 }
 
+/// The fences of NAME's runs at `url`, newest first, as `history --json` lists them.
+#[track_caller]
+pub fn history_fences(url: &str, name: &str) -> Vec<u64> {
+    let out = lr()
+        .args(["history", "--json", "--limit", "100", "-u", url, name])
+        .run();
+    out.json()
+        .as_array()
+        .unwrap_or_else(|| panic!("history --json: {out:?}"))
+        .iter()
+        .map(|run| run["fence"].as_u64().unwrap())
+        .collect()
+}
+
 /// `locked-run status --json -u URL NAME`, parsed.
 #[track_caller]
 pub fn status_json(url: &str, name: &str) -> serde_json::Value {

@@ -36,7 +36,7 @@ pub use blocked_exec::{
 };
 pub use certs::Certs;
 pub use cluster::Cluster;
-pub use cmd::{LockedRun, lr, lr_of, lr_stderr_to, status_json};
+pub use cmd::{LockedRun, history_fences, lr, lr_of, lr_stderr_to, status_json};
 pub use etcd::Etcd;
 pub use holder::{Holder, go, log_of, logged};
 pub use process::{
@@ -52,6 +52,15 @@ pub use server::{
 };
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
+
+/// The wall clock in microseconds since the Unix epoch: a `file://` lock's fences start at
+/// least there in a new directory (a new block of fences starts at least at the clock).
+pub fn clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
 
 /// A scratch directory for the children's logs.
 pub fn scratch() -> tempfile::TempDir {
