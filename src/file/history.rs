@@ -24,12 +24,14 @@ impl Paths {
 }
 
 /// Appends `run`'s record, in one `write` (O_APPEND: holders that share the lock append whole
-/// lines beside each other). With `alone` (the lock held exclusively), a history past twice
-/// what is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file renamed
-/// over it.
+/// lines beside each other), on a line of its own: after a file whose last byte is no newline
+/// (another writer's line cut short), a newline first, or the record would end that line and
+/// be read as part of it. With `alone` (the lock held exclusively), a history past twice what
+/// is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file renamed over
+/// it.
 pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError> {
     let path = paths.history();
-    let line = format!("{}\n", run.to_line());
+    let mut line = format!("{}\n", run.to_line());
     let mut file = OpenOptions::new()
         .append(true)
         .create(true)
@@ -38,6 +40,9 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
         .open(&path)
         .and_then(|file| plain_file(&path, file))
         .map_err(|e| refused(&path, "open", &e))?;
+    if !ends_a_line(&file) {
+        line.insert(0, '\n');
+    }
     file.write_all(line.as_bytes())
         .map_err(|e| refused(&path, "write", &e))?;
     let long = file
@@ -47,6 +52,15 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
         trim(paths).map_err(|e| refused(&path, "trim", &e))?;
     }
     Ok(())
+}
+
+/// Whether `file` is empty or ends with a newline (one `pread` of its last byte). Another
+/// holder appending between this and the write leaves an empty line at worst, which no
+/// reader counts.
+fn ends_a_line(file: &File) -> bool {
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut last = [b'\n'];
+    len == 0 || (file.read_at(&mut last, len - 1).is_ok() && last[0] == b'\n')
 }
 
 /// Keeps the newest [`KEPT`] records of the file's tail; what is not a record goes.
@@ -109,6 +123,8 @@ fn tail_of(file: &File, size: u64) -> io::Result<Tail> {
         _ if lines.is_empty() => 0,
         _ => lines.remove(0).len(),
     };
+    // An empty line is nothing (see `ends_a_line`), not a record to skip.
+    lines.retain(|line| !line.is_empty());
     Ok(Tail { lines, cut })
 }
 
