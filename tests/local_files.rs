@@ -356,3 +356,45 @@ fn hold_flock(path: &Path, held: &Path) -> std::process::Command {
     .arg(held);
     cmd
 }
+
+/// Issue 43's review: a run SIGKILLed while it reserved a block of fences or trimmed the
+/// history left `.NAME.fence.<token>.tmp` or `.NAME.history.<token>.tmp` for ever. The next
+/// reservation (or trim) removes such files of this user's once they are a minute old, and
+/// nothing else.
+#[test]
+fn temporary_files_a_killed_run_left_are_removed_once_old() {
+    let locks = scratch();
+    let dir = locks.path();
+    let token = |n: u32| format!("{n:08}-0000-4000-8000-000000000000");
+    let left = |what: &str, n: u32| dir.join(format!(".job.{what}.{}.tmp", token(n)));
+    let aged = |path: &Path| {
+        let touched = std::process::Command::new("touch")
+            .args(["-d", "2 minutes ago"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(touched.success());
+    };
+    let (old_fence, young_fence) = (left("fence", 1), left("fence", 2));
+    let (old_history, other) = (
+        left("history", 3),
+        dir.join(format!(".jobs.fence.{}.tmp", token(4))),
+    );
+    for path in [&old_fence, &young_fence, &old_history, &other] {
+        std::fs::write(path, "").unwrap();
+    }
+    for path in [&old_fence, &old_history, &other] {
+        aged(path);
+    }
+    // The first run reserves a block.
+    let url = file_url(dir);
+    lr().url(&url).job(["true"]).run().expect(0);
+    assert!(!old_fence.exists(), "removed by the reservation");
+    assert!(young_fence.exists() && other.exists() && old_history.exists());
+    // A history long enough to be trimmed.
+    let lines = "not a record\n".repeat(20_000);
+    std::fs::write(dir.join("job.history"), lines).unwrap();
+    lr().url(&url).job(["true"]).run().expect(0);
+    assert!(!old_history.exists(), "removed by the trim");
+    assert!(young_fence.exists() && other.exists());
+}

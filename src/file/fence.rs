@@ -179,6 +179,8 @@ impl Paths {
                 ))
             })?;
         let new_top = floor.saturating_add(BLOCK).min(MAX_FENCE);
+        // What a reservation killed mid-way (SIGKILL) left a minute or more ago.
+        super::files::remove_stale(&self.dir, &format!(".{}.fence.", self.stem), ".tmp");
         let tmp_path = self.temporary("fence");
         let write = || -> io::Result<()> {
             // A fresh file (O_EXCL) of a name no other run uses: never one that a link planted

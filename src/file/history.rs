@@ -63,8 +63,10 @@ fn ends_a_line(file: &File) -> bool {
     len == 0 || (file.read_at(&mut last, len - 1).is_ok() && last[0] == b'\n')
 }
 
-/// Keeps the newest [`KEPT`] records of the file's tail; what is not a record goes.
+/// Keeps the newest [`KEPT`] records of the file's tail; what is not a record goes. So does
+/// what a trim killed mid-way (SIGKILL) left behind a minute or more ago.
 fn trim(paths: &Paths) -> io::Result<()> {
+    super::files::remove_stale(&paths.dir, &format!(".{}.history.", paths.stem), ".tmp");
     let tail = tail(&open_existing(&paths.history(), false)?)?;
     let records: Vec<&[u8]> = tail
         .lines

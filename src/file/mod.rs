@@ -63,11 +63,12 @@ use crate::lease::Timings;
 use crate::name::LockName;
 
 use files::{Paths, prepare_dir, refused};
-pub use files::{dir_of, flock as flock_file};
+pub use files::{dir_of, flock as flock_file, remove_stale};
 pub use inspect::{check_files, only_its_process_frees, writable_by_all};
 use meta::{Meta, NotBefore};
 use queue::Place;
 pub use stem::of as stem;
+pub use trust::check as check_owner;
 pub use wakeups::FileWakeups;
 
 /// A lock on one NAME in one directory of this host.

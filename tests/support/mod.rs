@@ -40,8 +40,8 @@ pub use cmd::{LockedRun, history_fences, lr, lr_of, lr_stderr_to, status_json};
 pub use etcd::Etcd;
 pub use holder::{Holder, go, log_of, logged};
 pub use process::{
-    Output, Running, alive, locked_run, run, run_args, signal, spawn, start_job, wait_for_file,
-    wait_pid_exit, wait_timeout, wait_until, without_our_settings,
+    Output, Running, alive, asleep, has_open, holding_flock, locked_run, run, run_args, signal,
+    spawn, start_job, wait_for_file, wait_pid_exit, wait_timeout, wait_until, without_our_settings,
 };
 pub use redlock::{Five, locked_run_on};
 pub use sections::{CRITICAL_SECTION, check_concurrency, check_log};
