@@ -294,8 +294,13 @@ fn json_line(level: Level, message: &str, rest: Map<String, Value>) -> String {
         object.insert("lock".into(), json!(lock));
     }
     object.insert("pid".into(), json!(std::process::id()));
-    object.extend(rest);
-    object.insert("message".into(), json!(message));
+    // Bounded as a text line is: a server's error of megabytes is cut, field by field.
+    let bounded = |value: Value| match value {
+        Value::String(text) => Value::String(crate::text::bounded(&text)),
+        other => other,
+    };
+    object.extend(rest.into_iter().map(|(k, v)| (k, bounded(v))));
+    object.insert("message".into(), json!(crate::text::bounded(message)));
     crate::text::json(&Value::Object(object))
 }
 
@@ -344,5 +349,25 @@ fn level_word(level: &Level) -> &'static str {
         Level::INFO => "info",
         Level::DEBUG => "debug",
         Level::TRACE => "trace",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 43's review: a JSON line carried a server's error of a megabyte whole.
+    #[test]
+    fn a_json_line_is_cut_as_a_text_line_is() {
+        let huge = "\u{1b}".repeat(1 << 20);
+        let mut rest = Map::new();
+        rest.insert("error".into(), json!(huge.clone()));
+        rest.insert("attempt".into(), json!(3));
+        let line = json_line(Level::WARN, &huge, rest);
+        assert!(line.len() < 32 << 10, "{}", line.len());
+        let back: Value = serde_json::from_str(&line).unwrap();
+        let message = back["message"].as_str().unwrap();
+        assert!(message.ends_with("... (cut)") && message.starts_with("\u{1b}"));
+        assert_eq!(back["attempt"], 3);
     }
 }

@@ -74,6 +74,15 @@ pub fn line_form(text: &str) -> String {
     escape(text, MAX_LINE, false)
 }
 
+/// `text` raw, cut as a printed line is (after [`MAX_LINE`] characters, saying so): what a JSON
+/// log line carries of a message, which JSON escapes.
+pub fn bounded(text: &str) -> String {
+    match text.chars().nth(MAX_LINE) {
+        None => text.to_owned(),
+        Some(_) => format!("{}... (cut)", cut(text, MAX_LINE)),
+    }
+}
+
 /// `text` cut to at most `max` characters: what a writer keeps of a field it stores (a host or
 /// program name), raw, so that every store keeps the same text and only printing escapes it.
 pub fn cut(text: &str, max: usize) -> String {

@@ -277,6 +277,19 @@ pub fn negative_length(mut conn: TcpStream) {
     }
 }
 
+/// An error of a megabyte, full of terminal escapes, to every request (a Redis that says
+/// more than anyone should print).
+pub fn megabyte_error(mut conn: TcpStream) {
+    let mut error = b"-ERR \x1b]0;PWNED\x07\x1b[2K\rlocked-run: FORGED ".to_vec();
+    error.extend(std::iter::repeat_n(b'A', 1 << 20));
+    error.extend(b"\r\n");
+    while conn.read(&mut [0u8; 4096]).unwrap_or(0) > 0 {
+        if conn.write_all(&error).is_err() {
+            return;
+        }
+    }
+}
+
 /// A PostgreSQL server whose answer to the start-up announces a message of 4 GiB, then sends
 /// its bytes for ever.
 pub fn four_gib_postgres_message(mut conn: TcpStream) {
