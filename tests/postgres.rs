@@ -241,6 +241,19 @@ fn another_program_holding_with_plain_sql_excludes_locked_run_and_the_reverse() 
     assert_eq!(pg.psql(&plain_sql_grant("job", "java-2")), "");
     holder.finish().expect(0);
     assert_eq!(pg.psql(&plain_sql_grant("job", "java-3")), "5");
+
+    // Issue 43's review: another program's `since` of 'infinity' failed every query that read
+    // it (its cast to milliseconds): the holder reads as one of unknown start.
+    pg.psql("UPDATE locked_run.holder SET since = 'infinity' WHERE name = 'job'");
+    let out = lr()
+        .url(&url)
+        .args(["-n", "-v"])
+        .job(["true"])
+        .run()
+        .expect(75);
+    assert!(out.stderr.contains("(billing) since ?"), "{}", out.stderr);
+    let status = lr().args(["status", "-u", &url, "job"]).run().expect(0);
+    assert!(status.stdout.contains("since ?"), "{status:?}");
 }
 
 /// Two first runs at once on an empty database: both make (or find) the tables, neither fails.

@@ -53,10 +53,14 @@ fn ms_until(t: &str) -> String {
     format!("(extract(epoch FROM ({t} - clock_timestamp())) * 1000)::bigint")
 }
 
-/// The timestamptz `t` in ms since the epoch; null for `infinity` (any user of the tables
-/// may write one, and its cast to bigint would fail every query that reads it).
+/// The timestamptz `t` in ms since the epoch. One that no date shows (`infinity`, or before
+/// 1970: any user of the tables may write one, and the cast of `infinity` would fail every
+/// query that reads it) is `i64::MAX`, which reads as a time not known (`since ?`).
 fn epoch_ms(t: &str) -> String {
-    format!("(CASE WHEN isfinite({t}) THEN extract(epoch FROM {t}) * 1000 END)::bigint")
+    format!(
+        "(CASE WHEN {t} IS NULL THEN NULL WHEN isfinite({t}) AND {t} >= 'epoch' THEN \
+         extract(epoch FROM {t}) * 1000 ELSE 9223372036854775807 END)::bigint"
+    )
 }
 
 /// The notification channel of a waiter's token: `lr_` and its hex digits (at most 63 bytes).
