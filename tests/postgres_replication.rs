@@ -140,7 +140,10 @@ fn each_standby_is_judged_by_what_the_primary_says_of_it() {
             && said(
                 out,
                 "WARN",
-                &format!("it streams from {}, not from the primary", host(&s1))
+                &format!(
+                    "a cascading standby (it streams from {}, not from the primary)",
+                    host(&s1)
+                )
             ),
         "{out}"
     );

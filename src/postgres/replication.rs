@@ -180,10 +180,10 @@ pub fn standby_line(s: &Standby, primary: Option<&Primary>) -> (Level, String) {
             ),
             Some(other) => (
                 Level::Warn,
-                format!(
-                    "{state}; an asynchronous standby (sync_state {} on the primary): a \
-                     failover to it can lose grants, two holders at once; name it ({}) in \
-                     synchronous_standby_names",
+                crate::text::message!(
+                    "an asynchronous standby (sync_state {} on the primary): a failover to it \
+                     can lose grants, two holders at once; name it ({}) in \
+                     synchronous_standby_names; {state}",
                     crate::text::printable(other),
                     crate::text::printable(&s.name)
                 ),
@@ -198,17 +198,17 @@ pub fn standby_line(s: &Standby, primary: Option<&Primary>) -> (Level, String) {
         },
         (false, _) => (
             Level::Warn,
-            format!(
-                "{state}; it streams from {}, not from the primary: a cascading standby cannot \
-                 be synchronous, so a failover to it can lose grants",
+            crate::text::message!(
+                "a cascading standby (it streams from {}, not from the primary): it cannot be \
+                 synchronous, so a failover to it can lose grants; {state}",
                 crate::text::printable(s.sender.as_deref().unwrap_or("?"))
             ),
         ),
         (true, _) => (
             Level::Warn,
-            format!(
-                "{state}; the primary lists no standby of its name ({}), or several: whether a \
-                 failover to it keeps every grant cannot be told",
+            crate::text::message!(
+                "the primary lists no standby named {}, or several: whether a failover to it \
+                 keeps every grant cannot be told; {state}",
                 crate::text::printable(&s.name)
             ),
         ),
