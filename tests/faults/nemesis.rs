@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Fault};
 use crate::child::mono_ns;
-use crate::hostile::{Neighbour, plant_junk};
+use crate::hostile::plant_junk;
+use crate::neighbour::Neighbour;
 use crate::plan::TTL_MS;
 use crate::rng::Rng;
 
@@ -41,7 +42,7 @@ const LINGER_MS: u64 = 5000;
 /// How often the other users act, against the backend's own faults (a menu's weights sum to
 /// some 70).
 const NEIGHBOUR_WEIGHT: u64 = 10;
-const JUNK_WEIGHT: u64 = 4;
+const JUNK_WEIGHT: u64 = 6;
 
 pub fn nemesis(
     backend: &dyn Backend,
