@@ -331,6 +331,19 @@ fn cp_a(from: &Path, to: &Path) {
     checked("cp", ["-a".as_ref(), from.as_os_str(), to.as_os_str()]);
 }
 
+/// Restores the copy `backup` of `locks` with `cp -a`: `in_place`, the files' contents and
+/// attributes written back over the same inodes; else the directory removed and the copy put
+/// in its place.
+fn restore(backup: &Path, locks: &Path, in_place: bool) {
+    if in_place {
+        let command = format!("cp -a {}/. {}/", path_str(backup), path_str(locks));
+        checked("sh", ["-c", command.as_str()]);
+    } else {
+        std::fs::remove_dir_all(locks).unwrap();
+        cp_a(backup, locks);
+    }
+}
+
 /// Issue 43: a directory backed up with `cp -a` after fences 1-3, five runs more, then the
 /// copy restored in the same boot and mount: the count in the counter's attribute came back
 /// with it (the counter itself reads 1024 throughout), and the next runs got 4, 5, 6 again.
@@ -358,22 +371,7 @@ fn a_directory_restored_from_a_copy_never_gives_a_fence_again() {
         for _ in 0..5 {
             highest = fence_of_a_run(&url);
         }
-        match in_place {
-            // The files' contents and attributes written back over the same inodes.
-            true => checked(
-                "sh",
-                [
-                    "-c",
-                    &format!("cp -a {}/. {}/", path_str(&backup), path_str(&locks)),
-                ],
-            ),
-            // The directory removed, and the copy put in its place.
-            false => {
-                std::fs::remove_dir_all(&locks).unwrap();
-                cp_a(&backup, &locks);
-                String::new()
-            }
-        };
+        restore(&backup, &locks, in_place);
         assert_eq!(
             counted(&locks.join("job.fence")),
             before,
@@ -479,21 +477,7 @@ fn a_copy_restored_after_a_block_was_reserved_since_never_gives_a_fence_again() 
     forget_the_count(&locks.join("job.fence"));
     issued.extend((0..3).map(|_| fence_of_a_run(&url)));
     for in_place in [false, true, false] {
-        match in_place {
-            true => {
-                checked(
-                    "sh",
-                    [
-                        "-c",
-                        &format!("cp -a {}/. {}/", path_str(&backup), path_str(&locks)),
-                    ],
-                );
-            }
-            false => {
-                std::fs::remove_dir_all(&locks).unwrap();
-                cp_a(&backup, &locks);
-            }
-        }
+        restore(&backup, &locks, in_place);
         for _ in 0..3 {
             let highest = *issued.iter().max().unwrap();
             let fence = fence_of_a_run(&url);

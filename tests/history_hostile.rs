@@ -53,13 +53,7 @@ fn oversized_records_are_skipped(
         .args(["history", "--json", "job"])
         .run()
         .expect(0);
-    let runs: Vec<u64> = out
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["fence"].as_u64().unwrap())
-        .collect();
+    let runs = fences_in(&out.json());
     assert_eq!(runs.first(), Some(&newest), "{runs:?}");
     match skipped {
         0 => assert!(out.stderr.is_empty(), "{}", out.stderr),
@@ -233,14 +227,7 @@ fn file_starts_every_record_on_a_line_of_its_own() {
     (&file).write_all(b"{\"partial\":1").unwrap();
     let b = fence_of_a_run(&["-u".into(), url.clone()], &[]);
     let out = lr().args(["history", "--json", "-u", &url, "job"]).run();
-    let fences: Vec<u64> = out
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["fence"].as_u64().unwrap())
-        .collect();
-    assert_eq!(fences, [b, a], "{out:?}");
+    assert_eq!(fences_in(&out.json()), [b, a], "{out:?}");
     assert!(
         out.stderr.contains("skipped 1 unreadable record"),
         "{out:?}"

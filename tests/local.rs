@@ -30,17 +30,7 @@ fn processes_contending_on_one_directory_never_overlap() {
     });
     assert_eq!(check_log(&log), 32);
     // One token per run: 32 in a row (of one block), the last the counter's.
-    let history = lr()
-        .args(["history", "--json", "--limit", "100", "-u", &url, "shared"])
-        .run()
-        .expect(0);
-    let fences: Vec<u64> = history
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["fence"].as_u64().unwrap())
-        .collect();
+    let fences = history_fences(&url, "shared");
     assert_eq!(fences.len(), 32);
     let last = status_json(&url, "shared")["fence"].as_u64().unwrap();
     let mut sorted = fences.clone();

@@ -367,14 +367,6 @@ fn temporary_files_a_killed_run_left_are_removed_once_old() {
     let dir = locks.path();
     let token = |n: u32| format!("{n:08}-0000-4000-8000-000000000000");
     let left = |what: &str, n: u32| dir.join(format!(".job.{what}.{}.tmp", token(n)));
-    let aged = |path: &Path| {
-        let touched = std::process::Command::new("touch")
-            .args(["-d", "2 minutes ago"])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(touched.success());
-    };
     let (old_fence, young_fence) = (left("fence", 1), left("fence", 2));
     let (old_history, other) = (
         left("history", 3),
@@ -384,7 +376,7 @@ fn temporary_files_a_killed_run_left_are_removed_once_old() {
         std::fs::write(path, "").unwrap();
     }
     for path in [&old_fence, &old_history, &other] {
-        aged(path);
+        two_minutes_old(path);
     }
     // The first run reserves a block.
     let url = file_url(dir);

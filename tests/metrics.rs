@@ -346,14 +346,10 @@ fn another_users_metrics_lock_file_in_a_sticky_directory_is_not_used() {
     assert_eq!(runs(&samples(metrics.path()), "ran"), 1.0);
 }
 
-/// Issue 43's review: a lock file swapped for another while a run waited for it (renamed
-/// over, or removed) was never looked at again: the run kept trying the old one. It is taken
-/// again where it now is, within the same wait, without a word.
-#[test]
-fn a_metrics_lock_file_renamed_over_while_a_run_waits_is_taken_again() {
+/// A run of `job` whose metrics go to `dir`, whose metrics lock another process holds: once its
+/// command has ended (it now waits for that lock). The holder, the run, and its lock directory.
+fn ended_with_the_metrics_lock_held(dir: &Path) -> (Running, Running, tempfile::TempDir) {
     let locks = scratch();
-    let metrics = scratch();
-    let dir = metrics.path();
     let held = holding_flock(&dir.join(".locked_run_job.lock"));
     let ended = dir.join("ended");
     let run = lr()
@@ -362,6 +358,17 @@ fn a_metrics_lock_file_renamed_over_while_a_run_waits_is_taken_again() {
         .job(["touch", path_str(&ended)])
         .spawn();
     wait_for_file(&ended, Duration::from_secs(10), |_| true);
+    (held, run, locks)
+}
+
+/// Issue 43's review: a lock file swapped for another while a run waited for it (renamed
+/// over, or removed) was never looked at again: the run kept trying the old one. It is taken
+/// again where it now is, within the same wait, without a word.
+#[test]
+fn a_metrics_lock_file_renamed_over_while_a_run_waits_is_taken_again() {
+    let metrics = scratch();
+    let dir = metrics.path();
+    let (held, run, _locks) = ended_with_the_metrics_lock_held(dir);
     // Once it tried the held file (or a moment went by: this build opens it only for each
     // try), a fresh one takes its place.
     let tried = std::time::Instant::now();
@@ -381,17 +388,9 @@ fn a_metrics_lock_file_renamed_over_while_a_run_waits_is_taken_again() {
 /// written without the lock, said in one line.
 #[test]
 fn a_sigterm_ends_the_wait_for_the_metrics_lock() {
-    let locks = scratch();
     let metrics = scratch();
     let dir = metrics.path();
-    let held = holding_flock(&dir.join(".locked_run_job.lock"));
-    let ended = dir.join("ended");
-    let run = lr()
-        .url(&file_url(locks.path()))
-        .args(["--metrics-dir", path_str(dir)])
-        .job(["touch", path_str(&ended)])
-        .spawn();
-    wait_for_file(&ended, Duration::from_secs(10), |_| true);
+    let (held, run, _locks) = ended_with_the_metrics_lock_held(dir);
     wait_until("the run waits for the lock", Duration::from_secs(3), || {
         asleep(run.pid())
     });
@@ -469,12 +468,7 @@ fn temporary_files_a_killed_run_left_are_removed_once_old() {
     }
     std::fs::create_dir(&not_a_file).unwrap();
     for path in [&old, &not_a_file, &not_ours] {
-        let aged = std::process::Command::new("touch")
-            .args(["-d", "2 minutes ago"])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(aged.success());
+        two_minutes_old(path);
     }
     lr().url(&file_url(locks.path()))
         .args(["--metrics-dir", path_str(dir)])

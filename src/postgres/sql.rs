@@ -48,9 +48,14 @@ pub fn interval(d: Duration) -> String {
     format!("interval '{} milliseconds'", d.as_millis().max(1))
 }
 
-/// Milliseconds from now until the timestamptz `t` (negative once past), as bigint.
+/// Milliseconds from now until the timestamptz `t` (negative once past), as bigint; for
+/// `infinity` (any user of the tables may write one, and its cast would fail every query that
+/// reads it) the largest bigint, for `-infinity` the smallest but one.
 fn ms_until(t: &str) -> String {
-    format!("(extract(epoch FROM ({t} - clock_timestamp())) * 1000)::bigint")
+    format!(
+        "(CASE WHEN {t} = 'infinity' THEN 9223372036854775807 WHEN {t} = '-infinity' THEN \
+         -9223372036854775807 ELSE extract(epoch FROM ({t} - clock_timestamp())) * 1000 END)::bigint"
+    )
 }
 
 /// The timestamptz `t` in ms since the epoch. One that no date shows (`infinity`, or before

@@ -46,9 +46,11 @@ pub enum Fault {
     /// Every backend: a hostile user of the metrics directory holds a NAME's metrics lock, or
     /// swaps its files for a FIFO, a link or a huge file (see `hostile.rs`).
     Neighbour,
-    /// Every backend: another user of a lock writes junk into its history, or a `since` no
-    /// date can show into its holder's metadata (`hostile.rs`).
+    /// Every backend: another user of a lock writes junk into its history (`hostile.rs`).
     HistoryJunk,
+    /// Every backend: another user of a lock writes a `since` no date can show into its
+    /// holder's metadata (`hostile.rs`).
+    FarSince,
     /// `file://`: the counters and histories copied (`cp -a`) at one time, the copy restored
     /// over them later, the same copy again and again (see `files.rs`).
     Restore,
@@ -71,6 +73,7 @@ impl Fault {
             Fault::ForeignSwap => "another user swapped its lock files",
             Fault::Neighbour => "another user in the metrics directory",
             Fault::HistoryJunk => "another user wrote junk into a history",
+            Fault::FarSince => "another user set a holder's since past year 9999",
             Fault::Restore => "the directory's counters and histories restored from a copy",
         }
     }

@@ -36,7 +36,7 @@ pub use blocked_exec::{
 };
 pub use certs::Certs;
 pub use cluster::Cluster;
-pub use cmd::{LockedRun, history_fences, lr, lr_of, lr_stderr_to, status_json};
+pub use cmd::{LockedRun, fences_in, history_fences, lr, lr_of, lr_stderr_to, status_json};
 pub use etcd::Etcd;
 pub use holder::{Holder, go, log_of, logged};
 pub use process::{
@@ -60,6 +60,16 @@ pub fn clock_us() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64
+}
+
+/// Sets `path`'s times two minutes back (`touch -d`): what a file a run left long ago looks like.
+pub fn two_minutes_old(path: &Path) {
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(touched.success(), "touch -d {}", path.display());
 }
 
 /// A scratch directory for the children's logs.
