@@ -153,7 +153,10 @@ fn open_store(
     if let Some(why) = Kind::of(&store).refuses(spec, how) {
         return Err(Failure::usage(why));
     }
-    let (name, command) = (spec.name.clone(), how.command);
+    // The program's name as every backend keeps it in the holder's metadata: raw, at most a
+    // name's length (a file name can be 255 bytes; the library's callers may pass anything).
+    let command = crate::text::cut(how.command, crate::text::MAX_NAME);
+    let (name, command) = (spec.name.clone(), command.as_str());
     Ok(match store {
         Store::Postgres(url) => {
             let client = postgres::client(endpoints, &url).map_err(Failure::usage)?;
