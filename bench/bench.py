@@ -9,7 +9,9 @@ Redis commands), and a contention loop. Starts its own redis-server and etcd on 
 stops them. `--smoke` runs one short iteration of each, for CI: figures, no verdicts on time.
 The scale section (bench/scale.py): W = 1, 8, 32, 96 (and 300 for Redis) waiters queued on one
 NAME, time, server commands or statements and context switches per handoff; `--scale` runs it
-alone. `file://` and flock uncontended on a busy disk (a thread writing and syncing a file on the
+alone. `--handoffs` (bench/handoffs.py): the handoff to 1, 8 and 32 waiters and the uncontended
+run, `file://` and `postgres://` beside flock, this build against `--base BINARY` in the same
+rounds. `file://` and flock uncontended on a busy disk (a thread writing and syncing a file on the
 same filesystem all along). One 4 MB reply read
 by the own client and by the redis crate's parser (examples/resp_parse.rs). Then the redis
 crate against the own client (examples/client_cost.rs, built here): one uncontended run on
@@ -34,6 +36,7 @@ from pathlib import Path
 import etcd as etcd_section
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
 from disk import busy_disk
+from handoffs import measure_handoffs
 from postgres import Bouncer, Postgres, bin_dir
 from scale import postgres_table, readers, scale, scale_table
 
@@ -361,13 +364,15 @@ def main():
     parser.add_argument("--results", help="also write the table to this markdown file")
     parser.add_argument("--clients", action="store_true",
                         help="only the redis crate against the own client (with --smoke: a short one)")
+    parser.add_argument("--handoffs", action="store_true", help="only bench/handoffs.py's measures")
+    parser.add_argument("--rounds", type=int, default=3, help="with --handoffs: rounds a W (16 at least at W = 1)")
     parser.add_argument("--scale", action="store_true",
                         help="only the scale section: W waiters on one NAME (with --smoke: W = 1, 8)")
     parser.add_argument("--etcd", action="store_true",
                         help="only the etcd section (bench/etcd.py): etcd:// against etcdctl lock, and what the gRPC "
                              "stack costs a Redis run")
-    parser.add_argument("--base", help="another locked-run binary (the landed build) for the etcd section to measure "
-                                       "beside this one")
+    parser.add_argument("--base", help="with --etcd or --handoffs: another locked-run binary (the landed build), "
+                                       "measured beside this one in the same rounds")
     args = parser.parse_args()
     binaries = [("this build", Path(args.binary))] + ([("landed", Path(args.base))] if args.base else [])
 
@@ -388,7 +393,7 @@ def main():
         if args.results:
             Path(args.results).write_text("\n".join(lines) + "\n")
         return
-    client_binary = build_client_cost()
+    client_binary = None if args.handoffs else build_client_cost()
     scratch = Path(tempfile.mkdtemp(prefix="locked-run-bench-"))
     servers = Servers(scratch)
     tools = Tools(Path(args.binary), servers, scratch)
@@ -398,6 +403,12 @@ def main():
     smoke = args.smoke
     widths, scale_rounds = ((1, 8), 1) if smoke else ((1, 8, 32, 96, 300), 2)
     try:
+        if args.handoffs:
+            measure_handoffs(args, Tools(Path(args.base), servers, scratch) if args.base else None, tools, say,
+                             lambda: machine())
+            if args.results:
+                Path(args.results).write_text("\n".join(lines) + "\n")
+            return
         if args.scale:
             s = scale(tools, widths, scale_rounds)
             say(f"Machine: {machine()}")

@@ -6,32 +6,30 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::backend::{Ended, Run, View, rfc3339};
+use crate::backend::{Ended, History, Run, View, rfc3339};
 use crate::exit::{Exit, Failure};
 use crate::name::LockName;
-use crate::text::show;
+use crate::text::{out, printable, show};
 
-/// `println!` that does not panic when stdout is closed (`locked-run history x | head -1`).
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
-
-/// Prints the last `limit` runs of NAME.
+/// Prints the last `limit` runs of NAME; says on stderr how many records it skipped.
 pub async fn history(
     view: &dyn View,
     name: &LockName,
     limit: usize,
     as_json: bool,
 ) -> Result<Exit, Failure> {
-    let runs = view
+    let History { runs, skipped } = view
         .history(limit)
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
+    if skipped > 0 {
+        tracing::warn!("{}", skipped_line(name, skipped));
+    }
     if as_json {
-        out!("{}", Value::Array(runs.iter().map(Run::to_json).collect()));
+        out!(
+            "{}",
+            crate::text::json(&Value::Array(runs.iter().map(Run::to_json).collect()))
+        );
     } else if runs.is_empty() {
         out!("{name}: no run in its history (never taken, or untouched for 30 days)");
     } else {
@@ -43,6 +41,19 @@ pub async fn history(
         true => Exit::Free,
         false => Exit::Child(0),
     })
+}
+
+/// What a read of NAME's history skipped (see [`Reader`](crate::backend::Reader)).
+pub fn skipped_line(name: &LockName, skipped: usize) -> String {
+    let records = match skipped {
+        1 => "record",
+        _ => "records",
+    };
+    crate::text::message!(
+        "skipped {skipped} unreadable {records} in lock {name}'s history: larger than {} bytes \
+         or not a run's record (another program's, or damaged); the runs beside them are shown",
+        crate::backend::MAX_RECORD
+    )
 }
 
 /// One run: "2026-12-05T23:01:02.123Z  exit 0  fence 17  web-1 pid 4242 (backup)  held 1.5s,
@@ -57,15 +68,15 @@ pub fn line(run: &Run) -> String {
     let held = Duration::from_millis(run.ended_ms.saturating_sub(run.started_ms));
     let mode = match run.mode.as_str() {
         "exclusive" => String::new(),
-        mode => format!(", {mode}"),
+        mode => format!(", {}", printable(mode)),
     };
     format!(
         "{}  {how}  fence {}  {} pid {} ({})  held {}, waited {}{mode}",
         rfc3339(run.ended_ms),
         run.fence,
-        run.host,
+        printable(&run.host),
         run.pid,
-        run.user,
+        printable(&run.user),
         show(held),
         show(Duration::from_millis(run.waited_ms)),
     )

@@ -51,9 +51,14 @@ impl Timings {
         kill_after: Option<Duration>,
     ) -> Result<Self, String> {
         if ttl < MIN_TTL {
+            // Zero as it is written (`--ttl 0s`), not as `show` has it (0ms).
+            let given = match ttl.is_zero() {
+                true => "0s".to_owned(),
+                false => show(ttl),
+            };
             return Err(format!(
-                "--ttl {} is too short: the lease must be at least {} so renewals can keep up",
-                show(ttl),
+                "--ttl {given} is too short: the lease must be at least {} so renewals can keep \
+                 up (the default is 30s)",
                 show(MIN_TTL)
             ));
         }

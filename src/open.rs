@@ -102,14 +102,14 @@ impl Kind {
         match (self, spec.mode) {
             (Kind::Redlock, Mode::Holders(_)) => {
                 return Some(
-                    "--holders is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
-                     Redlock over several servers holds one lock at a time".into(),
+                    "--holders is for one Redis server (plain, Sentinel, Cluster), file://, etcd:// or \
+                     postgres://: Redlock over several servers holds one lock at a time".into(),
                 );
             }
             (Kind::Redlock, Mode::Shared) => {
                 return Some(
-                    "--shared is for one Redis server (plain, Sentinel, Cluster), file:// or etcd://: \
-                     Redlock over several servers holds one lock at a time".into(),
+                    "--shared is for one Redis server (plain, Sentinel, Cluster), file://, etcd:// or \
+                     postgres://: Redlock over several servers holds one lock at a time".into(),
                 );
             }
             (Kind::Server | Kind::Redlock | Kind::Dir | Kind::Etcd | Kind::Postgres, _) => {}
@@ -153,7 +153,10 @@ fn open_store(
     if let Some(why) = Kind::of(&store).refuses(spec, how) {
         return Err(Failure::usage(why));
     }
-    let (name, command) = (spec.name.clone(), how.command);
+    // The program's name as every backend keeps it in the holder's metadata: raw, at most a
+    // name's length (a file name can be 255 bytes; the library's callers may pass anything).
+    let command = crate::text::cut(how.command, crate::text::MAX_NAME);
+    let (name, command) = (spec.name.clone(), command.as_str());
     Ok(match store {
         Store::Postgres(url) => {
             let client = postgres::client(endpoints, &url).map_err(Failure::usage)?;

@@ -2,10 +2,11 @@
 //! fence counter is never deleted, so fencing tokens keep growing. Without `--force` it only
 //! shows the holder. Exit 0 when something was released, 1 when the lock was free.
 
-use crate::backend::{Expiry, Freed, Holder, Tenure, View};
+use crate::backend::{Freed, Holder, Tenure, View};
 use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
+use crate::text::say;
 
 /// Shows the holder and refuses (2) without `force`; with it, frees the lock. `token`: of
 /// several holders (`--holders`), free only the one whose `LOCKED_RUN_TOKEN` it is.
@@ -18,21 +19,36 @@ pub async fn release(
     let unavailable = |e: crate::backend::BackendError| Failure::unavailable(e.to_string());
     if !force {
         let report = backend.inspect().await.map_err(unavailable)?;
-        let Some(busy) = report.held else {
+        let Some(busy) = report.held.clone() else {
             return Ok(said(name, &[], report.fence));
         };
-        let why = match (backend.tenure(), busy.expiry) {
-            // A flock belongs to its holder until it exits: --force cannot help.
-            (Tenure::Kernel, Expiry::WithHolder) => file::only_its_process_frees(name, &busy),
-            (Tenure::Kernel, _) => crate::text::message!(
+        // The first holder whose run goes on; none: only --min-hold keeps the lock.
+        let tenure = backend.tenure();
+        let runs = crate::status::history_for(backend, &report)
+            .await
+            .map(|history| history.runs)
+            .unwrap_or_default();
+        let live = match report
+            .holders
+            .iter()
+            .find(|slot| !crate::status::kept(tenure, slot, &runs))
+        {
+            Some(slot) => Some(slot.busy.clone()),
+            None if report.holders.is_empty() => Some(busy.clone()),
+            None => None,
+        };
+        let why = match (tenure, live) {
+            (_, None) => crate::text::message!(
                 "lock {name} is kept by --min-hold of its last holder, {}; nothing was released: \
                  add --force to release it",
                 busy.holder
             ),
-            (Tenure::Lease, _) => crate::text::message!(
+            // A flock belongs to its holder until it exits: --force cannot help.
+            (Tenure::Kernel, Some(live)) => file::only_its_process_frees(name, &live),
+            (Tenure::Lease, Some(live)) => crate::text::message!(
                 "lock {name} is held by {}; nothing was released: add --force to release it \
                  (its command keeps running until its next renewal finds the lock gone)",
-                busy.holder
+                live.holder
             ),
         };
         return Err(Failure::usage(why));
@@ -41,13 +57,6 @@ pub async fn release(
         Freed::Released { holders, fence } => Ok(said(name, &holders, fence)),
         Freed::Kept(why) => Err(Failure::usage(why)),
     }
-}
-
-/// One line on stdout; a reader that went away (`| head -0`) changes nothing: the lock is
-/// released all the same, and the status says so.
-fn say(line: std::fmt::Arguments) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {

@@ -3,19 +3,10 @@
 
 use serde_json::{Value, json};
 
-use crate::backend::{Expiry, Holder, Report, View};
+use crate::backend::{Expiry, Holder, KEPT, Report, Run, Slot, Tenure, View};
 use crate::exit::{Exit, Failure};
 use crate::name::LockName;
-use crate::text::show;
-
-/// `println!` that does not panic when stdout is closed (`locked-run ... | head`): what could
-/// not be written is dropped, and the status stands.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
+use crate::text::{out, printable, show};
 
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
 pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Result<Exit, Failure> {
@@ -23,12 +14,32 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
         .inspect()
         .await
         .map_err(|e| Failure::unavailable(e.to_string()))?;
-    // The last run: a history that cannot be read (the ACL) leaves the line out, not the
-    // status.
-    let last = backend.history(1).await.map(|mut runs| runs.pop());
+    // The last run, and what the history tells of the holders; a history that cannot be read
+    // (the ACL) leaves the line out, not the status.
+    let runs = history_for(backend, &report).await.map(|history| {
+        if history.skipped > 0 {
+            tracing::info!("{}", crate::history::skipped_line(name, history.skipped));
+        }
+        history.runs
+    });
+    let last = runs
+        .as_ref()
+        .map(|runs| runs.first().cloned())
+        .map_err(Clone::clone);
+    let runs = runs.unwrap_or_default();
+    let kept: Vec<bool> = report
+        .holders
+        .iter()
+        .map(|slot| kept(backend.tenure(), slot, &runs))
+        .collect();
     let name = name.as_str();
     if as_json {
         let mut object = to_json(name, &report);
+        if report.fence.is_none() && report.revision.is_some() {
+            // A store that keeps no last fence (etcd; its text says what bounds the next): the
+            // last one issued is the largest its runs were given.
+            object["fence"] = json!(runs.iter().map(|run| run.fence).max());
+        }
         object["waiters"] = json!(report.waiters);
         object["last_run"] = match &last {
             Ok(Some(run)) => run.to_json(),
@@ -59,7 +70,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
                     .collect(),
             );
         }
-        out!("{object}");
+        out!("{}", crate::text::json(&object));
     } else if let Some(servers) = &report.servers {
         let quorum = servers.quorum;
         let holding = servers
@@ -73,7 +84,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
             .count();
         out!(
             "{}{}; {holding} of {} servers hold it, a quorum is {quorum}",
-            to_text(name, &report),
+            to_text(name, &report, &kept),
             waiting(report.waiters),
             servers.each.len()
         );
@@ -81,15 +92,22 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
             match server {
                 Ok(r) => out!(
                     "  {url}: {}",
-                    to_text(name, r)
+                    to_text(name, r, &[])
                         .split_once(": ")
                         .map_or("", |(_, rest)| rest)
                 ),
-                Err(e) => out!("  {url}: no answer: {e}"),
+                Err(e) => out!(
+                    "  {url}: no answer: {}",
+                    crate::text::line_form(&e.to_string())
+                ),
             }
         }
     } else {
-        out!("{}{}", to_text(name, &report), waiting(report.waiters));
+        out!(
+            "{}{}",
+            to_text(name, &report, &kept),
+            waiting(report.waiters)
+        );
     }
     if !as_json {
         match &last {
@@ -106,6 +124,30 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
     } else {
         Exit::Free
     })
+}
+
+/// What `status` and `release` read of the history: every run it keeps while the lock is held
+/// or its store keeps no last fence (which holders' runs are over, the fence), else the last.
+pub async fn history_for(
+    backend: &dyn View,
+    report: &Report,
+) -> Result<crate::backend::History, crate::backend::BackendError> {
+    let all = report.held.is_some() || report.fence.is_none();
+    backend.history(if all { KEPT } else { 1 }).await
+}
+
+/// Whether `slot`'s run is over and only its `--min-hold` keeps the lock: a host-local lock
+/// no process holds (its deadline keeps it), or a lease whose run's end is in the history
+/// (`runs`).
+pub fn kept(tenure: Tenure, slot: &Slot, runs: &[Run]) -> bool {
+    match (tenure, slot.busy.expiry) {
+        (Tenure::Kernel, Expiry::In(_)) => true,
+        (Tenure::Lease, Expiry::In(_)) => slot
+            .token
+            .as_deref()
+            .is_some_and(|token| runs.iter().any(|run| run.token == token)),
+        _ => false,
+    }
 }
 
 /// "; 2 waiting", or nothing.
@@ -177,7 +219,9 @@ pub fn last_fence(fence: Option<u64>) -> String {
     )
 }
 
-pub fn to_text(name: &str, report: &Report) -> String {
+/// The lock's state in one line; `kept[i]`: holder i's run is over, and only its `--min-hold`
+/// keeps the lock (see [`kept`]).
+pub fn to_text(name: &str, report: &Report, kept: &[bool]) -> String {
     let fence = match (report.fence, report.revision) {
         (None, Some(revision)) => {
             format!("no last fence kept; the next is above revision {revision}")
@@ -193,12 +237,20 @@ pub fn to_text(name: &str, report: &Report) -> String {
         let each: Vec<String> = report
             .holders
             .iter()
-            .map(|slot| {
+            .enumerate()
+            .map(|(i, slot)| {
                 let mut holder = slot.busy.holder.clone();
                 let own = holder.fence.take();
                 let own = own.map_or_else(String::new, |f| format!(", fence {f}"));
-                let token = slot.token.as_deref().unwrap_or("?");
-                format!("{holder}{own}, {} (token {token})", left(slot.busy.expiry))
+                let token = printable(slot.token.as_deref().unwrap_or("?"));
+                let kept = match kept.get(i) {
+                    Some(true) => "kept by --min-hold, ",
+                    _ => "",
+                };
+                format!(
+                    "{holder}{own}, {kept}{} (token {token})",
+                    left(slot.busy.expiry)
+                )
             })
             .collect();
         each.join("; ")
@@ -221,7 +273,11 @@ pub fn to_text(name: &str, report: &Report) -> String {
             let fence = report
                 .fence
                 .map_or_else(|| "no fence".to_owned(), |f| format!("fence {f}"));
-            format!("{name}: held by {holder}; {fence}; {}", left(busy.expiry))
+            let by = match kept.first() {
+                Some(true) => "kept by --min-hold of its last holder,",
+                _ => "held by",
+            };
+            format!("{name}: {by} {holder}; {fence}; {}", left(busy.expiry))
         }
     }
 }
@@ -265,8 +321,53 @@ mod tests {
         assert_eq!(j["holder"]["pid"], json!(9));
         assert_eq!(j["holder"]["since"], json!("1970-01-01T00:00:00Z"));
         assert_eq!(
-            to_text("job", &held),
+            to_text("job", &held, &[]),
             "job: held by h pid 9 (sh) since 1970-01-01T00:00:00Z; fence 4; 1.2s left"
         );
+        assert_eq!(
+            to_text("job", &held, &[true]),
+            "job: kept by --min-hold of its last holder, h pid 9 (sh) since \
+             1970-01-01T00:00:00Z; fence 4; 1.2s left"
+        );
+    }
+
+    fn run(token: &str) -> Run {
+        Run {
+            token: token.into(),
+            host: "h".into(),
+            pid: 9,
+            user: "u".into(),
+            fence: 4,
+            mode: "exclusive".into(),
+            started_ms: 0,
+            ended_ms: 1,
+            waited_ms: 0,
+            status: 0,
+            ended: crate::backend::Ended::Exit,
+        }
+    }
+
+    #[test]
+    fn a_holder_is_kept_by_min_hold_once_its_run_is_over() {
+        let slot = |token: &str, expiry| Slot {
+            token: Some(token.into()),
+            busy: Busy {
+                holder: Holder::default(),
+                expiry,
+            },
+        };
+        let lease = Expiry::In(Duration::from_secs(60));
+        let ended = [run("other"), run("t")];
+        // A lease: once the history has its run's end.
+        assert!(kept(Tenure::Lease, &slot("t", lease), &ended));
+        assert!(!kept(Tenure::Lease, &slot("t", lease), &ended[..1]));
+        assert!(!kept(Tenure::Lease, &slot("t", Expiry::Never), &ended));
+        // A host-local lock: once no process holds it, whatever the history says.
+        assert!(kept(Tenure::Kernel, &slot("t", lease), &[]));
+        assert!(!kept(
+            Tenure::Kernel,
+            &slot("t", Expiry::WithHolder),
+            &ended
+        ));
     }
 }

@@ -258,6 +258,10 @@ fn doctor_checks_every_key_a_run_uses_with_the_guides_least_acl() {
 /// line says whether cron's default PATH finds this binary, and what to write when it does not.
 /// See issue 39: the README's install put locked-run in ~/.cargo/bin, and the README's cron
 /// line then failed every minute with 127 ("locked-run: not found").
+///
+/// The binary under test is never the one cron finds: where a package installed
+/// /usr/bin/locked-run, cron's PATH finds that one instead, which the line names (see issue 47:
+/// the test failed on a machine with the .deb installed).
 #[test]
 fn doctor_says_whether_cron_finds_this_binary_on_every_backend() {
     let redis = Redis::start();
@@ -269,6 +273,7 @@ fn doctor_says_whether_cron_finds_this_binary_on_every_backend() {
         .unwrap()
         .display()
         .to_string();
+    let installed = installed_on_crons_path();
     for url in [redis.url(), unreachable, file_url(locks.path())] {
         let (checks, _) = doctor(std::slice::from_ref(&url));
         let (check, level, detail) = checks.last().unwrap();
@@ -277,11 +282,26 @@ fn doctor_says_whether_cron_finds_this_binary_on_every_backend() {
             ("cron PATH", "WARN"),
             "{url}"
         );
+        let opening = match installed.as_deref() {
+            Some(other) => format!(
+                "cron's default PATH finds another locked-run ({other}), not this one ({exe})"
+            ),
+            None => "cron's default PATH does not find this locked-run".to_owned(),
+        };
         assert!(
-            detail.starts_with("cron's default PATH does not find this locked-run")
+            detail.starts_with(&opening)
                 && detail.contains(&format!("write its full path ({exe})"))
                 && detail.contains(&format!("PATH={dir}:/usr/bin:/bin")),
             "{url}: {detail}"
         );
     }
+}
+
+/// The locked-run cron's default PATH (/usr/bin:/bin) finds on this machine, if any: one a
+/// package installed.
+fn installed_on_crons_path() -> Option<String> {
+    ["/usr/bin/locked-run", "/bin/locked-run"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .map(str::to_owned)
 }

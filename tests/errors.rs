@@ -72,6 +72,32 @@ fn usage_errors_are_status_2_with_one_line() {
             &["-u", "redis://a:1", "-u", "redis://b:2", "job", "true"],
             "at least 3 independent servers",
         ),
+        // See issue 47: each answered so that the next try is the right one.
+        (
+            &["--ttl", "0", "job", "true"],
+            "\"0\" has no unit, and this option takes at least 100ms",
+        ),
+        (&["--ttl", "0s", "job", "true"], "--ttl 0s is too short"),
+        (
+            &["--wait", "abc", "job", "true"],
+            "\"abc\" is not a duration: write a number and a unit",
+        ),
+        (
+            &["-u", "redis:/127.0.0.1", "job", "true"],
+            "redis:/127.0.0.1 has no // after redis: write redis://127.0.0.1",
+        ),
+        (
+            &["-u", "postgres:/127.0.0.1/db", "status", "job"],
+            "write postgres://127.0.0.1/db",
+        ),
+        (
+            &["-u", "pg://127.0.0.1/db", "job", "true"],
+            "postgres://[user@]host",
+        ),
+        (
+            &["--max-run", "0s", "job", "true"],
+            "must be longer than 0s",
+        ),
         (&["-n", "release", "job", "true"], "locked-run run release"),
         (&["-q", "release", "job", "true"], "unexpected argument"),
         (&["release", "job", "true"], "unexpected argument"),

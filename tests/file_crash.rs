@@ -1,9 +1,10 @@
 //! The host-local backend's fence across crashes: a run SIGKILLed at each step of issuing its
-//! token (strace kills it on entry to the system call that would take the next step), and a
-//! power cut of the whole file system (the device's content copied while the runs' writes that
-//! were never synced sit in memory, then mounted again). Either way, a later run gets a larger
-//! token than any run was given before; and a run writes nothing durably before its command
-//! starts, but once per block of tokens.
+//! token (strace kills it on entry to the system call that would take the next step), a power
+//! cut of the whole file system (the device's content copied while the runs' writes that were
+//! never synced sit in memory, then mounted again), and the directory restored from a copy
+//! (`cp -a`, in place or anew), its count edited or its counter set back by hand. Every way, a
+//! later run gets a larger token than any run was given before; and a run writes nothing
+//! durably before its command starts, but once per block of tokens.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -196,8 +197,8 @@ fn checked<S: AsRef<std::ffi::OsStr>>(program: &str, args: impl IntoIterator<Ite
     out.stdout
 }
 
-/// The count of tokens issued that the counter file's extended attribute says (its last word).
-fn counted(counter: &Path) -> Option<u64> {
+/// The counter file's extended attribute, as text (none when it has none).
+fn attribute(counter: &Path) -> Option<String> {
     let path = std::ffi::CString::new(path_str(counter)).unwrap();
     let mut buf = [0u8; 128];
     // SAFETY: the path and name are NUL-terminated; the buffer is live and as long as said.
@@ -209,8 +210,13 @@ fn counted(counter: &Path) -> Option<u64> {
             buf.len(),
         )
     };
-    let text = std::str::from_utf8(&buf[..usize::try_from(n).ok()?]).ok()?;
-    text.rsplit(' ').next()?.parse().ok()
+    String::from_utf8(buf[..usize::try_from(n).ok()?].to_vec()).ok()
+}
+
+/// The count of tokens issued that the counter file's extended attribute says (its fourth word:
+/// BOOT MOUNT TOP LAST, then the file it was set on).
+fn counted(counter: &Path) -> Option<u64> {
+    attribute(counter)?.split(' ').nth(3)?.parse().ok()
 }
 
 #[test]
@@ -244,15 +250,16 @@ fn after_a_power_cut_the_next_run_goes_above_every_fence_issued_before_it() {
     let url = file_url(&locks);
     // Three runs, then everything synced (the count included), then five runs more whose
     // count is in memory only.
-    for want in 1..=3 {
-        assert_eq!(fence_of_a_run(&url), want);
+    let first = fence_of_a_run(&url);
+    for want in 1..3 {
+        assert_eq!(fence_of_a_run(&url), first + want);
     }
     checked("sync", ["-f".as_ref(), locks.as_os_str()]);
     let mut highest = 0;
     for _ in 0..5 {
         highest = fence_of_a_run(&url);
     }
-    assert_eq!(highest, 8);
+    assert_eq!(highest, first + 7);
 
     // The power cut: what the device holds now, mounted again (the journal replayed).
     let copy = scratch.path().join("after-the-cut.img");
@@ -284,12 +291,12 @@ fn status_tells_the_fence_issued_not_the_blocks_top_once_the_count_is_forgotten(
     let dir = scratch();
     let url = format!("file://{}", dir.path().display());
     let fence_file = dir.path().join("job.fence");
-    assert_eq!(fence_of_a_run(&url), 1);
+    let first = fence_of_a_run(&url);
     forget_the_count(&fence_file);
     let holder = Holder::start_on(&url, "job", &[]);
     let given = holder.fence();
     assert!(
-        given > 1,
+        given > first,
         "a new block after the count was forgotten: {given}"
     );
     forget_the_count(&fence_file);
@@ -317,4 +324,221 @@ fn forget_the_count(fence_file: &Path) {
     let path = std::ffi::CString::new(fence_file.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path and attribute name.
     unsafe { libc::removexattr(path.as_ptr(), c"user.locked-run".as_ptr()) };
+}
+
+/// `cp -a FROM TO`, to success.
+fn cp_a(from: &Path, to: &Path) {
+    checked("cp", ["-a".as_ref(), from.as_os_str(), to.as_os_str()]);
+}
+
+/// Restores the copy `backup` of `locks` with `cp -a`: `in_place`, the files' contents and
+/// attributes written back over the same inodes; else the directory removed and the copy put
+/// in its place.
+fn restore(backup: &Path, locks: &Path, in_place: bool) {
+    if in_place {
+        let command = format!("cp -a {}/. {}/", path_str(backup), path_str(locks));
+        checked("sh", ["-c", command.as_str()]);
+    } else {
+        std::fs::remove_dir_all(locks).unwrap();
+        cp_a(backup, locks);
+    }
+}
+
+/// Issue 43: a directory backed up with `cp -a` after fences 1-3, five runs more, then the
+/// copy restored in the same boot and mount: the count in the counter's attribute came back
+/// with it (the counter itself reads 1024 throughout), and the next runs got 4, 5, 6 again.
+/// Restored in place (`cp -a` over the files: the same inodes) or anew (the directory removed
+/// first), the next run now goes past every fence issued.
+#[test]
+fn a_directory_restored_from_a_copy_never_gives_a_fence_again() {
+    let scratch = scratch();
+    let locks = scratch.path().join("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let url = file_url(&locks);
+    let first = fence_of_a_run(&url);
+    for want in 1..3 {
+        assert_eq!(fence_of_a_run(&url), first + want);
+    }
+    if counted(&locks.join("job.fence")) != Some(first + 2) {
+        println!("SKIPPED: no user extended attributes here, so no count to restore");
+        return;
+    }
+    for (i, in_place) in [true, false].into_iter().enumerate() {
+        let backup = scratch.path().join(format!("backup-{i}"));
+        cp_a(&locks, &backup);
+        let before = counted(&backup.join("job.fence"));
+        let mut highest = 0;
+        for _ in 0..5 {
+            highest = fence_of_a_run(&url);
+        }
+        restore(&backup, &locks, in_place);
+        assert_eq!(
+            counted(&locks.join("job.fence")),
+            before,
+            "the count came back"
+        );
+        let fence = fence_of_a_run(&url);
+        assert!(
+            fence > highest,
+            "{fence} after {highest}, restored {}",
+            if in_place { "in place" } else { "anew" }
+        );
+        assert_eq!(fence_of_a_run(&url), fence + 1, "counted in the new block");
+    }
+}
+
+/// Issue 43: the count edited by hand (the fifth set back to the first) gave the second, third
+/// and fourth again.
+#[test]
+fn a_count_edited_by_hand_never_gives_a_fence_again() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let first = fence_of_a_run(&url);
+    for want in 1..5 {
+        assert_eq!(fence_of_a_run(&url), first + want);
+    }
+    let counter = locks.path().join("job.fence");
+    if counted(&counter) != Some(first + 4) {
+        println!("SKIPPED: no user extended attributes here");
+        return;
+    }
+    let text = attribute(&counter).unwrap();
+    let mut words: Vec<&str> = text.split(' ').collect();
+    let set_back = first.to_string();
+    words[3] = &set_back;
+    let edited = words.join(" ");
+    let path = std::ffi::CString::new(path_str(&counter)).unwrap();
+    // SAFETY: NUL-terminated path and name; the value is live and as long as said.
+    let rc = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"user.locked-run".as_ptr(),
+            edited.as_ptr().cast(),
+            edited.len(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(counted(&counter), Some(first));
+    let fence = fence_of_a_run(&url);
+    assert!(fence > first + 4, "{fence} after {}", first + 4);
+}
+
+/// Issue 43: a counter set back by hand, or removed, is behind the history; `doctor --name`
+/// says so, and the next run's fence goes past the largest the history shows.
+#[test]
+fn a_counter_set_back_goes_past_the_history_and_doctor_says_so() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let first = fence_of_a_run(&url);
+    for want in 1..3 {
+        assert_eq!(fence_of_a_run(&url), first + want);
+    }
+    let third = first + 2;
+    let counter = locks.path().join("job.fence");
+    let set_back = locks.path().join("set-back");
+    std::fs::write(&set_back, "1\n").unwrap();
+    std::fs::rename(&set_back, &counter).unwrap();
+    let doctor = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    let said = format!("is below fence {third} of lock job's history (counter: 1)");
+    assert!(
+        doctor
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("WARN") && l.contains(&said)),
+        "{doctor:?}"
+    );
+    let fourth = fence_of_a_run(&url);
+    assert!(fourth > third, "past the history's, not the counter's 1");
+    std::fs::remove_file(&counter).unwrap();
+    assert!(
+        fence_of_a_run(&url) > fourth,
+        "past the history's, without a counter"
+    );
+    let doctor = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    assert!(!doctor.stdout.contains("is below fence"), "{doctor:?}");
+}
+
+/// Issue 43's review: a copy restored after a block was reserved since it was made (one reboot
+/// between the backup and the restore, or an earlier restore of the same copy) gave that
+/// block's tokens again: the counter and the history come back with the directory, so neither
+/// can tell. A new block starts at the wall clock in microseconds, which a restore does not
+/// take back: the same copy restored twice, anew and in place, never gives a fence again.
+#[test]
+fn a_copy_restored_after_a_block_was_reserved_since_never_gives_a_fence_again() {
+    let scratch = scratch();
+    let locks = scratch.path().join("locks");
+    std::fs::create_dir(&locks).unwrap();
+    let url = file_url(&locks);
+    let mut issued: Vec<u64> = (0..3).map(|_| fence_of_a_run(&url)).collect();
+    let backup = scratch.path().join("backup");
+    cp_a(&locks, &backup);
+    // As a reboot does: the count is not believed, and the next run reserves a block.
+    forget_the_count(&locks.join("job.fence"));
+    issued.extend((0..3).map(|_| fence_of_a_run(&url)));
+    for in_place in [false, true, false] {
+        restore(&backup, &locks, in_place);
+        for _ in 0..3 {
+            let highest = *issued.iter().max().unwrap();
+            let fence = fence_of_a_run(&url);
+            assert!(
+                fence > highest,
+                "{fence} after {highest}, the copy restored (in place: {in_place}): {issued:?}"
+            );
+            issued.push(fence);
+        }
+    }
+}
+
+/// A history record is any user's to write: one whose fence is past `i64::MAX` (the fence of
+/// no store) is no record, and moves no fence; the fence never goes past `i64::MAX`, where the
+/// counter says it is at its maximum (69); one far above the counter and the clock, though
+/// below that, lifts the next fence, and `doctor --name` says so first.
+#[test]
+fn a_history_record_never_takes_the_fence_past_i64_max_and_doctor_names_one_far_ahead() {
+    const MAX: u64 = i64::MAX as u64;
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let first = fence_of_a_run(&url);
+    let record = |fence: u64| {
+        format!(
+            "{{\"host\":\"h\",\"pid\":1,\"user\":\"u\",\"fence\":{fence},\"mode\":\"exclusive\",\
+             \"started_at\":\"2026-01-01T00:00:00.000Z\",\"ended_at\":\"2026-01-01T00:00:01.000Z\",\
+             \"waited_ms\":0,\"status\":0,\"ended\":\"exit\",\"token\":\"t{fence}\"}}\n"
+        )
+    };
+    let append = |text: &str| {
+        use std::io::Write;
+        let mut history = std::fs::OpenOptions::new()
+            .append(true)
+            .open(locks.path().join("job.history"))
+            .unwrap();
+        history.write_all(text.as_bytes()).unwrap();
+    };
+    // Issue 43's review: one line of 2^64 - 2 gave the next run 2^64 - 1, then 69 for ever.
+    append(&record(u64::MAX - 1));
+    let next = fence_of_a_run(&url);
+    assert_eq!(next, first + 1, "the record moved the fence");
+    let out = lr().args(["history", "-u", &url, "job"]).run().expect(0);
+    assert!(
+        out.stderr.contains("skipped 1 unreadable record"),
+        "{out:?}"
+    );
+
+    // A record far ahead but within range: doctor says so, and the next run goes past it.
+    append(&record(MAX - 3));
+    let doctor = lr().args(["doctor", "-u", &url, "--name", "job"]).run();
+    assert!(
+        doctor.stdout.lines().any(|l| l.starts_with("WARN")
+            && l.contains(&format!(
+                "fence {} in lock job's history is far above its counter",
+                MAX - 3
+            ))),
+        "{doctor:?}"
+    );
+    assert_eq!(fence_of_a_run(&url), MAX - 2);
+    assert_eq!(fence_of_a_run(&url), MAX - 1);
+    assert_eq!(fence_of_a_run(&url), MAX);
+    let out = lr().url(&url).job(["true"]).run();
+    out.expect_one_line(69, &format!("job.fence is at its maximum ({MAX})"));
 }

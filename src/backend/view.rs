@@ -1,7 +1,7 @@
 //! The operator's view of a lock: what `status` shows, what `release --force` does, and the
 //! checks `doctor` runs, each backend in its own terms.
 
-use super::{BackendError, Busy, Holder, Run, Tenure};
+use super::{BackendError, Busy, History, Holder, Tenure};
 
 /// What `status` shows of a lock.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,9 +70,10 @@ pub trait View {
     /// token is `token`, or every one), never its fence counter, and wakes the waiters.
     async fn force_release(&self, token: Option<&str>) -> Result<Freed, BackendError>;
 
-    /// The NAME's last `limit` runs that took the lock, newest first (empty: never taken, or
-    /// its history expired).
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError>;
+    /// The NAME's last `limit` runs that took the lock, newest first (none: never taken, or
+    /// its history expired), read through the one [`Reader`](super::Reader), and how many
+    /// records it skipped.
+    async fn history(&self, limit: usize) -> Result<History, BackendError>;
 
     /// `doctor`'s checks of what holds the lock: each server, hop or directory, and what
     /// the lease and the fence need of it.

@@ -201,11 +201,11 @@ pub struct RunArgs {
     pub conn: ConnArgs,
 
     /// Lease length T: how long the lock outlives a locked-run that stops renewing it
-    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", allow_hyphen_values = true, value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", env = "LOCKED_RUN_TTL", hide_env_values = true, default_value = "30s", allow_hyphen_values = true, value_parser = values::parse_ttl)]
     pub ttl: Duration,
 
     /// Renew interval R [default: TTL/6]
-    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = values::parse_renew_every)]
     pub renew_every: Option<Duration>,
 
     /// Fail at once (status 75) when the lock is held; silent unless -v
@@ -234,7 +234,7 @@ pub struct RunArgs {
 
     /// Redlock (several URLs): how long each server may take to answer an acquire
     /// [default: TTL/100, at least 5ms]
-    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = values::parse_positive_duration)]
     pub node_timeout: Option<Duration>,
 
     /// After taking the lock, require N replicas of the server to acknowledge it (WAIT), or
@@ -272,7 +272,7 @@ pub struct RunArgs {
     pub shared: bool,
 
     /// Stop the command once it has run DUR (kill signal, SIGKILL --kill-after later; status 124)
-    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", allow_hyphen_values = true, value_parser = values::parse_positive_duration)]
     pub max_run: Option<Duration>,
 
     /// Race the other --no-fair waiters at each release instead of taking turns in arrival order
@@ -372,9 +372,6 @@ impl RunArgs {
                  COMMAND` to use it as a lock NAME"
             )));
         }
-        if self.node_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(Failure::usage("--node-timeout must be longer than 0s"));
-        }
         if self.holders == 0 || self.holders > MAX_HOLDERS {
             return Err(Failure::usage(format!(
                 "--holders {} is out of range: 1 (one holder, the default) to {MAX_HOLDERS}",
@@ -393,9 +390,6 @@ impl RunArgs {
                 "--shared and --no-fair do not go together: shared runs wait in arrival order \
                  with every other waiter, so that readers cannot starve a writer",
             ));
-        }
-        if self.max_run.is_some_and(|d| d.is_zero()) {
-            return Err(Failure::usage("--max-run must be longer than 0s"));
         }
         let name = LockName::new(raw).map_err(Failure::usage)?;
         let status_command = self.conn.endpoints().pasteable("status", name.as_str());

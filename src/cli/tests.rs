@@ -109,6 +109,76 @@ fn durations_need_units() {
     assert!(parse_duration("").is_err());
 }
 
+/// A refused duration's line never sends the operator to a second refusal: whatever value it
+/// suggests for a bare number is taken by the same option, and where none would be (`--ttl 0`)
+/// it names the least instead. See issue 47: `--ttl 0` said "write 0s", and `--ttl 0s` was
+/// then too short.
+#[test]
+fn a_bare_numbers_hint_is_a_value_the_option_takes() {
+    let options = [
+        "--ttl",
+        "--renew-every",
+        "--wait",
+        "--kill-after",
+        "--max-run",
+        "--min-hold",
+        "--node-timeout",
+        "--connect-timeout",
+    ];
+    for option in options {
+        for number in ["0", "5", "50", "1.5", "0.05"] {
+            let err = parse(&[option, number, "job", "true"]).unwrap_err();
+            let line = one_line(&err);
+            assert!(line.contains("has no unit"), "{option} {number}: {line}");
+            let suggested: Vec<String> = [format!("{number}s"), format!("{number}ms")]
+                .into_iter()
+                .filter(|v| {
+                    line.contains(&format!("write {v} ")) || line.contains(&format!(" or {v} "))
+                })
+                .collect();
+            if suggested.is_empty() {
+                assert!(
+                    line.contains("this option takes"),
+                    "{option} {number}: {line}"
+                );
+            }
+            for value in suggested {
+                // --renew-every and --kill-after are checked against the TTL: one that leaves
+                // room for them.
+                let ttl: &[&str] = match option {
+                    "--ttl" => &[],
+                    _ => &["--ttl", "1h"],
+                };
+                let cli = parse(&[ttl, &[option, &value, "job", "true"]].concat())
+                    .unwrap_or_else(|e| panic!("{option} {value} (from {line}): {}", one_line(&e)));
+                let Command::Run { args, .. } = cli.into_command() else {
+                    panic!()
+                };
+                if let Err(e) = args.config(false) {
+                    panic!("{option} {value} (from {line}): {}", e.message);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_duration_that_is_not_one_is_told_in_words() {
+    for (value, words) in [
+        (
+            "abc",
+            "\"abc\" is not a duration: write a number and a unit",
+        ),
+        ("5x", "has a unit \"x\" that is not one"),
+        ("2m5", "has a number without a unit (5)"),
+        ("", "an empty value is not a duration"),
+    ] {
+        let line = one_line(&parse(&["--wait", value, "job", "true"]).unwrap_err());
+        assert!(line.contains(words), "{value:?}: {line}");
+        assert!(!line.contains(" at 0"), "the parser's words: {line}");
+    }
+}
+
 #[test]
 fn wait_zero_means_no_wait() {
     let cli = parse(&["-w", "0s", "job", "true"]).unwrap();

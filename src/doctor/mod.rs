@@ -12,15 +12,7 @@ use crate::cli::DoctorArgs;
 use crate::exit::{Exit, Failure};
 use crate::name::LockName;
 use crate::open::{Opening, look, runtime};
-
-/// `println!` that does not panic when stdout is closed (`locked-run ... | head`): what could
-/// not be written is dropped, and the status stands.
-macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
+use crate::text::out;
 
 /// Runs the checks and prints them; exit 1 when any FAILed.
 pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
@@ -40,21 +32,28 @@ fn report(checks: &[Check], as_json: bool) -> Exit {
             .iter()
             .map(|c| json!({"server": c.server, "check": c.check, "status": c.level.word(), "detail": c.detail}))
             .collect();
-        out!("{}", json!({"ok": !failed, "checks": list}));
+        out!(
+            "{}",
+            crate::text::json(&json!({"ok": !failed, "checks": list}))
+        );
     } else {
         let width = checks.iter().map(|c| c.server.len()).max().unwrap_or(0);
         for c in checks {
-            // A detail may quote a server's own words: each line cut, with no terminal escape
-            // sequence (what a server sent is made one line where it is quoted; the lines
-            // here are doctor's own, such as the SQL it prints for an administrator).
-            let detail: Vec<String> = c.detail.lines().map(crate::text::printable).collect();
+            // A detail may quote a server's own words: each of its lines printed as a line of
+            // its own in the printable form (what a server sent is made one line where it is
+            // quoted; the lines here are doctor's own, such as the SQL it prints for an
+            // administrator), each cut.
+            let mut lines = c.detail.lines().map(crate::text::printable);
             out!(
                 "{:<4} {:<width$}  {}: {}",
                 c.level.word(),
                 c.server,
                 c.check,
-                detail.join("\n")
+                lines.next().unwrap_or_default()
             );
+            for line in lines {
+                out!("{line}");
+            }
         }
         let count = |l: Level| checks.iter().filter(|c| c.level == l).count();
         out!(

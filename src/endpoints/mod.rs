@@ -9,7 +9,7 @@ mod scheme;
 mod secrets;
 pub(crate) mod tls;
 
-pub use scheme::{Scheme, authority, has_password, printable};
+pub use scheme::{Scheme, authority, has_password, missing_slashes, printable};
 pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};
 pub use tls::{TlsOptions, connector};
 
@@ -90,6 +90,9 @@ impl Endpoints {
     /// is opened.
     pub(crate) fn store(&self) -> Result<Store, String> {
         let urls = self.urls()?;
+        if let Some(line) = urls.iter().find_map(|u| missing_slashes(u)) {
+            return Err(line);
+        }
         let schemes: Vec<Scheme> = urls.iter().map(|u| Scheme::of(u)).collect();
         let tls_files =
             self.tls.ca_cert.is_some() || self.tls.cert.is_some() || self.tls.key.is_some();

@@ -50,6 +50,56 @@ impl Scheme {
     }
 }
 
+/// The schemes URLs are written with, as they come before `://`.
+const SCHEMES: [&str; 12] = [
+    "redis",
+    "rediss",
+    "redis+unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+    "etcd",
+    "etcds",
+    "postgres",
+    "postgresql",
+    "file",
+];
+
+/// The line for a URL whose scheme is one of ours but whose `//` is missing or short
+/// (`redis:/127.0.0.1`, `postgres:db1/locks`): read as it is, it would be a URL with no host,
+/// or no URL at all, and the line would say so without saying why. `None` for any other URL,
+/// and for `file:/DIR`, which names the directory as `file:///DIR` does.
+pub fn missing_slashes(url: &str) -> Option<String> {
+    if url.contains("://") {
+        return None;
+    }
+    let (scheme, rest) = url.split_once(':')?;
+    let lower = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&lower.as_str()) || lower == "file" {
+        return None;
+    }
+    let slashes = &rest[..rest.len() - rest.trim_start_matches('/').len()];
+    let rest = rest.trim_start_matches('/');
+    // `redis:6379` is a host named redis and its port, not a URL short of its `//`.
+    let first = rest.split(['/', '?']).next().unwrap_or_default();
+    if slashes.is_empty() && !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // A socket's path keeps its own leading `/` after the empty host.
+    let root = if lower == "redis+unix" { "/" } else { "" };
+    let fixed = printable(&format!("{scheme}://{root}{rest}"));
+    let written = fixed.replacen("://", &format!(":{slashes}"), 1);
+    let written = written.replacen(
+        &format!(":{slashes}/"),
+        &format!(":{slashes}"),
+        (root == "/") as usize,
+    );
+    Some(crate::text::message!(
+        "{written} has no // after {scheme}: write {fixed}"
+    ))
+}
+
 /// `url` as it may be printed: its password taken out of the user part and of the query
 /// (`pass`, `password`). A URL of one host is read as a URL; one that lists several hosts
 /// (sentinels, a Cluster's seeds, etcd's members, PostgreSQL's hosts) is cut by hand, its user
@@ -177,6 +227,54 @@ mod tests {
             ("postgresql://h", Scheme::Postgres),
         ] {
             assert_eq!(Scheme::of(url), scheme, "{url}");
+        }
+    }
+
+    /// See issue 47: `-u redis:/127.0.0.1` was answered "has no host", which does not say
+    /// what is wrong with it.
+    #[test]
+    fn a_url_without_its_double_slash_is_told_so() {
+        for (url, line) in [
+            (
+                "redis:/127.0.0.1",
+                "redis:/127.0.0.1 has no // after redis: write redis://127.0.0.1",
+            ),
+            (
+                "redis:127.0.0.1:6379/2",
+                "redis:127.0.0.1:6379/2 has no // after redis: write redis://127.0.0.1:6379/2",
+            ),
+            (
+                "postgres:/db1:5432/locks",
+                "postgres:/db1:5432/locks has no // after postgres: write \
+                 postgres://db1:5432/locks",
+            ),
+            (
+                "redis+unix:/run/redis.sock",
+                "redis+unix:/run/redis.sock has no // after redis+unix: write \
+                 redis+unix:///run/redis.sock",
+            ),
+            (
+                "etcds:/e1:2379,e2:2379",
+                "etcds:/e1:2379,e2:2379 has no // after etcds: write etcds://e1:2379,e2:2379",
+            ),
+            // Never its password.
+            (
+                "redis:/app:pw@h:6379",
+                "redis:/app@h:6379 has no // after redis: write redis://app@h:6379",
+            ),
+        ] {
+            assert_eq!(missing_slashes(url).as_deref(), Some(line), "{url}");
+        }
+        for url in [
+            "redis://127.0.0.1",
+            "redis:///x",
+            "file:/var/lib/locks",
+            "http:/example.com",
+            "127.0.0.1:6379",
+            // A host named redis (a container's service) and its port.
+            "redis:6379",
+        ] {
+            assert_eq!(missing_slashes(url), None, "{url}");
         }
     }
 

@@ -4,19 +4,18 @@
 //! that also deletes the run's key while it is still ours (see `Backend::release`); a
 //! `--min-hold` release writes it once the key was moved. Trimmed to the newest runs there,
 //! as `file://` trims its history: once it is twice as long (a record and a count in one
-//! transaction at every run, the trim's read and delete once in a hundred runs); never a
-//! reason for a release to fail.
+//! transaction at every run, the trim's reads and deletes once in a hundred runs); never a
+//! reason for a release to fail. Newest is by the store's own order, the keys' create
+//! revisions: the time in a key's name only keeps names apart.
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::EtcdLock;
 use super::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
-use super::proto::etcdserverpb::{
-    DeleteRangeRequest, DeleteRangeResponse, RangeRequest, RangeResponse, TxnResponse,
-};
+use super::proto::etcdserverpb::{RangeRequest, RangeResponse, TxnResponse};
 use super::wire::{self, created_at, delete, kvs, prefix_end, put, read, txn, txn_range};
-use crate::backend::{BackendError, KEPT, Run};
+use crate::backend::{BackendError, History, KEPT, Reader, Run, SCANNED};
 
 /// Where every NAME's history lives.
 pub const ROOT: &str = "locked-run";
@@ -35,21 +34,23 @@ fn all(prefix: &str) -> RangeRequest {
     }
 }
 
-/// The newest `limit` keys of NAME's history, newest first.
-fn newest(prefix: &str, limit: usize, keys_only: bool) -> RangeRequest {
+/// The newest `limit` keys of NAME's history, newest first in the store's own order (their
+/// create revisions: never the time in a key's name, which any user of the lock may set to
+/// anything), created before revision `before` + 1 when it is not 0.
+fn newest(prefix: &str, limit: usize, keys_only: bool, before: i64) -> RangeRequest {
     RangeRequest {
-        sort_target: SortTarget::Key as i32,
+        sort_target: SortTarget::Create as i32,
         sort_order: SortOrder::Descend as i32,
         limit: limit as i64,
         keys_only,
+        max_create_revision: before,
         ..all(prefix)
     }
 }
 
 impl EtcdLock {
     /// Adds `run` to the NAME's history; once it holds twice [`KEPT`] runs, drops what is past
-    /// the newest [`KEPT`]. Keys sort by when the run let go of the lock (then its token), so
-    /// the newest are last. With `releasing` (our key and its create revision), the record
+    /// the newest [`KEPT`] (by create revision). With `releasing` (our key and its create revision), the record
     /// goes in one transaction with the key's delete, the release itself, as Redis's release
     /// script appends it: the key goes only if it is still ours, the record in any case.
     pub(super) async fn remember(
@@ -85,37 +86,59 @@ impl EtcdLock {
         if count <= 2 * KEPT as i64 {
             return Ok(());
         }
-        let reply: RangeResponse = self
+        // The newest KEPT in the store's order stay; a hundred older at most go, one
+        // transaction of deletes (etcd takes 128 operations in one), the rest at the next run.
+        let kept: RangeResponse = self
             .client
-            .must(wire::RANGE, &newest(&prefix, KEPT, true), deadline)
+            .must(wire::RANGE, &newest(&prefix, KEPT, true, 0), deadline)
             .await?;
-        if let Some(oldest_kept) = kvs(Some(&reply)).get(KEPT - 1) {
-            let drop = DeleteRangeRequest {
-                key: Bytes::copy_from_slice(prefix.as_bytes()),
-                range_end: Bytes::copy_from_slice(oldest_kept.key.as_bytes()),
-                ..DeleteRangeRequest::default()
-            };
+        let Some(oldest_kept) = kvs(Some(&kept)).get(KEPT - 1).map(|kv| kv.create_revision) else {
+            return Ok(());
+        };
+        let older: RangeResponse = self
+            .client
+            .must(
+                wire::RANGE,
+                &newest(&prefix, KEPT, true, oldest_kept - 1),
+                deadline,
+            )
+            .await?;
+        let drop: Vec<_> = kvs(Some(&older)).iter().map(|kv| delete(&kv.key)).collect();
+        if !drop.is_empty() {
             self.client
-                .must::<_, DeleteRangeResponse>(wire::DELETE_RANGE, &drop, deadline)
+                .must::<_, TxnResponse>(wire::TXN, &txn(Vec::new(), drop, Vec::new()), deadline)
                 .await?;
         }
         Ok(())
     }
 
-    /// The NAME's last `limit` runs, newest first.
-    pub(super) async fn history_here(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
+    /// The NAME's last `limit` runs, newest first, read a few keys at a time (a value may be
+    /// as large as the cluster takes, 1.5 MiB by default, and any user of the lock can write
+    /// one: a reply of `limit` of them would pass the client's limit), through the one
+    /// [`Reader`], which skips and counts what is not a record.
+    pub(super) async fn history_here(&self, limit: usize) -> Result<History, BackendError> {
         let prefix = prefix(self);
         let deadline = Instant::now() + self.client.connect_timeout();
-        let reply: RangeResponse = self
-            .client
-            .must(wire::RANGE, &newest(&prefix, limit, false), deadline)
-            .await?;
-        Ok(kvs(Some(&reply))
-            .iter()
-            .filter_map(|kv| Run::from_line(&String::from_utf8_lossy(&kv.value)))
-            .collect())
+        let mut reader = Reader::new();
+        let mut before = 0;
+        let mut scanned = 0;
+        while reader.runs() < limit && scanned < SCANNED {
+            let page = newest(&prefix, PAGE, false, before);
+            let reply: RangeResponse = self.client.must(wire::RANGE, &page, deadline).await?;
+            let kvs = kvs(Some(&reply));
+            for kv in &kvs {
+                reader.take(&kv.value);
+            }
+            scanned += kvs.len();
+            match kvs.last() {
+                Some(oldest) if reply.more => before = oldest.create_revision - 1,
+                _ => break,
+            }
+        }
+        Ok(reader.finish(limit))
     }
 }
+
+/// How many history keys one request reads: a page of values of etcd's largest (1.5 MiB by
+/// default) stays far below the client's 16 MiB a message.
+const PAGE: usize = 4;

@@ -69,8 +69,8 @@ pub use name::check as check_name;
 pub use open::client;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, KEEP_ALIVE, Mode, Report, Run,
-    Tenure, View, Wakeups, hostname, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, History, KEEP_ALIVE, Mode, Report,
+    Run, Tenure, View, Wakeups, hostname, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -358,7 +358,7 @@ impl View for EtcdLock {
         self.force(token).await
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         self.history_here(limit).await
     }
 

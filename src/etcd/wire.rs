@@ -15,7 +15,6 @@ use super::proto::mvccpb::KeyValue;
 
 pub const RANGE: &str = "/etcdserverpb.KV/Range";
 pub const TXN: &str = "/etcdserverpb.KV/Txn";
-pub const DELETE_RANGE: &str = "/etcdserverpb.KV/DeleteRange";
 pub const LEASE_GRANT: &str = "/etcdserverpb.Lease/LeaseGrant";
 pub const LEASE_REVOKE: &str = "/etcdserverpb.Lease/LeaseRevoke";
 pub const LEASE_TIME_TO_LIVE: &str = "/etcdserverpb.Lease/LeaseTimeToLive";

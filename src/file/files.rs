@@ -113,13 +113,17 @@ pub fn prepare_dir(dir: &Path) -> Result<(), Failure> {
             match DirBuilder::new().mode(0o755).create(dir) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(Failure::unavailable(
-                    refused(dir, "create the directory", &e).to_string(),
-                )),
+                Err(e) => Err(unreached(refused(dir, "create the directory", &e))),
             }
         }
-        Err(e) => Err(Failure::unavailable(refused(dir, "reach", &e).to_string())),
+        Err(e) => Err(unreached(refused(dir, "reach", &e))),
     }
+}
+
+/// A directory that could not be had, before anything was asked of it: as every backend's
+/// first contact that failed, the line says that nothing was run and nothing was taken.
+fn unreached(refused: BackendError) -> Failure {
+    Failure::unavailable(format!("{refused}; nothing was run and nothing was taken"))
 }
 
 /// Opens (creating it) the lock file, refusing links and anything but a regular file.
@@ -223,6 +227,34 @@ pub fn refused(path: &Path, what: &str, e: &io::Error) -> BackendError {
         _ => "",
     };
     BackendError::Refused(format!("cannot {what} {}: {e}{hint}", path.display()))
+}
+
+/// Removes what a run killed mid-write left in `dir`: files named `PREFIX<token>SUFFIX` (a
+/// token of 36 characters, as [`crate::backend::new_token`] makes them) that are regular
+/// files of this user, changed more than a minute ago (a live run's is seconds old at most).
+/// Nothing else is touched, and nothing that fails is said: the next run tries again.
+pub fn remove_stale(dir: &Path, prefix: &str, suffix: &str) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(token) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix)?.strip_suffix(suffix))
+        else {
+            continue;
+        };
+        let ours = entry.metadata().is_ok_and(|m| {
+            m.file_type().is_file() && m.uid() == euid && m.modified().is_ok_and(|t| t < old)
+        });
+        if token.len() == 36 && ours {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 pub fn in_sticky_dir(path: &Path) -> bool {

@@ -158,10 +158,7 @@ pub fn report(paths: &Paths) -> Result<Report, BackendError> {
 /// can tell only its block's top: the largest a holder was given or a run recorded.
 fn last_known(paths: &Paths, holders: &[Slot]) -> Option<u64> {
     let held = holders.iter().filter_map(|s| s.busy.holder.fence);
-    let ran = super::history::read(paths, crate::backend::KEPT)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|run| run.fence);
+    let ran = super::history::largest_fence(paths).ok().flatten();
     held.chain(ran).max()
 }
 

@@ -22,9 +22,10 @@
 //! - Order: a run that must wait takes a place in a queue of files (see `queue`), so waiters
 //!   of both modes go in arrival order and a shared newcomer never passes an exclusive waiter.
 //! - Waiting: a thread blocks in `flock` on a descriptor of its own, on the place of the waiter
-//!   before it (`LOCK_SH`), or on the lock file once none is left (`LOCK_EX`, or `LOCK_SH` for a
-//!   shared run), so the kernel wakes it the moment that one lets go; it lets go at once and
-//!   tells the waiter, which then tries as usual. No polling, except while a `--min-hold`
+//!   before it (`LOCK_SH`) and then on the lock file, or on the lock file alone once no place
+//!   is left before (`LOCK_EX`, or `LOCK_SH` for a shared run), so the kernel wakes it the
+//!   moment the lock is let go; it lets go at once and tells the waiter, which then tries as
+//!   usual. No polling, except while a `--min-hold`
 //!   deadline (which no process holds) is slept out: then the lock file is re-read every
 //!   `MIN_HOLD_RECHECK`, so that a `release --force` is seen.
 //! - Symbolic links in DIR are never followed (`O_NOFOLLOW`, `O_EXCL`): in a directory that
@@ -57,17 +58,18 @@ use std::fs::File;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Check, Expiry, Holder, hostname};
-use crate::backend::{Freed, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
+use crate::backend::{Freed, History, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
 use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
 
 use files::{Paths, prepare_dir, refused};
-pub use files::{dir_of, flock as flock_file};
+pub use files::{dir_of, flock as flock_file, remove_stale};
 pub use inspect::{check_files, only_its_process_frees, writable_by_all};
 use meta::{Meta, NotBefore};
 use queue::Place;
 pub use stem::of as stem;
+pub use trust::check as check_owner;
 pub use wakeups::FileWakeups;
 
 /// A lock on one NAME in one directory of this host.
@@ -310,6 +312,7 @@ impl Backend for FileLock {
         let wakeups = FileWakeups {
             lock: self,
             pending: Vec::new(),
+            passed: Vec::new(),
         };
         Ok((Box::new(wakeups), true))
     }
@@ -351,7 +354,7 @@ impl View for FileLock {
         inspect::force_release(&self.paths, &self.name, token)
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         history::read(&self.paths, limit)
     }
 
@@ -364,6 +367,15 @@ impl View for FileLock {
 mod tests {
     use super::*;
 
+    /// The fence of a grant. A new directory's first is the clock's reading in microseconds
+    /// (see `fence`): the tests compare the ones after it with it.
+    fn granted(attempt: Result<Attempt, BackendError>) -> u64 {
+        match attempt {
+            Ok(Attempt::Acquired { fence }) => fence,
+            other => panic!("not granted: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_second_lock_waits_for_the_first_and_fences_grow() {
         let dir = tempfile::tempdir().unwrap();
@@ -372,27 +384,21 @@ mod tests {
         let t = Timings::new(Duration::from_secs(30), None, None).unwrap();
         let a = FileLock::open(&url, name.clone(), "a").unwrap();
         let b = FileLock::open(&url, name.clone(), "b").unwrap();
-        assert_eq!(
-            a.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 1 })
-        );
+        let first = granted(a.try_acquire(&t, false).await);
         let Ok(Attempt::Busy(busy)) = b.try_acquire(&t, true).await else {
             panic!("b got it too")
         };
         assert_eq!(busy.holder.command.as_deref(), Some("a"));
         assert_eq!(busy.expiry, Expiry::WithHolder);
         let report = a.inspect().await.unwrap();
-        assert_eq!(report.fence, Some(1));
+        assert_eq!(report.fence, Some(first));
         assert_eq!(report.held.unwrap().holder.pid, Some(std::process::id()));
 
         let (mut wakeups, covered) = b.subscribe().await.unwrap();
         assert!(covered);
         assert_eq!(a.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
-        assert_eq!(
-            b.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 2 })
-        );
+        assert_eq!(granted(b.try_acquire(&t, false).await), first + 1);
         assert_eq!(
             b.release(Some(Duration::from_secs(60)), Duration::ZERO, None)
                 .await,
@@ -410,16 +416,13 @@ mod tests {
             panic!("a lock kept by --min-hold only is released by force")
         };
         assert_eq!(holders[0].command.as_deref(), Some("b"));
-        assert_eq!(fence, Some(2));
-        assert_eq!(
-            a.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 3 })
-        );
+        assert_eq!(fence, Some(first + 1));
+        assert_eq!(granted(a.try_acquire(&t, false).await), first + 2);
         // The counter file holds the top of the block the three came from.
         assert_eq!(
             std::fs::read_to_string(dir.path().join("db.migrate-v2.fence")).unwrap(),
-            format!("{}\n", reserve::BLOCK)
+            format!("{}\n", first - 1 + reserve::BLOCK)
         );
-        assert_eq!(looker.inspect().await.unwrap().fence, Some(3));
+        assert_eq!(looker.inspect().await.unwrap().fence, Some(first + 2));
     }
 }

@@ -97,7 +97,17 @@ pub fn readers(file: &File) -> Vec<u32> {
 /// lock: a `locked-run` that was SIGKILLed leaves its metadata behind, and the lock may now be
 /// held by another program (`flock(1)`, exclusive or shared); then that process is named, not
 /// the dead one.
+///
+/// A live `locked-run` of this host that the file names is taken at its word, and
+/// `/proc/locks` is not read: every reading of it waits for an RCU grace period (the kernel
+/// takes its list of locks for writing, 10-20 ms on a quiet machine), and a waiter asks who
+/// holds the lock each time it finds it busy, on the way to its next wake-up. A holder
+/// SIGKILLed leaves no such process, so its stale metadata is still checked (a pid reused by
+/// another `locked-run` since is the one case told wrong).
 pub fn holder_of(file: &File, named: Holder) -> Holder {
+    if names_a_live_run(&named) {
+        return named;
+    }
     let Ok(meta) = file.metadata() else {
         return named;
     };
@@ -117,6 +127,16 @@ pub fn holder_of(file: &File, named: Holder) -> Holder {
         return named;
     }
     process(pid)
+}
+
+/// Whether `named` is a `locked-run` process of this host, alive now (`/proc/PID/comm`).
+fn names_a_live_run(named: &Holder) -> bool {
+    let (Some(host), Some(pid)) = (named.host.as_deref(), named.pid) else {
+        return false;
+    };
+    host == hostname()
+        && fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|comm| comm.trim() == "locked-run")
 }
 
 /// Whether the exclusive flock on `file` is held by a stopped process (SIGSTOP, Ctrl-Z: state

@@ -131,7 +131,6 @@ impl Paths {
     async fn take_place(&self, shared: bool, meta: &Meta) -> Result<Place, BackendError> {
         let queue = self.queue();
         let counter = open_queue(&queue).map_err(|e| refused(&queue, "open", &e))?;
-        let locks = ProcLocks::read();
         let mut last = read_ticket(&counter);
         for seen in self.places()? {
             // Only a place that opens as ours counts: another user's in a sticky directory
@@ -142,7 +141,10 @@ impl Paths {
                 continue;
             };
             last = last.max(seen.ticket);
-            if !locked_in(locks.as_ref(), &file).unwrap_or(true) {
+            // Told by an instant's shared try, not by /proc/locks: this runs under the flock
+            // on DIR, which the next holder's grant needs too, and a reading of /proc/locks
+            // waits for an RCU grace period (10-20 ms), which a handoff would then wait out.
+            if !locked_in(None, &file).unwrap_or(true) {
                 let _ = fs::remove_file(&seen.path);
             }
         }
@@ -299,6 +301,11 @@ impl FileLock {
             .into_iter()
             .filter(|seen| seen.ticket < ticket && !(self.shared && seen.shared))
             .collect();
+        // The head of the queue, and every waiter whose turn has come, has none before it:
+        // `/proc/locks` (a read of it waits for an RCU grace period) stays off the handoff.
+        if before.is_empty() {
+            return Ok(None);
+        }
         before.sort_by_key(|seen| Reverse(seen.ticket));
         let locks = ProcLocks::read();
         Ok(before

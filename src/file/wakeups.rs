@@ -23,9 +23,21 @@ pub const MIN_HOLD_RECHECK: Duration = Duration::from_secs(2);
 /// [`PLACE_RECHECK`] (the one before it may be stopped), the waiter tries again. A thread
 /// whose file was let go is started again at the next wait; the others keep waiting, holding
 /// nothing, until the process exits (one woken meanwhile lets go at once).
+///
+/// A thread on a place goes on, once the place is let go, to wait on the lock file, and only
+/// that wakes the waiter: the waiter before it leaves its place as it takes the lock, so the
+/// lock is busy then all but always, and a waiter that woke to find it so, then started a thread
+/// to wait on the lock file, did so on the path of the handoff (a thread started on a busy
+/// machine may first run milliseconds later, after the release it was started to see). Should
+/// the place have been let go otherwise (its waiter gave up, died, or another before it is
+/// still waiting), the waiter tries when the lock file is free, or at its [`PLACE_RECHECK`],
+/// and finds the order as it is.
 pub struct FileWakeups<'a> {
     pub(super) lock: &'a FileLock,
     pub(super) pending: Vec<(PathBuf, oneshot::Receiver<io::Result<()>>)>,
+    /// The places a thread waits on on its way to the lock file (see above): never waited on
+    /// by another thread of this run.
+    pub(super) passed: Vec<PathBuf>,
 }
 
 #[async_trait::async_trait(?Send)]
@@ -62,13 +74,24 @@ impl Wakeups for FileWakeups<'_> {
                         _ => None,
                     }),
             };
-            match kept {
-                Some(left) => nap = Some(nap.map_or(left, |n| n.min(left))),
-                None if self.pending.iter().all(|(p, _)| *p != path) => {
-                    let waiting = block_until_free(path.clone(), operation);
+            let waited = |p: &PathBuf| self.pending.iter().any(|(q, _)| q == p);
+            match (kept, &before) {
+                (Some(left), _) => nap = Some(nap.map_or(left, |n| n.min(left))),
+                // A place, then the lock file: one thread, which wakes the waiter at the end
+                // (none, should a thread of this run wait on the lock file already).
+                (None, Some(_)) if !self.passed.contains(&path) => {
+                    let then = (lock.paths.lock.clone(), lock.operation());
+                    if !waited(&then.0) {
+                        let waiting = block_until_free(path.clone(), operation, Some(then.clone()));
+                        self.pending.push((then.0, waiting));
+                    }
+                    self.passed.push(path);
+                }
+                (None, None) if !waited(&path) => {
+                    let waiting = block_until_free(path.clone(), operation, None);
                     self.pending.push((path, waiting));
                 }
-                None => {}
+                _ => {}
             }
         }
         let nap = async {
@@ -106,7 +129,13 @@ impl Wakeups for FileWakeups<'_> {
 /// held even while the thread is still blocked. Unlocked, not only closed: the watcher started
 /// after the grant holds a copy of this descriptor, which would keep the lock (a slot this run
 /// never took) until the run ends. A file gone (a place its waiter left) is a wake-up at once.
-fn block_until_free(path: PathBuf, operation: libc::c_int) -> oneshot::Receiver<io::Result<()>> {
+/// With `then` (a place's thread), it waits on that file next, the same way, and tells only
+/// once that one is free (or either wait failed).
+fn block_until_free(
+    path: PathBuf,
+    operation: libc::c_int,
+    then: Option<(PathBuf, libc::c_int)>,
+) -> oneshot::Receiver<io::Result<()>> {
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("flock-wait".into())
@@ -114,16 +143,25 @@ fn block_until_free(path: PathBuf, operation: libc::c_int) -> oneshot::Receiver<
         .spawn(move || {
             // Signals are the main thread's business.
             let _ = nix::sys::signal::SigSet::all().thread_block();
-            // Open for writing to lock it exclusively: NFS locks only such files so.
-            let waited = match open_existing(&path, operation == libc::LOCK_EX) {
-                Ok(file) => flock(&file, operation).and_then(|()| flock(&file, libc::LOCK_UN)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-            };
+            let waited = wait_until_free(&path, operation).and_then(|()| match &then {
+                Some((next, operation)) => wait_until_free(next, *operation),
+                None => Ok(()),
+            });
             let _ = tx.send(waited);
         });
     if let Err(e) = spawned {
         tracing::info!("cannot start a thread to wait for the lock: {e}");
     }
     rx
+}
+
+/// Blocks until `path` can be locked with `operation`, then lets it go (see
+/// [`block_until_free`]).
+fn wait_until_free(path: &std::path::Path, operation: libc::c_int) -> io::Result<()> {
+    // Open for writing to lock it exclusively: NFS locks only such files so.
+    match open_existing(path, operation == libc::LOCK_EX) {
+        Ok(file) => flock(&file, operation).and_then(|()| flock(&file, libc::LOCK_UN)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }

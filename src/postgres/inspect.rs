@@ -20,7 +20,13 @@ impl PgLock {
         let deadline = Instant::now() + self.client.connect_timeout;
         let sets = match self.client.exec(&tx, deadline, false).await {
             Ok(sets) => sets,
-            Err(e) if never_made(&e) => return Ok(Report::default()),
+            // Never taken here: free, and nobody waits.
+            Err(e) if never_made(&e) => {
+                return Ok(Report {
+                    waiters: Some(0),
+                    ..Report::default()
+                });
+            }
             Err(e) => return Err(e),
         };
         let rows = sets.get(at).cloned().unwrap_or_default();

@@ -26,6 +26,7 @@ mod inspect;
 mod listen;
 mod open;
 mod pgpass;
+mod replication;
 mod schema;
 mod sql;
 mod tls;
@@ -39,8 +40,8 @@ use tokio::time::Instant;
 pub use open::client;
 
 use crate::backend::{
-    Attempt, Backend, BackendError, Check, Freed, Mode, Report, Run, Tenure, View, Wakeups,
-    hostname, new_token,
+    Attempt, Backend, BackendError, Check, Freed, History, Mode, Report, Run, Tenure, View,
+    Wakeups, hostname, new_token,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
@@ -255,7 +256,7 @@ impl View for PgLock {
         self.force(token).await
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         self.history_here(limit).await
     }
 

@@ -157,6 +157,12 @@ impl Cluster {
                 }
                 _ => e.to_string(),
             };
+            // A reply this client will not read is said as a server's would be.
+            if let Some(said) =
+                crate::redis::resp::hop_sent_bad_reply(&format!("cluster node {seed}{tls}"), &e)
+            {
+                return said;
+            }
             io::Error::new(e.kind(), format!("cluster node {seed}{tls}: {what}"))
         })?;
         if let Reply::Error(e) = &reply {

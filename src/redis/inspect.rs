@@ -12,7 +12,10 @@ use super::scripts;
 
 /// What `lock:{NAME}` holds while shared holders hold (see `shared`).
 const SHARED_MARKER: &str = "shared";
-use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Report, Run, Slot};
+use crate::backend::{
+    BackendError, Busy, Expiry, Freed, History, Holder, KEPT, MAX_RECORD, Reader, Report, SCANNED,
+    Slot,
+};
 
 impl ServerLock {
     /// `release --force`: deletes the holder whose token is `token` (or every holder, one or
@@ -81,33 +84,39 @@ impl ServerLock {
     }
 
     /// The NAME's last `limit` runs, newest first, as this server keeps them (`history:{NAME}`,
-    /// which the release scripts add to); records that are not one of ours are left out.
-    pub async fn history_here(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    /// which the release scripts add to), read by [`scripts::HISTORY`]: a record larger than
+    /// [`MAX_RECORD`] never leaves the server, and is counted with what is not one of ours.
+    pub async fn history_here(&self, limit: usize) -> Result<History, BackendError> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(History::default());
         }
-        let last = (limit - 1).to_string();
-        let commands: [&[&[u8]]; 1] = [&[
-            b"LRANGE",
-            self.keys.history.as_bytes(),
-            b"0",
-            last.as_bytes(),
-        ]];
-        let replies = self
+        let (limit, scanned, largest) = (
+            limit.min(KEPT).to_string(),
+            SCANNED.to_string(),
+            MAX_RECORD.to_string(),
+        );
+        let reply = self
             .node
-            .exchange(&commands, self.node.connect_timeout(), None)
+            .eval(
+                &scripts::HISTORY,
+                &[&self.keys.history],
+                &[&limit, &scanned, &largest],
+                self.node.connect_timeout(),
+                None,
+            )
             .await?;
-        if let Some(e) = crate::redis::resp::refusal(&replies) {
-            return Err(self.node.refused(&e));
+        let [skipped, records] = reply.items() else {
+            return Err(self.unexpected(&reply));
+        };
+        let mut reader = Reader::new();
+        reader.skipped(skipped.as_int().unwrap_or(0).max(0) as usize);
+        for record in records.items() {
+            match record {
+                Reply::Bulk(Some(bytes)) => reader.take(bytes),
+                _ => reader.skipped(1),
+            }
         }
-        Ok(replies
-            .first()
-            .map(Reply::items)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(Reply::as_text)
-            .filter_map(|line| Run::from_line(&line))
-            .collect())
+        Ok(reader.finish(KEPT))
     }
 
     /// Reads the lock's state without changing it (one MULTI/EXEC, so the parts agree): one

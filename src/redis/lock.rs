@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use crate::backend::new_token;
 use crate::backend::{
-    Attempt, Backend, BackendError, Check, Freed, KEEP_ALIVE, KEPT, Report, Run, Tenure, View,
-    Wakeups, wall_clock_ms,
+    Attempt, Backend, BackendError, Check, Freed, History, KEEP_ALIVE, KEPT, Report, Run, Tenure,
+    View, Wakeups, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::redis::keys::Keys;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
-use crate::redis::replies::{as_flag, parse_attempt, queued};
+use crate::redis::replies::{as_flag, field, parse_attempt, queued};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore, shared};
 
@@ -61,7 +61,9 @@ impl ServerLock {
     /// A lock on an opened node; `command` is the program name shown to `status`.
     pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
-        let host = crate::backend::hostname().replace(|c: char| c.is_control(), "?");
+        // Kept as they are (only printing escapes them), save the tab that separates a
+        // semaphore's fields (see `replies::field`).
+        let host = field(&crate::backend::hostname());
         ServerLock {
             keys: Keys::of(&name),
             fair: false,
@@ -75,8 +77,7 @@ impl ServerLock {
             token: RefCell::new(new_token()),
             host,
             pid: std::process::id().to_string(),
-            // A semaphore's metadata is tab-separated: no control character in a field.
-            command: command.replace(|c: char| c.is_control(), "?"),
+            command: field(command),
             wait_replicas: None,
         }
     }
@@ -522,7 +523,7 @@ impl View for ServerLock {
         self.force_release_here(token).await
     }
 
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         self.history_here(limit).await
     }
 

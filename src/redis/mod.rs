@@ -44,7 +44,7 @@ use scripts::Script;
 
 /// Every script of the protocol, for the tests that check their SHA1s against their sources
 /// and against a server's `SCRIPT LOAD`.
-pub const SCRIPTS: [&Script; 13] = [
+pub const SCRIPTS: [&Script; 14] = [
     &scripts::ACQUIRE,
     &scripts::RENEW,
     &scripts::RENEW_OR_RETAKE,
@@ -52,6 +52,7 @@ pub const SCRIPTS: [&Script; 13] = [
     &scripts::RAISE_FENCE,
     &scripts::FORCE_RELEASE,
     &scripts::GIVE_BACK,
+    &scripts::HISTORY,
     &semaphore::ACQUIRE,
     &semaphore::RENEW,
     &semaphore::RELEASE,

@@ -123,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "29a52bf8a0573cf76926a5c59b89d7a65ab30c7c",
+    sha1: "99cf5c453d4003cafeb0a018e975274639ee19a7",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -222,7 +222,7 @@ end)
 return 1
 "#
     ),
-    sha1: "b14ec8bf64de6699432c731103011c6e86b53180",
+    sha1: "33f495e05df6db33e94502ba21f25405145570d8",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -309,7 +309,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "bdeeaa22bac3e6473882ab4ad5f55eb68a6309fd",
+    sha1: "546f9ef4b6a508a7773b7e716d8510e6e00258b8",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -380,5 +380,36 @@ end
 return released
 "#
     ),
-    sha1: "9cc24dc069240bfb382447b718cadda0291fafd0",
+    sha1: "4471bad668a449fbc1f8950bc054f7eba835b646",
+};
+
+/// KEYS: history. ARGV: limit, how many records to look at, the largest record's bytes.
+/// `history` (and `status`'s last run): the NAME's newest records, as many as `limit`, of the
+/// first so many of `history:{NAME}`, leaving out, on the server, every one larger than a
+/// record may be or that is not JSON (any user of the lock can push onto the list: twenty
+/// records of 1 MB would otherwise make a reply past the client's limit). Returns `{skipped,
+/// {record, ...}}`, newest first.
+pub const HISTORY: Script = Script {
+    source: r#"
+local limit, scanned, largest = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local kept, skipped, at = {}, 0, 0
+while #kept < limit and at < scanned do
+  local chunk = redis.call('LRANGE', KEYS[1], at, math.min(at + 15, scanned - 1))
+  if #chunk == 0 then
+    break
+  end
+  for _, record in ipairs(chunk) do
+    if #kept < limit then
+      if #record <= largest and pcall(cjson.decode, record) then
+        kept[#kept + 1] = record
+      else
+        skipped = skipped + 1
+      end
+    end
+  end
+  at = at + #chunk
+end
+return {skipped, kept}
+"#,
+    sha1: "f3e77bd59144cef8faaae29b1c30c9d9b2f60653",
 };

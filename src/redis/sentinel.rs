@@ -151,6 +151,12 @@ impl Sentinel {
                 }
                 _ => e.to_string(),
             };
+            // A reply this client will not read is said as a server's would be.
+            if let Some(said) =
+                crate::redis::resp::hop_sent_bad_reply(&format!("sentinel {sentinel}{tls}"), &e)
+            {
+                return said;
+            }
             io::Error::new(e.kind(), format!("sentinel {sentinel}{tls}: {what}"))
         })?;
         let answer = replies.pop().unwrap_or(Reply::Bulk(None));

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::files::Files;
+use crate::hostile::Junk;
 use crate::proxy::{FaultProxy, Hostile};
 use crate::rng::Rng;
 use crate::servers::Server;
@@ -47,6 +48,17 @@ pub enum Fault {
     /// A cluster's leader SIGSTOPped for a while: the others elect another, and the old one
     /// finds itself a follower when it resumes.
     PauseLeader,
+    /// Every backend: a hostile user of the metrics directory holds a NAME's metrics lock, or
+    /// swaps its files for a FIFO, a link or a huge file (see `hostile.rs`).
+    Neighbour,
+    /// Every backend: another user of a lock writes junk into its history (`hostile.rs`).
+    HistoryJunk,
+    /// Every backend: another user of a lock writes a `since` no date can show into its
+    /// holder's metadata (`hostile.rs`).
+    FarSince,
+    /// `file://`: the counters and histories copied (`cp -a`) at one time, the copy restored
+    /// over them later, the same copy again and again (see `files.rs`).
+    Restore,
 }
 
 impl Fault {
@@ -66,6 +78,10 @@ impl Fault {
             Fault::ForeignSwap => "another user swapped its lock files",
             Fault::KillLeader => "the leader killed, restarted with data",
             Fault::PauseLeader => "the leader SIGSTOPped",
+            Fault::Neighbour => "another user in the metrics directory",
+            Fault::HistoryJunk => "another user wrote junk into a history",
+            Fault::FarSince => "another user set a holder's since past year 9999",
+            Fault::Restore => "the directory's counters and histories restored from a copy",
         }
     }
 }
@@ -95,6 +111,13 @@ pub trait Backend: Send + Sync {
     /// name starts with `fence:`, `gone:` or `history:`, and etcd's histories, are allowed to
     /// stay).
     fn leftovers(&self) -> Vec<String>;
+    /// Writes `junk` into NAME's history beside the runs' own records, as another user of the
+    /// lock may (straight to the store, not through the fault proxy).
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String>;
+    /// Writes [`crate::hostile::FAR_SINCE_MS`] as the `since` of NAME's holder (held by one
+    /// run; nothing when none holds it), where the backend keeps its metadata, as another user
+    /// of the lock may.
+    fn plant_far_since(&self, name: &str) -> Result<(), String>;
 }
 
 /// Opens the backend named `label` (`redis`, `file`, `redlock`, `etcd`).
@@ -137,6 +160,11 @@ pub fn missing(label: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Sets the holder hash's `since`, only if the hash is there (a hash made here would outlive
+/// every run: no release deletes a hash it did not write).
+const FAR_SINCE: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
+                         redis.call('HSET', KEYS[1], 'since', ARGV[1]) end return 0";
 
 /// One Redis server, or Redlock over several, each behind a fault proxy of its own.
 pub struct Servers {
@@ -329,6 +357,35 @@ impl Backend for Servers {
             }
         }
         left
+    }
+
+    /// On every server (each keeps its own history: Redlock's `history` merges them).
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
+        let record = junk.record(token);
+        for server in &self.servers {
+            let mut conn = server.lock().unwrap().conn().map_err(|e| e.to_string())?;
+            redis::cmd("LPUSH")
+                .arg(format!("history:{{{name}}}"))
+                .arg(&record)
+                .query::<i64>(&mut conn)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// In `holder:{NAME}`, on every server that has it.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        for server in &self.servers {
+            let mut conn = server.lock().unwrap().conn().map_err(|e| e.to_string())?;
+            redis::cmd("EVAL")
+                .arg(FAR_SINCE)
+                .arg(1)
+                .arg(format!("holder:{{{name}}}"))
+                .arg(crate::hostile::FAR_SINCE_MS.to_string())
+                .query::<i64>(&mut conn)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }
 

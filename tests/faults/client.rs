@@ -16,6 +16,9 @@ use crate::support::{signal, wait_pid_exit};
 const HUNG_MARGIN: Duration = Duration::from_secs(20);
 /// A client stops after this many runs, whatever the time left.
 const MAX_RUNS: u64 = 5000;
+/// The address space a wrapper (and what it starts) may take: far above what one needs, far
+/// below the machine's memory.
+const ADDRESS_SPACE: u64 = 2 << 30;
 
 /// What every client of one pass shares.
 pub struct Pass {
@@ -29,6 +32,8 @@ pub struct Pass {
     pub nested_mix: bool,
     /// strace is installed: runs drawn as held up are (see `Plan::held_ms`).
     pub strace: bool,
+    /// The metrics directory every run writes to, shared with a hostile user (`hostile.rs`).
+    pub metrics: PathBuf,
 }
 
 /// One wrapper, as the harness saw it.
@@ -123,6 +128,15 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
             cmd.env_remove(key);
         }
     }
+    // Every run (and nested run) writes its metrics where the hostile user lurks.
+    cmd.env("LOCKED_RUN_METRICS_DIR", &pass.metrics);
+    // A wrapper that reads without bound (a build before issue 43's, say, reading a link to
+    // /dev/zero) fails an allocation here rather than take the machine's memory from the
+    // other passes: the memory check still sees it pass its own bound.
+    crate::support::hostile::cap_address_space(&mut cmd, ADDRESS_SPACE);
+    if let (Some(i), true) = (plan.hostile_host, crate::hostile::can_name_hosts()) {
+        crate::hostile::on_host_named(&mut cmd, i);
+    }
     cmd.args(&pass.url_args)
         .args(plan.wrapper_args())
         .arg(&self_exe)
@@ -155,6 +169,13 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
     let left = hard.saturating_sub(started.elapsed());
     let hung = !wait_pid_exit(pid, left);
     if hung {
+        // Under strace the wrapper is strace's child: killed first, or it would outlive its
+        // tracer, hung for ever.
+        if plan.held_ms.is_some() {
+            for traced in children(pid) {
+                signal(traced, libc::SIGKILL);
+            }
+        }
         signal(pid, libc::SIGKILL);
     }
     let ended = mono_ns();
@@ -174,6 +195,22 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         stderr,
         max_rss_kb,
     }
+}
+
+/// The children of process `pid`, as its threads list them in /proc.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
 }
 
 /// Reaps our child `pid` (it has exited), with its status and peak resident memory in KiB.

@@ -12,8 +12,10 @@
 //! than the runs' lease (T = 2 s), where that cannot happen; on a fixed one, up to 4 s.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::backend::{Backend, Fault, Keeper, hostile, ms, proxy_fault};
+use crate::hostile::Junk;
 use crate::plan::TTL_MS;
 use crate::proxy::{FaultProxy, Hostile};
 use crate::rng::Rng;
@@ -255,6 +257,52 @@ impl Backend for Etcds {
             Err(e) => left.push(format!("leases not readable: {e}")),
         }
         left
+    }
+
+    /// A key of NAME's history, named as a run's is (the instant, then a token).
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
+        use std::io::Write as _;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let key = format!("locked-run/history/{name}/{now_ms:016}-{token}");
+        let mut put = self.etcd.lock().unwrap().ctl_command(&["put", &key]);
+        put.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = put.spawn().map_err(|e| e.to_string())?;
+        let written = child
+            .stdin
+            .take()
+            .map(|mut stdin| stdin.write_all(junk.record(token).as_bytes()));
+        let pid = child.id() as i32;
+        if !crate::support::wait_pid_exit(pid, Duration::from_secs(10)) {
+            signal(pid, libc::SIGKILL);
+        }
+        let status = child.wait().map_err(|e| e.to_string())?;
+        match (written, status.success()) {
+            (Some(Ok(())), true) => Ok(()),
+            _ => Err(format!("etcdctl put {key}: {status}")),
+        }
+    }
+
+    /// The first holder's key (`NAME/<lease>`, its value the holder's JSON), rewritten on its
+    /// lease with `since` far ahead.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        let etcd = self.etcd.lock().unwrap();
+        let reply = Etcds::ctl_json(&etcd, &["get", "--prefix", &format!("{name}/")])?;
+        let Some(kv) = reply["kvs"].as_array().and_then(|kvs| kvs.first()) else {
+            return Ok(());
+        };
+        let text = |field: &str| kv[field].as_str().map_or_else(String::new, base64_text);
+        let mut value: serde_json::Value =
+            serde_json::from_str(&text("value")).map_err(|e| e.to_string())?;
+        value["since"] = crate::hostile::FAR_SINCE_MS.into();
+        let out = etcd.ctl(&["put", "--ignore-lease", &text("key"), &value.to_string()]);
+        match out.code() {
+            Some(0) => Ok(()),
+            _ => Err(format!("etcdctl put: {out:?}")),
+        }
     }
 }
 

@@ -4,7 +4,12 @@
 //! restarted with or without its data) and the clients SIGKILL, SIGTERM and SIGSTOP their own
 //! wrappers, or hold one up under strace between its grant and its start; every command records its start and end, its fence and a fenced SQLite write; a
 //! checker then reads the whole history: exclusion, fences, writes, processes left, statuses,
-//! bounds, fair waiting, and what the servers still hold once everything stopped.
+//! bounds, fair waiting, and what the servers still hold once everything stopped. Other users
+//! act too: one in the metrics directory every run writes to (neighbour.rs: its counters must
+//! add up), one of the lock who writes junk into its history and its holder's metadata, and
+//! runs on hosts with hostile names (hostile.rs: `status`, `history` and the wrappers' own
+//! stderr are checked for raw control characters, and the history for runs it lost); on
+//! `file://`, a copy of the directory's counters restored again and again (files.rs).
 //!
 //! ```text
 //! cargo test --test faults                                   # a short pass per backend
@@ -37,8 +42,11 @@ mod client;
 mod etcd;
 mod files;
 mod history;
+mod hostile;
 mod liveness;
+mod model_check;
 mod monitor;
+mod neighbour;
 mod nemesis;
 mod pg;
 mod plan;

@@ -1,12 +1,16 @@
 //! The nemesis: a thread that, until the pass's deadline, injects a seeded random fault into the
 //! backend's servers or network every few hundred ms to few s, one at a time, and records each
 //! with the instants it began and ended. An empty restart comes more than 2*T after the last
-//! (Redlock's fence rule tolerates one server restarted empty at a time, so spaced).
+//! (Redlock's fence rule tolerates one server restarted empty at a time, so spaced). On every
+//! backend it also plays the other users (`hostile.rs`): one in the metrics directory, and
+//! one of the lock who writes junk into its history.
 
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Fault};
 use crate::child::mono_ns;
+use crate::hostile::{plant_far_since, plant_junk};
+use crate::neighbour::Neighbour;
 use crate::plan::TTL_MS;
 use crate::rng::Rng;
 
@@ -35,13 +39,27 @@ impl FaultEvent {
 /// lands up to 1.5 s after a window of up to 3 s; a stalled one up to 1.5 s later).
 const LINGER_MS: u64 = 5000;
 
-pub fn nemesis(backend: &dyn Backend, seed: u64, deadline: Instant) -> Vec<FaultEvent> {
+/// How often the other users act, against the backend's own faults (a menu's weights sum to
+/// some 70).
+const NEIGHBOUR_WEIGHT: u64 = 10;
+const JUNK_WEIGHT: u64 = 5;
+const SINCE_WEIGHT: u64 = 5;
+
+pub fn nemesis(
+    backend: &dyn Backend,
+    seed: u64,
+    deadline: Instant,
+    neighbour: &Neighbour,
+    names: &[(&'static str, u32)],
+) -> Vec<FaultEvent> {
     let mut rng = Rng::stream(seed, 0);
-    let menu = backend.faults();
+    let mut menu = backend.faults();
+    menu.extend([
+        (Fault::Neighbour, NEIGHBOUR_WEIGHT),
+        (Fault::HistoryJunk, JUNK_WEIGHT),
+        (Fault::FarSince, SINCE_WEIGHT),
+    ]);
     let mut events = Vec::new();
-    if menu.is_empty() {
-        return events;
-    }
     let weights: Vec<u64> = menu.iter().map(|(_, w)| *w).collect();
     let mut last_empty: Option<Instant> = None;
     loop {
@@ -61,7 +79,12 @@ pub fn nemesis(backend: &dyn Backend, seed: u64, deadline: Instant) -> Vec<Fault
             continue;
         }
         let began = mono_ns();
-        let what = backend.inject(fault, server, &mut fault_rng);
+        let what = match fault {
+            Fault::Neighbour => neighbour.act(&mut fault_rng),
+            Fault::HistoryJunk => plant_junk(backend, names, &mut fault_rng),
+            Fault::FarSince => plant_far_since(backend, names, &mut fault_rng),
+            _ => backend.inject(fault, server, &mut fault_rng),
+        };
         if fault == Fault::RestartEmpty {
             last_empty = Some(Instant::now());
         }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::{Backend, Fault, Keeper, proxy_fault};
+use crate::hostile::Junk;
 use crate::proxy::FaultProxy;
 use crate::rng::Rng;
 use crate::support::postgres::Postgres;
@@ -130,6 +131,36 @@ impl Backend for PgServer {
             Some(0) => out.stdout.lines().map(|l| format!("{l} left")).collect(),
             _ if out.stderr.contains("does not exist") => Vec::new(),
             _ => vec![format!("tables not readable: {}", out.stderr.trim())],
+        }
+    }
+
+    /// A row of NAME's history, written with plain SQL, its end the instant it is written.
+    fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
+        let record = match junk {
+            // Built by the server: a literal of a megabyte would pass one argument's limit.
+            Junk::Huge(n) => {
+                format!("'{{\"host\":\"' || repeat('x', {n}) || '\",\"token\":\"{token}\"}}'")
+            }
+            _ => format!("'{}'", junk.record(token).replace('\'', "''")),
+        };
+        let sql = format!(
+            "INSERT INTO locked_run.history (name, token, ended_at, run) VALUES ('{name}', \
+             '{token}', clock_timestamp(), {record})"
+        );
+        let out = self.pg.lock().unwrap().psql_output(&sql);
+        match out.code() {
+            Some(0) => Ok(()),
+            _ => Err(out.stderr.trim().to_owned()),
+        }
+    }
+
+    /// `since` of the holder rows of NAME, as far ahead as PostgreSQL's dates go.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        let sql = format!("UPDATE locked_run.holder SET since = 'infinity' WHERE name = '{name}'");
+        let out = self.pg.lock().unwrap().psql_output(&sql);
+        match out.code() {
+            Some(0) => Ok(()),
+            _ => Err(out.stderr.trim().to_owned()),
         }
     }
 }

@@ -105,6 +105,9 @@ pub struct Plan {
     /// past the command's own end (what the sweep must then stop); a daemon's at most
     /// [`DAEMON_MAX_MS`].
     pub shape: Option<(Shape, u64)>,
+    /// The run is on a host of its own whose name is `hostile::HOSTS[i]` (a UTS namespace, as
+    /// root): what it writes of its host must reach no terminal raw.
+    pub hostile_host: Option<usize>,
 }
 
 /// The longest a daemon (see [`Shape::Daemon`]) sleeps: the pass waits this long for the last
@@ -172,6 +175,9 @@ impl Plan {
             };
             (shape, ms)
         });
+        let hostile_host = rng
+            .chance(10)
+            .then(|| rng.range(0, crate::hostile::HOSTS.len() as u64 - 1) as usize);
         Plan {
             run,
             name,
@@ -186,16 +192,25 @@ impl Plan {
             held_ms,
             backoff_ms,
             shape,
+            hostile_host,
         }
     }
 
     /// The options every run takes.
     pub fn lease_args() -> Vec<String> {
-        // -v: the wrapper's stderr (kept for a violation's evidence) says what it acquired and
-        // how its command ended.
-        ["-v", "--ttl", "2s", "--connect-timeout", "1s"]
-            .map(String::from)
-            .to_vec()
+        // JSON lines: the wrapper's stderr (kept for a violation's evidence) says what it
+        // acquired, each renewal and how its command ended, each with its instant, which
+        // the model check reads (`model_check.rs`).
+        [
+            "--log-format",
+            "json",
+            "--ttl",
+            "2s",
+            "--connect-timeout",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     /// `locked-run`'s arguments (after the backend's `-u ...`), up to and including `--`.

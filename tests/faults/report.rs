@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 use crate::backend::Backend;
 use crate::client::{Pass, Wrapper, client};
 use crate::history::{History, Violation, create_db};
+use crate::hostile;
 use crate::monitor::{self, monitor};
+use crate::neighbour::{self, Neighbour};
 use crate::nemesis::nemesis;
 use crate::plan::{DAEMON_MAX_MS, TTL_MS, names};
 use crate::support::{alive, signal};
-use crate::{liveness, safety};
+use crate::{liveness, model_check, safety};
 
 pub struct Config {
     pub seed: u64,
@@ -56,6 +58,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
     std::fs::write(&history, "").unwrap();
     let names = names(backend.holders_ok());
     create_db(&db, &names);
+    let neighbour = Neighbour::start(&names);
     let pass = Pass {
         bin: config.bin.clone(),
         history: history.clone(),
@@ -70,11 +73,13 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
             .stdout(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success()),
+        metrics: neighbour.metrics_dir().to_owned(),
     };
     let urls = backend.url_args();
-    let (wrappers, faults, seen) = std::thread::scope(|s| {
-        let nemesis = s.spawn(|| nemesis(backend, config.seed, pass.deadline));
+    let (wrappers, faults, seen, (printed, snapshots)) = std::thread::scope(|s| {
+        let nemesis = s.spawn(|| nemesis(backend, config.seed, pass.deadline, &neighbour, &names));
         let monitor = s.spawn(|| monitor(&config.bin, &urls, &names, pass.deadline));
+        let reader = s.spawn(|| hostile::reader(&config.bin, &urls, &names, pass.deadline));
         let clients: Vec<_> = (0..config.clients)
             .map(|i| {
                 let pass = &pass;
@@ -89,6 +94,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
             wrappers,
             nemesis.join().expect("the nemesis thread"),
             monitor.join().expect("the monitor thread"),
+            reader.join().expect("the reader thread"),
         )
     });
     let ran_for = started.elapsed();
@@ -104,7 +110,14 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         left = backend.leftovers();
     }
     std::thread::sleep(daemons_done.saturating_duration_since(Instant::now()));
-    let mut h = History::read(&history, &db, wrappers, faults, names, backend.fair_order());
+    let mut h = History::read(
+        &history,
+        &db,
+        wrappers,
+        faults,
+        names.clone(),
+        backend.fair_order(),
+    );
     h.clock_steps = monitor::clock_steps(&seen);
     let mut violations: Vec<Violation> = left
         .into_iter()
@@ -122,8 +135,23 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         excused: None,
     }));
     leftover_processes(&h, &history, &mut violations);
+    violations.extend(printed);
+    let (said, last) = hostile::settled(&config.bin, &urls, &names);
+    violations.extend(said);
+    let snapshots: Vec<_> = snapshots.into_iter().chain(last).collect();
+    hostile::check_history(&h, &snapshots, &mut violations);
+    hostile::check_stderr(&h, &mut violations);
+    neighbour::check_ends(&h, &mut violations);
+    neighbour::check_counts(
+        &h,
+        neighbour.metrics_dir(),
+        &h.faults,
+        config.nested,
+        &mut violations,
+    );
     safety::check(&h, &mut violations);
     monitor::check(&h, &seen, &mut violations);
+    model_check::check(&h, &seen, label != "file", &mut violations);
     liveness::check(&h, &mut violations);
     print(&h, &violations, ran_for, started.elapsed());
     if std::env::var("LOCKED_RUN_FAULTS_KEEP").is_ok() {

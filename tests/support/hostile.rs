@@ -1,15 +1,16 @@
 //! Hostile fake servers, for the tests that every reply is bounded: a listener on 127.0.0.1
 //! whose every connection is served by a script in a thread of its own (an endless RESP bulk
-//! string or array, a `$-5`, a port that hangs up on anything but HTTP; HTTP/2 that breaks its
-//! rules: a frame of 16 MiB, headers that never end, no HTTP/2 at all), and `locked-run` run
-//! with its peak memory measured and its address space capped, so that an unbounded read
-//! fails visibly (and cannot eat the shared machine). The fake etcd that speaks gRPC is
-//! `grpc_fake`.
+//! string or array, a `$-5`, a PostgreSQL message of 4 GiB, a port that hangs up on anything
+//! but HTTP; HTTP/2 that breaks its rules: a frame of 16 MiB, headers that never end, no HTTP/2
+//! at all), and `locked-run` run with its peak memory measured and its address space capped, so
+//! that an unbounded read fails visibly (and cannot eat the shared machine); and a run on a host
+//! whose name another party chose. The fake etcd that speaks gRPC is `grpc_fake`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -17,6 +18,29 @@ use std::time::Duration;
 
 use super::BIN;
 use super::process::{Output, locked_run, spawn, without_our_settings};
+
+/// Makes `cmd` run in a UTS namespace of its own (as root) whose host name is `name` (at most
+/// 64 bytes), as a container's owner may name its host.
+pub fn on_host_named<'a>(cmd: &'a mut Command, name: &'static str) -> &'a mut Command {
+    // SAFETY: unshare(2) and sethostname(2) only, both async-signal-safe, between fork and
+    // exec; the name is a static buffer.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWUTS) != 0
+                || libc::sethostname(name.as_ptr().cast(), name.len()) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Whether [`on_host_named`] can work here (a UTS namespace needs root).
+pub fn can_name_hosts() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// A fake server; stops accepting when dropped (a script writing forever ends when its client
 /// hangs up).
@@ -43,6 +67,10 @@ impl Hostile {
             }
         });
         Hostile { port, stop }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn etcd_url(&self) -> String {
@@ -86,19 +114,7 @@ pub fn run_measured(args: &[&str]) -> (Output, Option<u64>) {
         false => locked_run(),
     };
     cmd.args(args);
-    // SAFETY: setrlimit(2) only, which is async-signal-safe, between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE,
-                rlim_max: ADDRESS_SPACE,
-            };
-            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
+    cap_address_space(&mut cmd, ADDRESS_SPACE);
     let out = spawn(cmd).wait();
     // GNU time writes "Command exited with non-zero status N" first when it did.
     let peak = std::fs::read_to_string(report.path())
@@ -156,6 +172,24 @@ pub fn both_refuse(url: &str, what: &str) {
         bounded(peak, &format!("{args:?}"));
         let shown = (out.elapsed, peak, out.stderr.trim());
         println!("{args:?}: {shown:?} (time, peak KiB, line)");
+    }
+}
+
+/// Caps the address space of what `cmd` runs at `bytes`: past it an allocation fails (and a
+/// Rust program aborts) instead of taking the machine's memory.
+pub fn cap_address_space(cmd: &mut Command, bytes: u64) {
+    // SAFETY: setrlimit(2) only, which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
     }
 }
 
@@ -256,6 +290,38 @@ pub fn negative_length(mut conn: TcpStream) {
         if conn.write_all(b"$-5\r\n").is_err() {
             return;
         }
+    }
+}
+
+/// An error of a megabyte, full of terminal escapes, to every request (a Redis that says
+/// more than anyone should print).
+pub fn megabyte_error(mut conn: TcpStream) {
+    let mut error = b"-ERR \x1b]0;PWNED\x07\x1b[2K\rlocked-run: FORGED ".to_vec();
+    error.extend(std::iter::repeat_n(b'A', 1 << 20));
+    error.extend(b"\r\n");
+    while conn.read(&mut [0u8; 4096]).unwrap_or(0) > 0 {
+        if conn.write_all(&error).is_err() {
+            return;
+        }
+    }
+}
+
+/// A PostgreSQL server whose answer to the start-up announces a message of 4 GiB, then sends
+/// its bytes for ever.
+pub fn four_gib_postgres_message(mut conn: TcpStream) {
+    let mut len = [0u8; 4];
+    if conn.read_exact(&mut len).is_err() {
+        return;
+    }
+    let mut rest = vec![
+        0u8;
+        (u32::from_be_bytes(len) as usize)
+            .saturating_sub(4)
+            .min(1 << 16)
+    ];
+    if conn.read_exact(&mut rest).is_ok() && conn.write_all(&[b'R', 0xff, 0xff, 0xff, 0xf0]).is_ok()
+    {
+        forever(&mut conn, &[0u8; 64 << 10]);
     }
 }
 

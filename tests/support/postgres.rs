@@ -2,8 +2,11 @@
 //! once per test process into a template, which each server copies (initdb takes most of a
 //! second); each server runs as the `postgres` user (the server refuses root) on a free
 //! loopback port with its socket in its data directory, is SIGKILLed should the test's thread
-//! die first (PDEATHSIG), and is stopped on drop (SIGQUIT, then SIGKILL). Standbys are made
-//! with `pg_basebackup`; `psql` runs as the superuser under the hard timeout.
+//! die first (PDEATHSIG), and is stopped on drop (SIGQUIT, then SIGKILL). A server that is
+//! SIGKILLed (by a test, or because it lingered) has its System V shared memory segment
+//! removed: only a server that shuts down removes its own, and one left behind would outlive
+//! the test run. Standbys are made with `pg_basebackup`; `psql` runs as the superuser under the
+//! hard timeout.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -255,11 +258,13 @@ impl Postgres {
         self.child.as_ref().expect("running").id() as i32
     }
 
-    /// SIGKILL (the server's processes follow their postmaster), and reaped.
+    /// SIGKILL (the server's processes follow their postmaster), and reaped; its shared
+    /// memory segment removed.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            self.remove_shared_memory();
             // Its backends end once they see the postmaster gone.
             wait_until(
                 "the server's backends to end",
@@ -269,13 +274,42 @@ impl Postgres {
         }
     }
 
-    /// Stopped (SIGQUIT: an immediate shutdown), SIGKILL if it lingers.
+    /// Stopped (SIGQUIT: an immediate shutdown, which removes its shared memory), SIGKILL if
+    /// it lingers (then the segment is removed here).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             signal(child.id() as i32, libc::SIGQUIT);
             if wait_timeout(&mut child, Duration::from_secs(10)).is_none() {
                 let _ = child.kill();
                 let _ = child.wait();
+                self.remove_shared_memory();
+            }
+        }
+    }
+
+    /// The server's System V shared memory segment, as its `postmaster.pid` names it (line 7:
+    /// the key and the id): `(key, id)`.
+    #[allow(dead_code)]
+    pub fn shared_memory(&self) -> Option<(i32, i32)> {
+        let text = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
+        let mut fields = text.lines().nth(6)?.split_whitespace();
+        let key = fields.next()?.parse().ok()?;
+        let id = fields.next()?.parse().ok()?;
+        Some((key, id))
+    }
+
+    /// Removes the segment of a server that was SIGKILLed (and cannot remove it itself): at
+    /// once if nothing is attached, else when its last backend detaches. Only the segment
+    /// that still has the server's key: an id is reused once its segment is gone.
+    fn remove_shared_memory(&self) {
+        let Some((key, id)) = self.shared_memory() else {
+            return;
+        };
+        // SAFETY: shmid_ds is plain data, filled by IPC_STAT; IPC_RMID reads nothing from it.
+        unsafe {
+            let mut ds: libc::shmid_ds = std::mem::zeroed();
+            if libc::shmctl(id, libc::IPC_STAT, &mut ds) == 0 && ds.shm_perm.__key == key {
+                libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
             }
         }
     }
@@ -315,6 +349,12 @@ impl Postgres {
 
     /// A standby of this server (`pg_basebackup -R`), streaming, answering.
     pub fn standby(&self) -> Postgres {
+        self.standby_named("standby")
+    }
+
+    /// [`Postgres::standby`] whose `cluster_name`, the name the server it streams from knows
+    /// it by (as `synchronous_standby_names` names it), is `name`.
+    pub fn standby_named(&self, name: &str) -> Postgres {
         let dir = owned_dir();
         let data = dir.path().join("data");
         as_owner(
@@ -337,7 +377,7 @@ impl Postgres {
         let mut standby = Postgres {
             port: free_port(),
             dir,
-            settings: vec!["cluster_name=standby".into()],
+            settings: vec![format!("cluster_name={name}")],
             child: None,
         };
         standby.launch();

@@ -12,6 +12,10 @@ use super::tls::{
 };
 use super::{file, path_str, scratch};
 
+/// A primary's own setting: it starts a replica's first (diskless) sync at once, where it
+/// would wait 5 s for more replicas to share it (the default): most of a topology's start.
+const NO_SYNC_DELAY: [&str; 2] = ["--repl-diskless-sync-delay", "0"];
+
 /// A primary, a replica in sync, and three sentinels watching them as `mymaster`.
 pub struct Watched {
     pub primary: Redis,
@@ -48,7 +52,7 @@ impl Watched {
     }
 
     fn start_with(through_proxy: bool) -> Watched {
-        let primary = Redis::start();
+        let primary = Redis::start_with(&NO_SYNC_DELAY);
         let link = through_proxy.then(|| Proxy::start(primary.port));
         let upstream = link.as_ref().map_or(primary.port, |l| l.port);
         let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &upstream.to_string()]);
@@ -179,7 +183,7 @@ impl SecuredWatched {
     pub fn start_with(other_ca: bool) -> SecuredWatched {
         let trust = Trust::make(other_ca);
         let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| scratch()).collect();
-        let primary = secured_node(&trust, dirs[0].path(), &[]);
+        let primary = secured_node(&trust, dirs[0].path(), &NO_SYNC_DELAY);
         let replica = secured_node(
             &trust,
             dirs[1].path(),

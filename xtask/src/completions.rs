@@ -4,7 +4,7 @@
 //! Their tests (`completions/tests.rs`) load each file into the real shell and ask it what it
 //! offers, so a completion that loads but offers nothing fails CI.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::{Command, CommandFactory};
 use clap_complete::Shell;
@@ -20,12 +20,14 @@ pub const BIN: &str = "locked-run";
 /// without '-' both agree; the `complete` lines are then pointed back at `locked-run`.
 const BASH_BIN: &str = "locked_run";
 
-/// Writes `locked-run.bash`, `_locked-run` and `locked-run.fish` into `dir`.
-pub fn write_all(dir: &Path) -> std::io::Result<()> {
-    std::fs::write(dir.join(format!("{BIN}.bash")), bash()?)?;
-    clap_complete::generate_to(Shell::Zsh, &mut for_zsh(), BIN, dir)?;
-    std::fs::write(dir.join(format!("{BIN}.fish")), fish()?)?;
-    Ok(())
+/// Writes `locked-run.bash`, `_locked-run` and `locked-run.fish` into `dir`; their names.
+pub fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let (bash_file, fish_file) = (format!("{BIN}.bash"), format!("{BIN}.fish"));
+    std::fs::write(dir.join(&bash_file), bash()?)?;
+    let zsh = clap_complete::generate_to(Shell::Zsh, &mut for_zsh(), BIN, dir)?;
+    std::fs::write(dir.join(&fish_file), fish()?)?;
+    let zsh = zsh.file_name().map(PathBuf::from).unwrap_or_default();
+    Ok(vec![bash_file.into(), zsh, fish_file.into()])
 }
 
 /// What `shell` generates for `cmd` under `bin`, as text.

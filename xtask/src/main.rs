@@ -103,20 +103,41 @@ fn sections_of_the_extra(page: &str, text: &str) -> Result<String, String> {
     ))
 }
 
+/// The command line as the pages describe it: built, so that the subcommands know their
+/// pages' names (locked-run-status), with `help` (which has no page) left out.
+fn cli() -> Command {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    cmd
+}
+
+/// The subcommands that have a page of their own.
+fn subcommands(cmd: &Command) -> Vec<String> {
+    cmd.get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect()
+}
+
+/// Every page's name without its section: `locked-run`, then one per subcommand.
+fn page_names() -> Vec<String> {
+    std::iter::once("locked-run".to_string())
+        .chain(
+            subcommands(&cli())
+                .iter()
+                .map(|s| format!("locked-run-{s}")),
+        )
+        .collect()
+}
+
 /// The other pages, and where the full documentation is installed (docs.rs; packaging/check-deb
 /// checks that every path named here is in the package).
 fn see_also(page: &str) -> String {
-    let others: Vec<String> = [
-        "locked-run",
-        "locked-run-run",
-        "locked-run-status",
-        "locked-run-release",
-        "locked-run-doctor",
-    ]
-    .iter()
-    .filter(|p| format!("{p}.1") != page)
-    .map(|p| format!("\\fB{}\\fR(1)", p.replace('-', "\\-")))
-    .collect();
+    let others: Vec<String> = page_names()
+        .iter()
+        .filter(|p| format!("{p}.1") != page)
+        .map(|p| format!("\\fB{}\\fR(1)", p.replace('-', "\\-")))
+        .collect();
     let doc = "/usr/share/doc/locked\\-run";
     format!(
         ".SH \"SEE ALSO\"\n{}, \\fBflock\\fR(1), \\fBtimeout\\fR(1)\n.PP\nEvery option, backend and \
@@ -130,22 +151,16 @@ fn see_also(page: &str) -> String {
 
 /// Every man page, rendered and checked, as (file name, text); nothing is written here.
 fn man_pages() -> Result<Vec<(String, String)>, Error> {
-    // As clap_mangen::generate_to does: built, the subcommands know their pages' names
-    // (locked-run-status), and `help` (which has no page) is left out.
-    let mut cmd = Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    let subs: Vec<String> = cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .map(|s| s.get_name().to_string())
-        .collect();
+    // As clap_mangen::generate_to does (see `cli`).
+    let cmd = cli();
+    let subs = subcommands(&cmd);
     let mut pages = Vec::new();
     let mut refused = Vec::new();
     let mut render = |page: String, man: clap_mangen::Man| -> Result<(), Error> {
         let mut out = Vec::new();
         man.render(&mut out)?;
         match sections_of_the_extra(&page, &String::from_utf8(out)?) {
-            Ok(text) => pages.push((page, text)),
+            Ok(text) => pages.push((page, breakable(&text))),
             Err(why) => refused.push(why),
         }
         Ok(())
@@ -167,21 +182,71 @@ fn man_pages() -> Result<Vec<(String, String)>, Error> {
     Ok(pages)
 }
 
-fn dist(dir: &Path) -> Result<(), Error> {
+/// Where a filled line of a page may break inside a word longer than [`LONG_WORD`]: after a
+/// `,` and before a `[` (`\\:`, a break point that prints nothing). The option lists of URL
+/// forms (`postgres://[user@]host[:port][,host[:port]...]/DB[...]`) are words no line of a
+/// terminal 80 columns wide holds: troff warns that it "cannot adjust line", and `man` prints
+/// that above the page.
+fn breakable(page: &str) -> String {
+    let mut out = String::with_capacity(page.len() + 256);
+    let mut filled = true;
+    for line in page.split_inclusive('\n') {
+        match line.trim_end() {
+            ".nf" => filled = false,
+            ".fi" => filled = true,
+            _ => {}
+        }
+        if !filled || line.starts_with('.') || line.starts_with('\'') {
+            out.push_str(line);
+            continue;
+        }
+        let words = line
+            .split_inclusive(' ')
+            .map(|word| match word.len() > LONG_WORD {
+                true => break_points(word),
+                false => word.to_string(),
+            });
+        out.extend(words);
+    }
+    out
+}
+
+/// A word longer than this gets break points (see [`breakable`]).
+const LONG_WORD: usize = 30;
+
+fn break_points(word: &str) -> String {
+    let mut out = String::with_capacity(word.len() + 16);
+    let mut previous = ' ';
+    for c in word.chars() {
+        if c == '[' && !matches!(previous, ' ' | '[' | '\\') {
+            out.push_str("\\:");
+        }
+        out.push(c);
+        if c == ',' {
+            out.push_str("\\:");
+        }
+        previous = c;
+    }
+    out
+}
+
+/// Writes the pages, the completions and the documents into `dir`; the files written, as
+/// paths relative to it.
+fn dist(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let pages = man_pages()?;
     std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
     for (page, text) in &pages {
         std::fs::write(dir.join(page), text)?;
+        written.push(PathBuf::from(page));
     }
-    completions::write_all(dir)?;
+    written.extend(completions::write_all(dir)?);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask/ is in the source tree");
     docs::write(root, &dir.join("doc"))?;
-    for entry in std::fs::read_dir(dir)? {
-        println!("{}", entry?.path().display());
-    }
-    Ok(())
+    written.extend(docs::SHIPPED.iter().map(|f| Path::new("doc").join(f)));
+    Ok(written)
 }
 
 fn main() -> std::process::ExitCode {
@@ -204,7 +269,12 @@ fn main() -> std::process::ExitCode {
         .next()
         .map_or_else(|| PathBuf::from("target/dist"), PathBuf::from);
     match dist(&dir) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(written) => {
+            for file in written {
+                println!("{}", dir.join(file).display());
+            }
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("xtask: {e}");
             std::process::ExitCode::FAILURE
@@ -226,6 +296,7 @@ mod tests {
             "locked-run-status.1",
             "locked-run-release.1",
             "locked-run-doctor.1",
+            "locked-run-history.1",
         ] {
             assert!(names.contains(&page), "{page} missing from {names:?}");
         }
@@ -247,5 +318,111 @@ mod tests {
         let no_status = ".TH x 1\n.SH EXTRA\n\nExamples:\n  x\n";
         let why = sections_of_the_extra("locked-run-x.1", no_status).unwrap_err();
         assert!(why.contains("no EXIT STATUS"), "{why}");
+    }
+
+    /// The sources of one package's assets, as Cargo.toml lists them under `[section]`: every
+    /// quoted path that starts `target/dist/`, up to the next section.
+    fn assets(manifest: &str, section: &str) -> Vec<String> {
+        let start = manifest
+            .find(&format!("\n[{section}]\n"))
+            .unwrap_or_else(|| panic!("Cargo.toml has no [{section}]"));
+        let body = &manifest[start + section.len() + 4..];
+        let body = &body[..body.find("\n[").unwrap_or(body.len())];
+        body.split('"')
+            .filter(|s| s.starts_with("target/dist/"))
+            .map(|s| s["target/dist/".len()..].to_string())
+            .collect()
+    }
+
+    /// Every file `cargo xtask dist` writes (each man page above all: the README and `man
+    /// locked-run` point to each) is in the Debian package and in the RPM, and neither lists
+    /// one it does not write. See issue 47: locked-run-history(1) was made, never shipped.
+    #[test]
+    fn every_file_dist_makes_is_in_both_packages() {
+        let dir = tempfile::tempdir().unwrap();
+        let written: Vec<String> = dist(dir.path())
+            .expect("dist writes")
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert!(
+            written.iter().any(|f| f == "locked-run-history.1"),
+            "{written:?}"
+        );
+        for page in page_names() {
+            assert!(
+                written.contains(&format!("{page}.1")),
+                "{page}: {written:?}"
+            );
+        }
+        let manifest =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
+                .unwrap();
+        for section in ["package.metadata.deb", "package.metadata.generate-rpm"] {
+            let listed = assets(&manifest, section);
+            let missing: Vec<&String> = written.iter().filter(|f| !listed.contains(f)).collect();
+            assert!(
+                missing.is_empty(),
+                "[{section}] in Cargo.toml does not ship {missing:?} (add each as target/dist/FILE)"
+            );
+            let stale: Vec<&String> = listed.iter().filter(|f| !written.contains(f)).collect();
+            assert!(
+                stale.is_empty(),
+                "[{section}] lists {stale:?}, which dist does not make"
+            );
+        }
+    }
+
+    /// The pages read on a terminal 80 columns wide without a troff warning above them
+    /// (`cannot adjust line`: a word longer than a line). With `man` (man-db) or `groff`
+    /// installed; outside CI, SKIPPED without either.
+    #[test]
+    fn every_page_renders_at_80_columns_without_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        dist(dir.path()).expect("dist writes");
+        let mut checked = 0;
+        for page in page_names() {
+            let path = dir.path().join(format!("{page}.1"));
+            let man = std::process::Command::new("man").arg("--version").output();
+            let out = if man.is_ok() {
+                std::process::Command::new("man")
+                    .arg("-l")
+                    .arg(&path)
+                    .env("MANWIDTH", "80")
+                    .output()
+            } else {
+                // What man-db runs for a width of 80: a line length of 78.
+                std::process::Command::new("groff")
+                    .args(["-man", "-Tutf8", "-rLL=78n", "-rLT=78n", "-z"])
+                    .arg(&path)
+                    .output()
+            };
+            let Ok(out) = out else {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "neither man nor groff is installed; .ci/setup installs them (CI is set here)"
+                );
+                eprintln!(
+                    "SKIPPED: neither man nor groff is installed, the pages are not rendered"
+                );
+                return;
+            };
+            let warnings = String::from_utf8_lossy(&out.stderr);
+            assert!(warnings.trim().is_empty(), "{page}.1:\n{warnings}");
+            checked += 1;
+        }
+        assert_eq!(checked, page_names().len());
+    }
+
+    #[test]
+    fn long_words_get_break_points_and_examples_stay_as_written() {
+        let page = ".TP\nServer URL: postgres://[user@]host[:port][,host[:port]...]/DB short\n\
+                    .nf\n  postgres://[user@]host[:port][,host[:port]...]/DB\n.fi\n";
+        let text = breakable(page);
+        assert!(
+            text.contains("postgres://\\:[user@]host\\:[:port]\\:[,\\:host\\:[:port]...]/DB short"),
+            "{text}"
+        );
+        assert!(text.contains("\n  postgres://[user@]host[:port][,host[:port]...]/DB\n"));
     }
 }

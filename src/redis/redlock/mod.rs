@@ -23,8 +23,8 @@ use futures_util::stream::FuturesUnordered;
 
 use crate::backend::new_token;
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, Report, Run, Servers, Tenure, View,
-    Wakeup, Wakeups, merged,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, History, Report, Run, Servers,
+    Tenure, View, Wakeup, Wakeups, merged,
 };
 use crate::lease::Timings;
 use crate::redis::lock::ServerLock;
@@ -396,10 +396,10 @@ impl View for Redlock {
 
     /// Every server's history, each run once (the release writes it on every server it
     /// reaches); what an unreachable server kept is missing, never invented.
-    async fn history(&self, limit: usize) -> Result<Vec<Run>, BackendError> {
+    async fn history(&self, limit: usize) -> Result<History, BackendError> {
         let answers = join_all(self.locks.iter().map(|l| l.history_here(limit))).await;
         let first_error = answers.iter().find_map(|a| a.as_ref().err()).cloned();
-        let lists: Vec<Vec<Run>> = answers.into_iter().filter_map(Result::ok).collect();
+        let lists: Vec<History> = answers.into_iter().filter_map(Result::ok).collect();
         match (lists.is_empty(), first_error) {
             (true, Some(e)) => Err(e),
             _ => Ok(merged(lists, limit)),

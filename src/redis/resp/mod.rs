@@ -364,6 +364,21 @@ pub fn bad_reply(error: &io::Error) -> Option<&BadReply> {
     error.get_ref()?.downcast_ref()
 }
 
+/// A reply that `hop` (a sentinel, a cluster seed) sent and this client refused, said in the
+/// words one server's is said in: `HOP sent a reply too large: ...` or `HOP sent a malformed
+/// reply: ...`. `None` when `error` is no such reply.
+pub fn hop_sent_bad_reply(hop: &str, error: &io::Error) -> Option<io::Error> {
+    let bad = bad_reply(error)?;
+    let said = match bad.too_large {
+        true => "sent a reply too large",
+        false => "sent a malformed reply",
+    };
+    Some(io::Error::new(
+        error.kind(),
+        format!("{hop} {said}: {}", bad.what),
+    ))
+}
+
 fn protocol_error(what: &str) -> io::Error {
     let what = what.to_owned();
     io::Error::new(

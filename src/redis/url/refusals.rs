@@ -36,7 +36,7 @@ pub(super) fn bad_port(url: &str) -> String {
 pub const URL_FORMS: &str = "redis://[user@]host[:port][/db], rediss:// (TLS), \
      redis+unix:///path, redis+sentinel://host:port[,...]/MASTER, rediss+sentinel://, \
      redis+cluster://host:port[,...], rediss+cluster://, file:///DIR (this host only), \
-     etcd://host:port[,...] or etcds:// (TLS)";
+     etcd://host:port[,...], etcds:// (TLS) or postgres://[user@]host[:port][,...]/DB";
 
 /// The schemes of [`URL_FORMS`], as a URL starts.
 const SCHEMES: [&str; 10] = [

@@ -1,0 +1,113 @@
+//! `--metrics-dir`: node_exporter's textfile after every run: a held run moves the `last_*`
+//! gauges (its status, its fence, a success's time), a skip (75), an unreachable store (69)
+//! and a `--max-run` (124) are counted by outcome, a skip and a 69 leave the gauges alone, and
+//! only the file and its lock stay in the directory.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::backends::Backend;
+use crate::support::*;
+
+/// The samples of NAME `job`'s file: `metric{labels}` to value.
+pub fn samples(dir: &Path) -> BTreeMap<String, f64> {
+    let text = std::fs::read_to_string(dir.join("locked_run_job.prom")).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').unwrap();
+            (key.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+pub fn runs(samples: &BTreeMap<String, f64>, outcome: &str) -> f64 {
+    samples
+        .get(&format!(
+            "locked_run_runs_total{{name=\"job\",outcome=\"{outcome}\"}}"
+        ))
+        .copied()
+        .unwrap_or_else(|| panic!("no {outcome} count: {samples:?}"))
+}
+
+fn gauge(samples: &BTreeMap<String, f64>, metric: &str) -> Option<f64> {
+    samples.get(&format!("{metric}{{name=\"job\"}}")).copied()
+}
+
+pub fn check(backend: &dyn Backend) {
+    let store = backend.start();
+    let metrics = scratch();
+    let dir = path_str(metrics.path());
+    let out = store
+        .lr()
+        .args(["--metrics-dir", dir])
+        .name("job")
+        .sh("echo $LOCKED_RUN_FENCE; exit 3")
+        .run()
+        .expect(3);
+    let fence: f64 = out.stdout.trim().parse().unwrap();
+    let after_run = samples(metrics.path());
+    assert_eq!(runs(&after_run, "ran"), 1.0);
+    assert_eq!(gauge(&after_run, "locked_run_last_exit_status"), Some(3.0));
+    assert_eq!(gauge(&after_run, "locked_run_last_fence"), Some(fence));
+    assert_eq!(
+        gauge(&after_run, "locked_run_last_success_timestamp_seconds"),
+        None,
+        "no success yet"
+    );
+    let ran_at = gauge(&after_run, "locked_run_last_run_timestamp_seconds").unwrap();
+
+    let holder = store.holder(&[]);
+    store
+        .lr()
+        .args(["--metrics-dir", dir, "-n"])
+        .job(["true"])
+        .run()
+        .expect(75);
+    let after_skip = samples(metrics.path());
+    assert_eq!(runs(&after_skip, "skipped"), 1.0);
+    assert_eq!(
+        gauge(&after_skip, "locked_run_last_run_timestamp_seconds"),
+        Some(ran_at),
+        "a skip leaves the last held run's gauges as they were"
+    );
+    assert!(gauge(&after_skip, "locked_run_last_attempt_timestamp_seconds").unwrap() >= ran_at);
+    holder.finish().expect(0);
+
+    lr().args(backend.unreachable())
+        .args(["--metrics-dir", dir])
+        .job(["true"])
+        .run()
+        .expect(69);
+    let after_failure = samples(metrics.path());
+    assert_eq!(runs(&after_failure, "unreachable"), 1.0);
+
+    store
+        .lr()
+        .env("LOCKED_RUN_METRICS_DIR", dir)
+        .args(["--max-run", "300ms", "-k", "300ms"])
+        .job(["sleep", "5"])
+        .run()
+        .expect(124);
+    assert_eq!(
+        runs(&samples(metrics.path()), "max_run"),
+        1.0,
+        "the environment names it too"
+    );
+    store
+        .lr()
+        .args(["--metrics-dir", dir])
+        .job(["true"])
+        .run()
+        .expect(0);
+    let last = samples(metrics.path());
+    assert_eq!(runs(&last, "ran"), 2.0, "{last:?}");
+    assert_eq!(gauge(&last, "locked_run_last_exit_status"), Some(0.0));
+    assert!(gauge(&last, "locked_run_last_success_timestamp_seconds").is_some());
+    let mut names: Vec<String> = std::fs::read_dir(metrics.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".locked_run_job.lock", "locked_run_job.prom"]);
+}
