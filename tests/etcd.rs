@@ -209,8 +209,8 @@ fn waiters_are_served_in_arrival_order_each_woken_by_its_watch() {
 fn etcds_history_is_cut_to_the_newest_hundred_once_twice_as_long() {
     let etcd = Etcd::start();
     let url = etcd.url();
-    // Records older than any run's (their keys start with when the run let go), put by one
-    // etcdctl transaction each batch (`etcdctl txn` reads its operations from stdin).
+    // Records of other runs, older than the run's own by when they were written (not by the
+    // time in their keys' names, which is 0 to 199 ms here), put by one etcdctl transaction each batch (`etcdctl txn` reads its operations from stdin).
     let older = |from: u32, to: u32| {
         let puts: String = (from..to)
             .map(|i| format!("put locked-run/history/job/{i:016}-old {{}}\n"))
@@ -219,14 +219,24 @@ fn etcds_history_is_cut_to_the_newest_hundred_once_twice_as_long() {
         assert_eq!(out.code(), Some(0), "{out:?}");
     };
     let records = || etcd.keys("locked-run/history/job/");
-    older(0, 100);
-    older(100, 150);
+    // The keys of one transaction share its revision: the hundredth newest falls on the
+    // first key of a batch, so that the newest hundred are a whole number of revisions.
+    older(0, 101);
+    older(101, 150);
     lr().url(&url).job(["true"]).run().expect(0);
     assert_eq!(records().len(), 151, "the run's record added, none deleted");
-    older(150, 200);
+    older(150, 199);
     lr().url(&url).job(["true"]).run().expect(0);
     let kept = records();
     assert_eq!(kept.len(), 100, "the newest hundred");
+    let batch_of_101 = |key: &str| {
+        let when = key.rsplit('/').next().unwrap().split('-').next().unwrap();
+        key.ends_with("-old") && when.parse::<u32>().unwrap() < 101
+    };
+    assert!(
+        !kept.iter().any(|(key, _, _)| batch_of_101(key)),
+        "the oldest batch is gone: {kept:?}"
+    );
     let runs = kept.iter().filter(|(key, _, _)| !key.ends_with("-old"));
     assert_eq!(runs.count(), 2, "both runs' records among them: {kept:?}");
 }

@@ -86,8 +86,9 @@ impl EtcdLock {
         if count <= 2 * KEPT as i64 {
             return Ok(());
         }
-        // The newest KEPT in the store's order stay; a hundred older at most go, one
-        // transaction of deletes (etcd takes 128 operations in one), the rest at the next run.
+        // The newest KEPT in the store's order stay; what is older goes, in one transaction
+        // of at most 128 deletes (etcd's default limit of operations in one), any rest at the
+        // next run.
         let kept: RangeResponse = self
             .client
             .must(wire::RANGE, &newest(&prefix, KEPT, true, 0), deadline)
@@ -99,7 +100,7 @@ impl EtcdLock {
             .client
             .must(
                 wire::RANGE,
-                &newest(&prefix, KEPT, true, oldest_kept - 1),
+                &newest(&prefix, 128, true, oldest_kept - 1),
                 deadline,
             )
             .await?;
