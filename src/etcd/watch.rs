@@ -221,9 +221,11 @@ async fn gone_since(
         read.serializable = false;
         reply = lock.client.must(wire::RANGE, &read, deadline).await?;
     }
+    // A key of that name created since is not the one awaited (a waiter whose queue lease
+    // lapsed queues again under the same name): the awaited one went.
     let changed = match reply.kvs.first() {
         None => true,
-        Some(kv) => puts && kv.mod_revision >= since,
+        Some(kv) => kv.create_revision >= since || (puts && kv.mod_revision >= since),
     };
     Ok(changed.then(|| header_revision(&reply)))
 }
