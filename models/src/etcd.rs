@@ -12,6 +12,10 @@
 //! ends only once its run stopped keeping it alive, and the lease clock stopped that run's
 //! command first (model 6). etcd itself is linearizable (Raft): each transaction is one step.
 //! Wake-ups are hints: a waiter may send its grant at any moment; the comparison decides.
+//! A waiter that read the line and found no key before its own is proven first (keys are only
+//! ever created at the end, and the ones before it only go): its grant confirms only that its
+//! own key is still there, at its create revision (`round.rs`'s shortcut); a waiter whose key
+//! lapsed and was made again has a new key and must prove itself again.
 //! The first run is `etcdctl lock`: its key on its session's lease (which outlives any stall
 //! here), holding when first, with no mark; nobody but etcd ever deletes another's key.
 
@@ -60,6 +64,8 @@ pub struct State {
     pub faults: u8,
     /// Places taken again after a lapse, in all (a bound).
     pub requeues: u8,
+    /// Waiters whose last read of the line found no key before their own key of now.
+    pub proven: Vec<bool>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,6 +76,9 @@ pub enum Action {
     /// The grant: compare (our key at its revision, none before it), move it to the holding
     /// lease (`mark`).
     Mark(usize),
+    /// A waiter reads the line (at a wake-up, or its safety-net read): no key before its own
+    /// proves it first.
+    Read(usize),
     /// A waiter's keep-alives stall past KEEP_ALIVE, or get through again.
     Stall(usize),
     KeepAlive(usize),
@@ -95,6 +104,8 @@ pub struct Rules {
     /// DESIGN's example encoding: the waiter behind deletes a first key that has no mark and
     /// whose keep-alives stalled (no queue leases).
     pub delete_behind: bool,
+    /// A waiter keeps its proof of being first when its key lapsed and was made again.
+    pub proof_kept: bool,
 }
 
 pub struct EtcdModel {
@@ -133,6 +144,7 @@ impl Model for EtcdModel {
             fence_back: false,
             faults: 1,
             requeues: 1,
+            proven: vec![false; RUNS],
         }]
     }
 
@@ -150,7 +162,12 @@ impl Model for EtcdModel {
                         out.push(Action::DeleteStalled(i));
                     }
                     match key {
-                        Some(_) => out.push(Action::Mark(i)),
+                        Some(_) => {
+                            out.push(Action::Mark(i));
+                            if !s.proven[i] {
+                                out.push(Action::Read(i));
+                            }
+                        }
                         None if s.requeues > 0 => out.push(Action::Requeue(i)),
                         None => {}
                     }
@@ -203,7 +220,7 @@ impl Model for EtcdModel {
             Action::Mark(i) => {
                 let mine = *s.keys.iter().find(|k| k.run == i as u8)?;
                 let first_now = first(&s.keys).is_some_and(|k| k.run == i as u8);
-                if !first_now && !self.rules.no_compare {
+                if !first_now && !self.rules.no_compare && !s.proven[i] {
                     // The comparison fails: nothing written (its reads say who is before it).
                     return None;
                 }
@@ -211,6 +228,12 @@ impl Model for EtcdModel {
                 key.holding = !self.rules.no_mark && i != ETCDCTL;
                 s.revision += 1;
                 Self::grant(&mut s, i, mine.created);
+            }
+            Action::Read(i) => {
+                s.proven[i] = first(&s.keys).is_some_and(|k| k.run == i as u8);
+                if !s.proven[i] {
+                    return None;
+                }
             }
             Action::Stall(i) => s.stalled[i] = true,
             Action::KeepAlive(i) => s.stalled[i] = false,
@@ -220,6 +243,7 @@ impl Model for EtcdModel {
             }
             Action::Requeue(i) => {
                 s.requeues -= 1;
+                s.proven[i] &= self.rules.proof_kept;
                 s.stalled[i] = false;
                 s.keys.push(Key {
                     run: i as u8,
@@ -284,6 +308,7 @@ pub enum Mutation {
     NoMark,
     NoCompare,
     DeleteBehind,
+    ProofKept,
 }
 
 pub fn check() -> Report {
@@ -299,6 +324,7 @@ pub fn check() -> Report {
                 Some(Mutation::NoMark) => rules.no_mark = true,
                 Some(Mutation::NoCompare) => rules.no_compare = true,
                 Some(Mutation::DeleteBehind) => rules.delete_behind = true,
+                Some(Mutation::ProofKept) => rules.proof_kept = true,
             }
             EtcdModel { rules }
         },
@@ -314,6 +340,10 @@ pub fn check() -> Report {
             (
                 Mutation::DeleteBehind,
                 "DESIGN's example: the one behind deletes a stalled unmarked first key",
+            ),
+            (
+                Mutation::ProofKept,
+                "a proof of being first kept for a key made again after a lapse",
             ),
         ],
     )
