@@ -13,8 +13,9 @@ use crate::exit::{Codes, Exit, Failure};
 use crate::name::LockName;
 use crate::open::{Opening, look, open, runtime};
 use crate::ping::Pinger;
+use crate::subcommands::{doctor, history, release, status};
 use crate::text::show;
-use crate::{child, cli, doctor, history, log, metrics, release, session, status};
+use crate::{child, cli, log, metrics, session};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {

@@ -18,7 +18,10 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
     // (the ACL) leaves the line out, not the status.
     let runs = history_for(backend, &report).await.map(|history| {
         if history.skipped > 0 {
-            tracing::info!("{}", crate::history::skipped_line(name, history.skipped));
+            tracing::info!(
+                "{}",
+                crate::subcommands::history::skipped_line(name, history.skipped)
+            );
         }
         history.runs
     });
@@ -108,7 +111,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
     }
     if !as_json {
         match &last {
-            Ok(Some(run)) => out!("  last run: {}", crate::history::line(run)),
+            Ok(Some(run)) => out!("  last run: {}", crate::subcommands::history::line(run)),
             Ok(None) if report.held.is_none() && report.fence.is_none() => {
                 out!("  never taken (no run in its history: is the NAME right?)")
             }
