@@ -11,11 +11,12 @@ use crate::cli::{Cli, Command, ConnArgs};
 use crate::config::RunConfig;
 use crate::exit::{Codes, Exit, Failure};
 use crate::name::LockName;
+use crate::observe::metrics;
+use crate::observe::ping::Pinger;
 use crate::open::{Opening, look, open, runtime};
-use crate::ping::Pinger;
 use crate::subcommands::{doctor, history, release, status};
 use crate::text::show;
-use crate::{child, cli, log, metrics, session};
+use crate::{child, cli, log, session};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {

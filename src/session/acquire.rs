@@ -12,7 +12,7 @@ use crate::backend::{Backend, Tenure, Wakeups};
 use crate::clock::Clock;
 use crate::config::RunConfig;
 use crate::exit::Failure;
-use crate::notify;
+use crate::observe::notify;
 use crate::signals::Signals;
 use crate::text::show;
 

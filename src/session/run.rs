@@ -12,7 +12,7 @@ use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::exit::{Exit, Failure};
 use crate::lease::{self, LeaseClock, Stopper, Why};
-use crate::notify;
+use crate::observe::notify;
 use crate::signals::{Event, Signals};
 use crate::text::show;
 use crate::watcher::Watcher;
