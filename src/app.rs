@@ -9,14 +9,15 @@ use crate::backend::View;
 use crate::backend::{Ended, Run};
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::config::RunConfig;
-use crate::exit::{Codes, Exit, Failure};
 use crate::name::LockName;
 use crate::observe::metrics;
 use crate::observe::ping::Pinger;
 use crate::open::{Opening, look, open, runtime};
+use crate::plumbing::exit::{Codes, Exit, Failure};
+use crate::plumbing::log;
 use crate::subcommands::{doctor, history, release, status};
 use crate::text::show;
-use crate::{child, cli, log, session};
+use crate::{child, cli, session};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {

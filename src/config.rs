@@ -7,9 +7,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{LockSpec, Mode};
-use crate::exit::Codes;
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::plumbing::exit::Codes;
 
 /// Everything a run needs besides the backend.
 #[derive(Clone, Debug)]

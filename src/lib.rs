@@ -25,22 +25,19 @@ mod app;
 mod backend;
 mod child;
 mod cli;
-mod clock;
 mod config;
 mod endpoints;
 mod etcd;
-mod exit;
 mod file;
 mod lease;
 mod library;
-mod log;
 mod name;
 mod observe;
 mod open;
+mod plumbing;
 mod postgres;
 mod redis;
 mod session;
-mod signals;
 mod subcommands;
 mod text;
 mod watcher;
@@ -57,9 +54,9 @@ pub mod internals {
     pub use crate::app::{Outcome, execute};
     pub use crate::backend::{hostname, wall_clock_ms};
     pub use crate::cli::{Cli, one_line, shared_options_after_subcommand};
-    pub use crate::exit::USAGE;
-    pub use crate::log::write_last;
     pub use crate::name::LockName;
+    pub use crate::plumbing::exit::USAGE;
+    pub use crate::plumbing::log::write_last;
 
     /// The Redis client, keys and scripts.
     pub mod redis {

@@ -11,9 +11,9 @@ use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
 use crate::config::{Patience, RunConfig};
-use crate::exit::{Codes, Failure};
 use crate::lease::Timings;
 use crate::name::{LockName, RESERVED};
+use crate::plumbing::exit::{Codes, Failure};
 
 mod conn;
 mod placement;
@@ -225,11 +225,11 @@ pub struct RunArgs {
     pub kill_signal: Signal,
 
     /// Exit status when the lock was not acquired
-    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::CONFLICT)]
+    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::plumbing::exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
     /// Exit status when the lease was lost and the command stopped
-    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::LOST)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::plumbing::exit::LOST)]
     pub lost_exit_code: u8,
 
     /// Redlock (several URLs): how long each server may take to answer an acquire

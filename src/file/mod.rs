@@ -59,9 +59,9 @@ use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Check, Expiry, Holder, hostname};
 use crate::backend::{Freed, History, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
-use crate::exit::Failure;
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::plumbing::exit::Failure;
 
 use files::{Paths, prepare_dir, refused};
 pub use files::{dir_of, flock as flock_file};

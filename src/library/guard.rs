@@ -12,11 +12,11 @@ use tokio::sync::{oneshot, watch};
 
 use super::{Error, Options};
 use crate::backend::{Backend, Tenure};
-use crate::clock::{BootClock, Clock};
 use crate::config::RunConfig;
 use crate::endpoints::Endpoints;
 use crate::lease::{self, LeaseClock, Stopper, Timings, Why};
 use crate::name::LockName;
+use crate::plumbing::clock::{BootClock, Clock};
 use crate::session::{Interrupts, Renewer, acquire};
 
 /// Why the task must stop.
@@ -151,7 +151,7 @@ async fn on_its_thread(
         fair: options.fair,
         status_command: endpoints.pasteable("status", name.as_str()),
         release_timeout: options.timeout.min(options.ttl),
-        codes: crate::exit::Codes::default(),
+        codes: crate::plumbing::exit::Codes::default(),
         metrics_dir: None,
         ping: None,
     };

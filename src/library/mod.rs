@@ -35,10 +35,10 @@ use std::time::Duration;
 use crate::backend::{Attempt, Backend, BackendError, LockSpec, Mode};
 use crate::config::Patience;
 use crate::endpoints::Endpoints;
-use crate::exit::{Exit, Failure};
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::open::{Opening, open};
+use crate::plumbing::exit::{Exit, Failure};
 
 pub use guard::{Guard, Stop};
 

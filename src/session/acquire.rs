@@ -9,11 +9,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{Backend, Tenure, Wakeups};
-use crate::clock::Clock;
 use crate::config::RunConfig;
-use crate::exit::Failure;
 use crate::observe::notify;
-use crate::signals::Signals;
+use crate::plumbing::clock::Clock;
+use crate::plumbing::exit::Failure;
+use crate::plumbing::signals::Signals;
 use crate::text::show;
 
 use super::progress::{Progress, Watched};
@@ -68,7 +68,7 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
     )
     .await;
     if progress.is_some_and(|p| p.said && p.watched == Watched::Terminal) {
-        crate::log::progress_done();
+        crate::plumbing::log::progress_done();
     }
     acquired
 }
@@ -138,7 +138,7 @@ async fn wait<C: Clock, I: Interrupts>(
                     () = until_some(clock, said_at) => {
                         if let Some(p) = progress.as_mut() {
                             let line = p.line(clock.now(), &cfg.name, waiter.last_busy());
-                            crate::log::progress(&line, p.watched == Watched::Terminal);
+                            crate::plumbing::log::progress(&line, p.watched == Watched::Terminal);
                         }
                         next = Next::Sleep(until);
                         continue;

@@ -11,8 +11,8 @@ use nix::sys::signal::Signal::{SIGINT, SIGKILL, SIGTERM};
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder};
 use crate::config::{Patience, RunConfig};
-use crate::exit::{Exit, Failure};
 use crate::lease::LeaseClock;
+use crate::plumbing::exit::{Exit, Failure};
 
 use super::fake::{Answer, Fake, TestClock, after, config};
 use super::fake_job::{FakeJob, MAIN, Proc, Sent, WATCHER, Watched};

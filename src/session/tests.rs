@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, KEEP_ALIVE, Mode, Wakeup};
 use crate::config::Patience;
-use crate::exit::Exit;
+use crate::plumbing::exit::Exit;
 
 use super::acquire::acquire;
 use super::fake::{Answer, Fake, Seen, SignalAt, TestClock, after, config};
@@ -339,7 +339,7 @@ async fn a_run_with_other_holders_is_a_usage_error() {
 async fn start_failing(
     program: &str,
     start_by: Option<Duration>,
-) -> (crate::exit::Failure, Vec<Seen>) {
+) -> (crate::plumbing::exit::Failure, Vec<Seen>) {
     let fake = Fake::new(vec![]);
     let cfg = config(Patience::Forever);
     let acquired = super::waiter::Acquired {
@@ -433,7 +433,10 @@ async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
         failure.message
     );
     // At the deadline, not at the attempt's own timeout; what it may have taken is given back.
-    assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(
+        crate::plumbing::clock::Clock::now(&clock),
+        Duration::from_secs(2)
+    );
     assert_eq!(fake.gave_back().len(), 1);
 }
 
@@ -456,6 +459,9 @@ async fn an_attempt_sent_just_before_the_deadline_leaves_the_wait_busy() {
         "{}",
         failure.message
     );
-    assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(
+        crate::plumbing::clock::Clock::now(&clock),
+        Duration::from_secs(2)
+    );
     assert_eq!(fake.gave_back().len(), 1);
 }

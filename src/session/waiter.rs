@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, KEEP_ALIVE};
 use crate::config::{Patience, RunConfig};
-use crate::exit::{Exit, Failure};
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::show;
 
 /// A lock just taken.

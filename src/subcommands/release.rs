@@ -3,9 +3,9 @@
 //! shows the holder. Exit 0 when something was released, 1 when the lock was free.
 
 use crate::backend::{Freed, Holder, Tenure, View};
-use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::say;
 
 /// Shows the holder and refuses (2) without `force`; with it, frees the lock. `token`: of

@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::backend::{Expiry, Holder, KEPT, Report, Run, Slot, Tenure, View};
-use crate::exit::{Exit, Failure};
 use crate::name::LockName;
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::{out, printable, show};
 
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.

@@ -9,9 +9,9 @@ use serde_json::json;
 
 use crate::backend::{Check, Level};
 use crate::cli::DoctorArgs;
-use crate::exit::{Exit, Failure};
 use crate::name::LockName;
 use crate::open::{Opening, look, runtime};
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::out;
 
 /// Runs the checks and prints them; exit 1 when any FAILed.
