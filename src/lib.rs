@@ -21,11 +21,9 @@
 //! behind [`internals`], which is this crate's own and not an interface to build on.
 //! `docs/architecture.md` describes the layers.
 
-mod app;
 mod backend;
 mod child;
 mod cli;
-mod config;
 mod endpoints;
 mod etcd;
 mod file;
@@ -51,8 +49,8 @@ pub use crate::library::{Error, Guard, Lock, Options, Stop};
 /// interface: it changes with the code.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::app::{Outcome, execute};
     pub use crate::backend::{hostname, wall_clock_ms};
+    pub use crate::cli::app::{Outcome, execute};
     pub use crate::cli::{Cli, one_line, shared_options_after_subcommand};
     pub use crate::name::LockName;
     pub use crate::plumbing::exit::USAGE;

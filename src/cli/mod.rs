@@ -10,11 +10,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
-use crate::config::{Patience, RunConfig};
 use crate::lease::Timings;
 use crate::name::{LockName, RESERVED};
 use crate::plumbing::exit::{Codes, Failure};
+use crate::session::config::{Patience, RunConfig};
 
+pub mod app;
 mod conn;
 mod placement;
 mod subcommands;

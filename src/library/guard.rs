@@ -12,11 +12,11 @@ use tokio::sync::{oneshot, watch};
 
 use super::{Error, Options};
 use crate::backend::{Backend, Tenure};
-use crate::config::RunConfig;
 use crate::endpoints::Endpoints;
 use crate::lease::{self, LeaseClock, Stopper, Timings, Why};
 use crate::name::LockName;
 use crate::plumbing::clock::{BootClock, Clock};
+use crate::session::config::RunConfig;
 use crate::session::{Interrupts, Renewer, acquire};
 
 /// Why the task must stop.

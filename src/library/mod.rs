@@ -33,12 +33,12 @@ mod tests;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, LockSpec, Mode};
-use crate::config::Patience;
 use crate::endpoints::Endpoints;
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::open::{Opening, open};
 use crate::plumbing::exit::{Exit, Failure};
+use crate::session::config::Patience;
 
 pub use guard::{Guard, Stop};
 

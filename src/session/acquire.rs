@@ -9,11 +9,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{Backend, Tenure, Wakeups};
-use crate::config::RunConfig;
 use crate::observe::notify;
 use crate::plumbing::clock::Clock;
 use crate::plumbing::exit::Failure;
 use crate::plumbing::signals::Signals;
+use crate::session::config::RunConfig;
 use crate::text::show;
 
 use super::progress::{Progress, Watched};

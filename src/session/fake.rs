@@ -10,10 +10,10 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, BackendError, Tenure, Wakeup, Wakeups};
-use crate::config::{Patience, RunConfig};
 use crate::lease::Timings;
 use crate::name::LockName;
 use crate::plumbing::clock::Clock;
+use crate::session::config::{Patience, RunConfig};
 
 use super::acquire::Interrupts;
 

@@ -12,6 +12,7 @@
 //! - [`ending`]: how the run ends, as a pure function of the stop, the status and the lock.
 
 pub mod acquire;
+pub mod config;
 pub mod ending;
 pub mod job;
 mod progress;

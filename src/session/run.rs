@@ -8,12 +8,12 @@ use std::pin::pin;
 use std::process::ExitStatus;
 
 use crate::backend::{Backend, Run, Tenure, user_name, wall_clock_ms};
-use crate::config::RunConfig;
 use crate::lease::{self, LeaseClock, Stopper, Why};
 use crate::observe::notify;
 use crate::plumbing::clock::{BootClock, Clock};
 use crate::plumbing::exit::{Exit, Failure};
 use crate::plumbing::signals::{Event, Signals};
+use crate::session::config::RunConfig;
 use crate::text::show;
 use crate::watcher::Watcher;
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, KEEP_ALIVE, Mode, Wakeup};
-use crate::config::Patience;
 use crate::plumbing::exit::Exit;
+use crate::session::config::Patience;
 
 use super::acquire::acquire;
 use super::fake::{Answer, Fake, Seen, SignalAt, TestClock, after, config};

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, KEEP_ALIVE};
-use crate::config::{Patience, RunConfig};
 use crate::plumbing::exit::{Exit, Failure};
+use crate::session::config::{Patience, RunConfig};
 use crate::text::show;
 
 /// A lock just taken.
