@@ -18,7 +18,7 @@ pub use history::{
 };
 pub use lock::{Attempt, Backend, KEEP_ALIVE, Tenure, Wakeup, Wakeups};
 pub use spec::{LockSpec, Mode};
-pub use view::{Check, Freed, Level, Report, Servers, Slot, View};
+pub use view::{Check, Freed, Level, Report, Servers, Slot, View, last_fence};
 
 /// Who holds a lock, as far as its metadata tells. Every field may be missing: another program
 /// using the plain `SET lock:{NAME} token NX PX` protocol leaves none.

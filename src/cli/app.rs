@@ -61,9 +61,9 @@ pub fn execute(cli: Cli) -> Outcome {
             )
         }
         Command::Doctor(args) => {
-            log::init(&args.log);
+            log::init(&args.log.logging());
             Outcome {
-                result: doctor::doctor(&args),
+                result: doctor::doctor(&args.conn.endpoints(), &args.name, args.json),
                 codes: Codes::default(),
                 verbose: args.log.verbose > 0,
             }
@@ -79,7 +79,7 @@ fn inspecting(
     what: &str,
     act: impl AsyncFnOnce(&dyn View, &LockName) -> Result<Exit, Failure>,
 ) -> Outcome {
-    log::init(log);
+    log::init(&log.logging());
     let endpoints = conn.endpoints();
     let result = LockName::new(name)
         .map_err(Failure::usage)
@@ -95,7 +95,7 @@ fn inspecting(
 }
 
 fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
-    log::init(&args.log);
+    log::init(&args.log.logging());
     let verbose = args.log.verbose > 0;
     let codes = args.codes();
     let result = args.config(explicit).and_then(|cfg| {

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use crate::lease::Timings;
 use crate::name::{LockName, RESERVED};
 use crate::plumbing::exit::{Codes, Failure};
+use crate::plumbing::log;
 use crate::session::config::{Patience, RunConfig};
 
 pub mod app;
@@ -187,12 +188,26 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// How log lines are written.
+/// How log lines are written, as `--log-format` names it.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+impl LogArgs {
+    /// What these options ask of the log.
+    pub fn logging(&self) -> log::Logging {
+        log::Logging {
+            verbose: self.verbose,
+            quiet: self.quiet,
+            format: match self.log_format {
+                LogFormat::Text => log::LogFormat::Text,
+                LogFormat::Json => log::LogFormat::Json,
+            },
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]

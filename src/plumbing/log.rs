@@ -20,7 +20,6 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::cli::{LogArgs, LogFormat};
 use crate::text::printable;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
@@ -30,9 +29,25 @@ static LOCK: OnceLock<String> = OnceLock::new();
 /// Log lines not written because stderr was full or the queue to it was (see `write_line`).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
+/// How log lines are written: as text, or as one JSON object each (for log shippers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// What the log is asked for: `-v` (a count), `-q`, `--log-format`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Logging {
+    pub verbose: u8,
+    pub quiet: bool,
+    pub format: LogFormat,
+}
+
 /// Installs the stderr logger for the process.
-pub fn init(args: &LogArgs) {
-    let format = args.log_format;
+pub fn init(args: &Logging) {
+    let format = args.format;
     let _ = FORMAT.set(format);
     QUIET.store(args.quiet, Ordering::Relaxed);
     let level = match (args.quiet, args.verbose, format) {

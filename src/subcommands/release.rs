@@ -60,7 +60,7 @@ pub async fn release(
 }
 
 fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {
-    let fence = crate::subcommands::status::last_fence(fence);
+    let fence = crate::backend::last_fence(fence);
     match holders {
         [holder] => {
             say(format_args!(

@@ -210,15 +210,6 @@ fn holder_json(h: &Holder) -> Value {
     })
 }
 
-/// "last fence N", or "no fence issued yet" for a lock never taken (or taken only by a program
-/// that keeps no counter): "last fence none issued yet" read as a riddle.
-pub fn last_fence(fence: Option<u64>) -> String {
-    fence.map_or_else(
-        || "no fence issued yet".to_owned(),
-        |f| format!("last fence {f}"),
-    )
-}
-
 /// The lock's state in one line; `kept[i]`: holder i's run is over, and only its `--min-hold`
 /// keeps the lock (see [`kept`]).
 pub fn to_text(name: &str, report: &Report, kept: &[bool]) -> String {
@@ -226,7 +217,7 @@ pub fn to_text(name: &str, report: &Report, kept: &[bool]) -> String {
         (None, Some(revision)) => {
             format!("no last fence kept; the next is above revision {revision}")
         }
-        (fence, _) => last_fence(fence),
+        (fence, _) => crate::backend::last_fence(fence),
     };
     let left = |expiry: Expiry| match expiry {
         Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => format!("{} left", show(d)),
