@@ -35,6 +35,7 @@ mod open;
 mod plumbing;
 mod postgres;
 mod redis;
+mod registry;
 mod session;
 mod subcommands;
 mod text;

@@ -5,13 +5,14 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::backend::Opening;
 use crate::backend::View;
 use crate::backend::{Ended, Run};
 use crate::cli::{Cli, Command, ConnArgs};
 use crate::name::LockName;
 use crate::observe::metrics;
 use crate::observe::ping::Pinger;
-use crate::open::{Opening, look, open, runtime};
+use crate::open::{look, open, runtime};
 use crate::plumbing::exit::{Codes, Exit, Failure};
 use crate::plumbing::log;
 use crate::session::config::RunConfig;

@@ -36,7 +36,7 @@ macro_rules! exit_status {
     () => {
         "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
 not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
-stopped (or never started); 124 --max-run ran out; 69 the server (Redis, etcd) unreachable or refusing; 2 usage error; 126/127 command \
+stopped (or never started); 124 --max-run ran out; 69 the backend unreachable or refusing; 2 usage error; 126/127 command \
 not executable/not found."
     };
 }
@@ -151,11 +151,9 @@ and --force not given (nothing was released), a file:// lock whose holder still 
 usage error; 69 the backend could not be reached or refused."
     )]
     Release(ReleaseArgs),
-    /// Check the setup the URLs name: Redis (reachability, role, memory policy, persistence,
-    /// permissions, clocks), a file:// directory, an etcd cluster, or a PostgreSQL database
-    /// (connection, TLS, primary, tables, privileges, synchronous_commit); exit 1 when a check
-    /// FAILs
+    /// Check the setup the URLs name (what is checked of each backend is the registry's)
     #[command(
+        about = crate::registry::doctor_help(),
         after_help = "Exit status: 0 when no check FAILs (WARN lines allowed); 1 when any check \
 FAILs (an unreachable server is a FAIL); 2 usage error."
     )]

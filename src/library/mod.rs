@@ -32,11 +32,12 @@ mod tests;
 
 use std::time::Duration;
 
+use crate::backend::Opening;
 use crate::backend::{Attempt, Backend, BackendError, LockSpec, Mode};
 use crate::endpoints::Endpoints;
 use crate::lease::Timings;
 use crate::name::LockName;
-use crate::open::{Opening, open};
+use crate::open::open;
 use crate::plumbing::exit::{Exit, Failure};
 use crate::session::config::Patience;
 

@@ -7,10 +7,11 @@ mod cron_path;
 
 use serde_json::json;
 
+use crate::backend::Opening;
 use crate::backend::{Check, Level};
 use crate::endpoints::Endpoints;
 use crate::name::LockName;
-use crate::open::{Opening, look, runtime};
+use crate::open::{look, runtime};
 use crate::plumbing::exit::{Exit, Failure};
 use crate::text::out;
 
