@@ -87,20 +87,7 @@ async fn wait<C: Clock, I: Interrupts>(
     let mut next = Next::Try;
     loop {
         next = match next {
-            Next::Try => {
-                waiter.sending(clock.now());
-                tokio::select! {
-                    biased;
-                    // The attempt in flight may have been granted.
-                    signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, true)),
-                    attempt = backend.try_acquire(&cfg.timings, waiter.listens()) => {
-                        let facts = Facts { lease: backend.tenure() == Tenure::Lease, queued: backend.queues() };
-                        waiter.answered(clock.now(), attempt, facts)
-                    }
-                    // A server that stopped answering must not stretch `--wait`.
-                    () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight(clock.now())),
-                }
-            }
+            Next::Try => attempt(backend, clock, cfg, interrupts, waiter).await,
             Next::Subscribe => tokio::select! {
                 biased;
                 signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, false)),
@@ -156,6 +143,29 @@ async fn wait<C: Clock, I: Interrupts>(
         if !waiter.listening() {
             wakeups = None;
         }
+    }
+}
+
+/// One attempt, and what the waiter makes of its answer; unless a signal, or the `--wait`
+/// deadline, ends the wait while it is in flight.
+async fn attempt<C: Clock, I: Interrupts>(
+    backend: &dyn Backend,
+    clock: &C,
+    cfg: &RunConfig,
+    interrupts: &mut I,
+    waiter: &mut Waiter<'_>,
+) -> Next {
+    waiter.sending(clock.now());
+    tokio::select! {
+        biased;
+        // The attempt in flight may have been granted.
+        signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, true)),
+        attempt = backend.try_acquire(&cfg.timings, waiter.listens()) => {
+            let facts = Facts { lease: backend.tenure() == Tenure::Lease, queued: backend.queues() };
+            waiter.answered(clock.now(), attempt, facts)
+        }
+        // A server that stopped answering must not stretch `--wait`.
+        () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight(clock.now())),
     }
 }
 
