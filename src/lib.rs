@@ -26,6 +26,8 @@ mod child;
 mod cli;
 mod endpoints;
 mod etcd;
+#[cfg(feature = "fake-backend")]
+mod fake;
 mod file;
 mod lease;
 mod library;

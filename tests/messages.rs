@@ -224,7 +224,7 @@ fn an_unknown_scheme_lists_every_url_form() {
     // list kept apart from the backends.
     lr().args(["-u", "postgress://db/locks", "job", "true"])
         .run()
-        .expect_one_line(2, "or postgres://[user@]host[:port][,...]/DB");
+        .expect_one_line(2, "postgres://[user@]host[:port][,...]/DB");
 }
 
 /// A port that answers HTTP (an etcd's, a web server's), given as a Redis URL.
