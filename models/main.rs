@@ -1,13 +1,16 @@
 //! The protocol models: each backend's protocol as a Stateright model, explored exhaustively
 //! to stated bounds, with the known-bad variants (mutations) each must refute with a trace.
 //! `cargo test --test models [NAME] [--traces]` prints, per model, the states explored, the
-//! bounds, and each mutation with the property that refuted it; traces are written to
-//! `target/models/` (and printed with `--traces`). docs/how-it-works.md describes each model.
+//! bounds, each limit shown, each variant that must hold, and each mutation with the property
+//! that refuted it; traces are written to `target/models/` (and printed with `--traces`).
+//! docs/how-it-works.md describes each model.
 
 use std::process::ExitCode;
 
 use locked_run_models::check::Report;
-use locked_run_models::{etcd, file, lease_clock, object_store, postgres, redis, redlock};
+use locked_run_models::{
+    etcd, file, keep_alive, lease_clock, object_store, postgres, postgres_expiry, redis, redlock,
+};
 
 /// A model's check: its reports (some models run in more than one configuration).
 type Check = fn() -> Vec<Report>;
@@ -18,9 +21,12 @@ fn main() -> ExitCode {
     let models: Vec<(&str, Check)> = vec![
         ("lease clock", || vec![lease_clock::check()]),
         ("redis", redis::check),
+        ("keep-alive", || vec![keep_alive::check()]),
         ("redlock", || vec![redlock::check()]),
         ("etcd", || vec![etcd::check()]),
-        ("postgres", || vec![postgres::check()]),
+        ("postgres", || {
+            vec![postgres::check(), postgres_expiry::check()]
+        }),
         ("object store", || vec![object_store::check()]),
         ("file", || vec![file::check()]),
     ];
@@ -68,11 +74,20 @@ fn print(r: &Report) {
     for m in &r.limits {
         match m.refuted {
             Some((property, steps)) => println!(
-                "  limit    {:<52} shown: {property:?} broken ({steps} steps, {} states)",
+                "  limit    {:<60} shown: {property:?} broken ({steps} steps, {} states)",
                 m.mutation, m.states
             ),
             None => println!(
-                "  limit    {:<52} NOT SHOWN ({} states)",
+                "  limit    {:<60} NOT SHOWN ({} states)",
+                m.mutation, m.states
+            ),
+        }
+    }
+    for m in &r.holds {
+        match m.refuted {
+            None => println!("  holds    {:<60} holds ({} states)", m.mutation, m.states),
+            Some((property, steps)) => println!(
+                "  holds    {:<60} BROKEN: {property:?} ({steps} steps, {} states)",
                 m.mutation, m.states
             ),
         }
@@ -80,11 +95,11 @@ fn print(r: &Report) {
     for m in &r.mutations {
         match m.refuted {
             Some((property, steps)) => println!(
-                "  mutation {:<52} refuted: {property:?} ({steps} steps, {} states)",
+                "  mutation {:<60} refuted: {property:?} ({steps} steps, {} states)",
                 m.mutation, m.states
             ),
             None => println!(
-                "  mutation {:<52} NOT REFUTED ({} states): the model cannot tell it from the protocol",
+                "  mutation {:<60} NOT REFUTED ({} states): the model cannot tell it from the protocol",
                 m.mutation, m.states
             ),
         }

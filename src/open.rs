@@ -40,7 +40,14 @@ fn open_store(
     spec: &LockSpec,
     how: &Opening,
 ) -> Result<Box<dyn Opened>, Failure> {
-    let store = registry::store(endpoints, how).map_err(Failure::usage)?;
+    // The program's name as every backend keeps it in the holder's metadata: raw, at most a
+    // name's length (a file name can be 255 bytes; the library's callers may pass anything).
+    let command = crate::text::cut(how.command, crate::text::MAX_NAME);
+    let how = Opening {
+        command: &command,
+        ..*how
+    };
+    let store = registry::store(endpoints, &how).map_err(Failure::usage)?;
     if let Some(why) = registry::refuses(&store, spec) {
         return Err(Failure::usage(why));
     }

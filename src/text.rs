@@ -38,16 +38,16 @@ fn escaped(c: char) -> bool {
         )
 }
 
-/// `text` with every character of [`escaped`] written as Rust writes it (`\n`, `\u{1b}`),
-/// cut after `max` characters.
-fn escape(text: &str, max: usize) -> String {
+/// `text` with every character of [`escaped`] (and, with `backslash`, the backslash itself)
+/// written as Rust writes it (`\n`, `\u{1b}`, `\\`), cut after `max` characters.
+fn escape(text: &str, max: usize, backslash: bool) -> String {
     let mut line = String::with_capacity(text.len().min(max));
     for (count, c) in text.chars().enumerate() {
         if count == max {
             line.push_str("... (cut)");
             break;
         }
-        match escaped(c) {
+        match escaped(c) || (backslash && c == '\\') {
             true => line.extend(c.escape_default()),
             false => line.push(c),
         }
@@ -58,17 +58,46 @@ fn escape(text: &str, max: usize) -> String {
 /// The printable form of text from elsewhere (a host, program or user name, a server's error
 /// text, a history record, a file in a shared directory): one line, with no control
 /// character, escape sequence or bidirectional override left raw, and at most [`MAX_LINE`]
-/// characters. Every such text `locked-run` prints goes through this, on stdout and stderr.
+/// characters. The backslash is escaped too (`\\`), so that a name holding the six characters
+/// `\u{1b}` never reads as one whose ESC was escaped. Every such text `locked-run` prints goes
+/// through this once, where it is put into a line, on stdout and stderr.
 pub fn printable(text: &str) -> String {
-    escape(text, MAX_LINE)
+    escape(text, MAX_LINE, true)
 }
+
+/// A whole line as it is printed: what it quotes from elsewhere went through [`printable`]
+/// already, so its backslashes are left as they are (escaping them again would make an escaped
+/// ESC read as a name's backslash); any control character still in it is escaped all the same,
+/// and it is cut after [`MAX_LINE`] characters. Log lines, failure lines and the waiting line
+/// go through this.
+pub fn line_form(text: &str) -> String {
+    escape(text, MAX_LINE, false)
+}
+
+/// `text` raw, cut as a printed line is (after [`MAX_LINE`] characters, saying so): what a JSON
+/// log line carries of a message, which JSON escapes.
+pub fn bounded(text: &str) -> String {
+    match text.chars().nth(MAX_LINE) {
+        None => text.to_owned(),
+        Some(_) => format!("{}... (cut)", cut(text, MAX_LINE)),
+    }
+}
+
+/// `text` cut to at most `max` characters: what a writer keeps of a field it stores (a host or
+/// program name), raw, so that every store keeps the same text and only printing escapes it.
+pub fn cut(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+/// The most characters of a name (host, program) a holder's metadata keeps.
+pub const MAX_NAME: usize = 255;
 
 /// Writes `line` on stdout as one line in the printable form (what it quotes from elsewhere was
 /// cut already, each part by [`printable`]; a newline in it is shown escaped, so a text of
 /// several lines is several calls). A reader that went away (`| head -1`) changes nothing:
 /// what could not be written is dropped, and the status stands.
 pub fn say(line: std::fmt::Arguments<'_>) {
-    let line = escape(&line.to_string(), usize::MAX);
+    let line = escape(&line.to_string(), usize::MAX, false);
     let _ = writeln!(std::io::stdout(), "{line}");
 }
 
@@ -128,7 +157,7 @@ pub(crate) use message;
 
 #[cfg(test)]
 mod printable_tests {
-    use super::{json, printable};
+    use super::{json, line_form, printable};
 
     #[test]
     fn a_message_stays_one_short_line_of_text() {
@@ -158,5 +187,21 @@ mod printable_tests {
         assert!(!line.chars().any(|c| c.is_control()));
         let back: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(back["host"], host, "escaped, not changed");
+    }
+
+    /// Issue 43's review: a name holding the six characters `\u{1b}` read exactly as one whose
+    /// ESC was escaped. The printable form escapes the backslash too; a whole line, whose
+    /// fields went through it already, escapes only what is still raw.
+    #[test]
+    fn a_backslash_in_a_name_never_reads_as_an_escape() {
+        let literal = "w\\u{1b}]0;x";
+        let real = "w\u{1b}]0;x";
+        assert_eq!(printable(literal), "w\\\\u{1b}]0;x");
+        assert_eq!(printable(real), "w\\u{1b}]0;x");
+        assert_ne!(printable(literal), printable(real));
+        let line = format!("held by {}", printable(real));
+        assert_eq!(line_form(&line), line, "escaped once, not twice");
+        assert_eq!(line_form("a\u{1b}b"), "a\\u{1b}b");
+        assert!(line_form(&"x".repeat(10_000)).len() < 2100);
     }
 }

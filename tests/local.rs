@@ -29,10 +29,16 @@ fn processes_contending_on_one_directory_never_overlap() {
         }
     });
     assert_eq!(check_log(&log), 32);
+    // One token per run: 32 in a row (of one block), the last the counter's.
+    let fences = history_fences(&url, "shared");
+    assert_eq!(fences.len(), 32);
+    let last = status_json(&url, "shared")["fence"].as_u64().unwrap();
+    let mut sorted = fences.clone();
+    sorted.sort_unstable();
     assert_eq!(
-        status_json(&url, "shared")["fence"],
-        32,
-        "one token per run"
+        sorted,
+        (last - 31..=last).collect::<Vec<u64>>(),
+        "{fences:?}"
     );
 }
 
@@ -44,7 +50,7 @@ fn a_holder_killed_mid_run_frees_the_lock_at_once_and_its_fence_is_kept() {
     let (holder, child) = start_job(&url, dir.path(), &[], "exec sleep 60");
     let status = status_json(&url, "job");
     assert_eq!(status["held"], true, "{status}");
-    assert_eq!(status["fence"], 1);
+    let first = status["fence"].as_u64().unwrap();
     assert_eq!(
         status["ttl_ms"], -1,
         "no lease: held while its holder lives"
@@ -72,7 +78,10 @@ fn a_holder_killed_mid_run_frees_the_lock_at_once_and_its_fence_is_kept() {
         woke < Duration::from_millis(500),
         "the waiter started {woke:?} after the holder died"
     );
-    assert_eq!(std::fs::read_to_string(&started).unwrap(), "2\n");
+    assert_eq!(
+        std::fs::read_to_string(&started).unwrap(),
+        format!("{}\n", first + 1)
+    );
     assert!(
         wait_pid_exit(child, Duration::from_secs(5)),
         "PDEATHSIG ended the dead holder's command"
@@ -94,8 +103,12 @@ fn a_holder_killed_mid_run_frees_the_lock_at_once_and_its_fence_is_kept() {
         .job(sh("echo $LOCKED_RUN_FENCE"))
         .run()
         .expect(0);
-    assert_eq!(out.stdout, "4\n", "fences 1..3 were issued before, durably");
-    assert_eq!(status_json(&url, "job")["fence"], 4);
+    assert_eq!(
+        out.stdout,
+        format!("{}\n", first + 3),
+        "three fences were issued before, durably"
+    );
+    assert_eq!(status_json(&url, "job")["fence"], first + 3);
     let _ = holder.wait();
 }
 
@@ -207,6 +220,7 @@ fn min_hold_keeps_the_lock_after_the_command_and_release_force_clears_it() {
 
     let status = status_json(&url, "job");
     assert_eq!(status["held"], true, "{status}");
+    let first = status["fence"].as_u64().unwrap();
     let ttl = status["ttl_ms"].as_u64().unwrap();
     assert!(ttl > 25_000 && ttl <= 30_000, "{ttl}");
     let out = lr()
@@ -235,7 +249,7 @@ fn min_hold_keeps_the_lock_after_the_command_and_release_force_clears_it() {
         .job(sh("echo $LOCKED_RUN_FENCE"))
         .run()
         .expect(0);
-    assert_eq!(out.stdout, "2\n");
+    assert_eq!(out.stdout, format!("{}\n", first + 1));
 }
 
 #[test]

@@ -12,6 +12,7 @@ use crate::support::*;
 
 #[test]
 fn names_with_dots_dashes_and_slashes_get_their_own_files_inside_the_directory() {
+    let since = clock_us();
     let locks = scratch();
     let url = file_url(locks.path());
     for (name, stem) in [
@@ -36,7 +37,11 @@ fn names_with_dots_dashes_and_slashes_get_their_own_files_inside_the_directory()
             locks.path().join(format!("{stem}.fence")).exists(),
             "{name}: a counter of its own"
         );
-        assert_eq!(status_json(&url, name)["fence"], 1, "{name}");
+        let fence = status_json(&url, name)["fence"].as_u64().unwrap();
+        assert!(
+            fence > since,
+            "{name}: a fence of its own, from the clock: {fence}"
+        );
     }
     let mut files: Vec<String> = std::fs::read_dir(locks.path())
         .unwrap()
@@ -99,6 +104,7 @@ fn an_unwritable_directory_is_69_and_nothing_runs() {
 
 #[test]
 fn links_planted_in_the_directory_are_never_followed() {
+    let since = clock_us();
     let locks = scratch();
     let elsewhere = scratch();
     let url = file_url(locks.path());
@@ -118,7 +124,7 @@ fn links_planted_in_the_directory_are_never_followed() {
         .command(["true"])
         .run()
         .expect(0);
-    assert_eq!(status_json(&url, "other")["fence"], 1);
+    assert!(status_json(&url, "other")["fence"].as_u64().unwrap() > since);
 
     // The fence counter as a link: refused, never read through.
     std::os::unix::fs::symlink(&victim, locks.path().join("third.fence")).unwrap();
@@ -139,6 +145,7 @@ fn a_waiter_whose_lock_file_was_replaced_waits_on_the_new_one() {
     let dir = scratch();
     let url = file_url(locks.path());
     let (first, _) = start_job(&url, dir.path(), &[], "exec sleep 60");
+    let first_fence = status_json(&url, "job")["fence"].as_u64().unwrap();
     let marker = file(&dir, "waiter");
     let waiter = lr()
         .url(&url)
@@ -164,11 +171,13 @@ fn a_waiter_whose_lock_file_was_replaced_waits_on_the_new_one() {
             path_str(&go)
         ),
     );
-    assert_eq!(
-        wait_for_file(&file(&dir, "second"), Duration::from_secs(10), |t| t
-            .ends_with('\n')),
-        "2\n"
-    );
+    let fence_of = |text: String| text.trim().parse::<u64>().unwrap();
+    let second_fence = fence_of(wait_for_file(
+        &file(&dir, "second"),
+        Duration::from_secs(10),
+        |t| t.ends_with('\n'),
+    ));
+    assert_eq!(second_fence, first_fence + 1);
 
     // The first holder ends: its (deleted) file is free, but the waiter must not take that
     // one; it finds the file at the path replaced and waits on the new one.
@@ -184,7 +193,10 @@ fn a_waiter_whose_lock_file_was_replaced_waits_on_the_new_one() {
     std::fs::write(&go, "").unwrap();
     second.wait().expect(0);
     waiter.wait().expect(0);
-    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "3\n");
+    assert_eq!(
+        fence_of(std::fs::read_to_string(&marker).unwrap()),
+        first_fence + 2
+    );
 }
 
 /// A FIFO planted under the fence counter's name would hang the open (the lock held, deaf to
@@ -343,4 +355,38 @@ fn hold_flock(path: &Path, held: &Path) -> std::process::Command {
     .arg(path)
     .arg(held);
     cmd
+}
+
+/// Issue 43's review: a run SIGKILLed while it reserved a block of fences or trimmed the
+/// history left `.NAME.fence.<token>.tmp` or `.NAME.history.<token>.tmp` for ever. The next
+/// reservation (or trim) removes such files of this user's once they are a minute old, and
+/// nothing else.
+#[test]
+fn temporary_files_a_killed_run_left_are_removed_once_old() {
+    let locks = scratch();
+    let dir = locks.path();
+    let token = |n: u32| format!("{n:08}-0000-4000-8000-000000000000");
+    let left = |what: &str, n: u32| dir.join(format!(".job.{what}.{}.tmp", token(n)));
+    let (old_fence, young_fence) = (left("fence", 1), left("fence", 2));
+    let (old_history, other) = (
+        left("history", 3),
+        dir.join(format!(".jobs.fence.{}.tmp", token(4))),
+    );
+    for path in [&old_fence, &young_fence, &old_history, &other] {
+        std::fs::write(path, "").unwrap();
+    }
+    for path in [&old_fence, &old_history, &other] {
+        two_minutes_old(path);
+    }
+    // The first run reserves a block.
+    let url = file_url(dir);
+    lr().url(&url).job(["true"]).run().expect(0);
+    assert!(!old_fence.exists(), "removed by the reservation");
+    assert!(young_fence.exists() && other.exists() && old_history.exists());
+    // A history long enough to be trimmed.
+    let lines = "not a record\n".repeat(20_000);
+    std::fs::write(dir.join("job.history"), lines).unwrap();
+    lr().url(&url).job(["true"]).run().expect(0);
+    assert!(!old_history.exists(), "removed by the trim");
+    assert!(young_fence.exists() && other.exists());
 }

@@ -241,6 +241,24 @@ fn another_program_holding_with_plain_sql_excludes_locked_run_and_the_reverse() 
     assert_eq!(pg.psql(&plain_sql_grant("job", "java-2")), "");
     holder.finish().expect(0);
     assert_eq!(pg.psql(&plain_sql_grant("job", "java-3")), "5");
+
+    // Issue 43's review: another program's `since` of 'infinity' failed every query that read
+    // it (its cast to milliseconds): the holder reads as one of unknown start.
+    pg.psql("UPDATE locked_run.holder SET since = 'infinity' WHERE name = 'job'");
+    let out = lr()
+        .url(&url)
+        .args(["-n", "-v"])
+        .job(["true"])
+        .run()
+        .expect(75);
+    assert!(out.stderr.contains("(billing) since ?"), "{}", out.stderr);
+    let status = lr().args(["status", "-u", &url, "job"]).run().expect(0);
+    assert!(status.stdout.contains("since ?"), "{status:?}");
+    // Nor does an expiry of 'infinity' (a lock held for ever, as another program may):
+    // `status` and a run's attempt read it as one that does not end soon.
+    pg.psql("UPDATE locked_run.holder SET expires_at = 'infinity' WHERE name = 'job'");
+    lr().args(["status", "-u", &url, "job"]).run().expect(0);
+    lr().url(&url).args(["-n"]).job(["true"]).run().expect(75);
 }
 
 /// Two first runs at once on an empty database: both make (or find) the tables, neither fails.

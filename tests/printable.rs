@@ -4,7 +4,6 @@
 //! "held by" and "last run" lines, and `--json`), `history` (text and `--json`) and `release`
 //! show it escaped, on stdout and stderr alike.
 
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -18,18 +17,7 @@ const HOST: &str = "w\u{1b}]0;PWNED\u{7}\u{1b}[2K\r2026-01-01  exit 0  fence 999
 
 /// Runs the command in a UTS namespace of its own whose host name is [`HOST`] (as root).
 fn hostile_host(cmd: &mut Command) -> &mut Command {
-    // SAFETY: unshare(2) and sethostname(2) only, both async-signal-safe, between fork and
-    // exec; the name is a static buffer.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::unshare(libc::CLONE_NEWUTS) != 0
-                || libc::sethostname(HOST.as_ptr().cast(), HOST.len()) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
+    crate::support::hostile::on_host_named(cmd, HOST)
 }
 
 /// The characters of `text` a terminal would act on: every control character but the newline

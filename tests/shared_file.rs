@@ -313,7 +313,13 @@ fn a_shared_min_hold_keeps_exclusive_runs_out_until_released_by_force() {
         .run()
         .expect(0);
     lr().url(&url).args(["-n"]).job(["true"]).run().expect(0);
-    assert_eq!(status_json(&url, "job")["fence"], 3);
+    let fences = history_fences(&url, "job");
+    assert_eq!(fences.len(), 3, "{fences:?}");
+    assert_eq!(
+        status_json(&url, "job")["fence"],
+        fences[2] + 2,
+        "{fences:?}"
+    );
 }
 
 #[test]

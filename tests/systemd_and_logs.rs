@@ -146,6 +146,37 @@ fn json_logs_carry_every_milestone_of_a_run() {
     assert_eq!(lines[n - 1]["still_ours"], true);
 }
 
+/// Issue 43's review: a server's error of a megabyte (escapes and all) reached the JSON log
+/// whole, one line of a megabyte per event, where the text log cuts each line at 2000
+/// characters. JSON lines are cut the same way: each stays one short line that parses.
+#[test]
+fn json_log_lines_are_bounded_as_text_lines_are() {
+    let server = crate::support::hostile::Hostile::start(crate::support::hostile::megabyte_error);
+    for format in ["json", "text"] {
+        let out = lr()
+            .args(["-v", "--log-format", format, "-u", &server.redis_url()])
+            .job(["true"])
+            .run()
+            .expect(69);
+        assert!(
+            out.stderr.len() < 64 << 10,
+            "{format}: {} bytes",
+            out.stderr.len()
+        );
+        for line in out.stderr.lines() {
+            assert!(
+                line.len() < 16 << 10,
+                "{format}: a line of {} bytes",
+                line.len()
+            );
+            assert!(!line.contains('\u{1b}'), "{format}: {line}");
+        }
+        if format == "json" {
+            assert!(!json_lines(&out.stderr).is_empty());
+        }
+    }
+}
+
 #[test]
 fn json_logs_tell_a_lost_lease_and_end_with_the_failure() {
     let mut redis = Redis::start();

@@ -37,6 +37,7 @@ mod postgres;
 mod postgres_faults;
 mod postgres_hostile;
 mod postgres_modes;
+mod postgres_replication;
 mod printable;
 mod racing;
 mod redlock;

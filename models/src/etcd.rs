@@ -1,14 +1,19 @@
-//! Model 3, etcd's recipe (`src/etcd/mod.rs`, DESIGN "A consensus backend"): each run's key
-//! `NAME/<lease>` is created on its lease with the next revision; the key with the lowest
-//! create revision holds, and its create revision is the fence. A run whose key is first
-//! confirms it and leaves the holder's mark in the same transaction (a compare on the whole
-//! range, then a rewrite of its key that keeps its create revision) before its command starts.
-//! The waiter behind a first key that has no mark and whose lease was not kept alive for a
-//! heartbeat deletes it (a transaction that compares the mark's absence): a dead waiter holds
-//! the line up for a heartbeat, not a lease. A lease ends only once its run stopped keeping
-//! it alive, and the lease clock stopped that run's command first (model 6); keep-alives may
-//! stall for a heartbeat at any time (a slow network, a paused wrapper) without the lease
-//! ending. etcd itself is linearizable (Raft): each transaction is one step.
+//! Model 3, etcd's recipe as `src/etcd/round.rs` builds it: each run's key `NAME/<lease>`
+//! has the next revision; the key with the lowest create revision holds, and its create
+//! revision is the fence. A run that finds `NAME/` empty creates its key on its holding lease
+//! (the lease the lease clock runs on) in one transaction that compares the prefix empty:
+//! it holds. Else it waits: its key is created on a queue lease of its own (KEEP_ALIVE, kept
+//! alive every heartbeat), and when woken it sends the grant: one transaction that compares
+//! its key (at its create revision) and no key before it, and moves the key to its holding
+//! lease (the mark: the put keeps the create revision). The queue lease, no longer kept
+//! alive once its run holds (or is gone), lapses, and etcd deletes what is still on it: a
+//! dead waiter's key goes KEEP_ALIVE after its last keep-alive, and a live waiter whose
+//! keep-alives stalled that long loses its key and queues again at the end. A holding lease
+//! ends only once its run stopped keeping it alive, and the lease clock stopped that run's
+//! command first (model 6). etcd itself is linearizable (Raft): each transaction is one step.
+//! Wake-ups are hints: a waiter may send its grant at any moment; the comparison decides.
+//! The first run is `etcdctl lock`: its key on its session's lease (which outlives any stall
+//! here), holding when first, with no mark; nobody but etcd ever deletes another's key.
 
 use stateright::{Model, Property};
 
@@ -20,8 +25,13 @@ const RUNS: usize = 3;
 pub struct Key {
     pub run: u8,
     pub created: u8,
-    pub marked: bool,
+    /// On its run's holding lease (the mark), else on its queue lease (or, `etcdctl lock`'s,
+    /// on its session's lease: never marked).
+    pub holding: bool,
 }
+
+/// The run that is `etcdctl lock`.
+const ETCDCTL: usize = 0;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -33,7 +43,7 @@ pub enum Phase {
     },
     /// Its command stopped (ended, or lost its lease): it lets its key go.
     Stopped,
-    /// SIGKILLed while waiting: its lease lapses after T.
+    /// SIGKILLed while waiting: its queue lease is kept alive no more.
     Gone,
 }
 
@@ -42,40 +52,49 @@ pub struct State {
     pub revision: u8,
     pub keys: Vec<Key>,
     pub runs: Vec<Phase>,
-    /// Runs whose keep-alives stalled for a heartbeat (their lease still live).
-    pub stale: Vec<bool>,
-    /// A waiter's read: the key before it, unmarked and stale, as it saw it.
-    pub seen_dead: Vec<Option<u8>>,
+    /// Runs whose queue lease's keep-alives stalled past KEEP_ALIVE (a slow network, a
+    /// paused wrapper): etcd may let it lapse.
+    pub stalled: Vec<bool>,
     pub max_fence: u8,
     pub fence_back: bool,
     pub faults: u8,
+    /// Places taken again after a lapse, in all (a bound).
+    pub requeues: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// Grant a lease and create the key, only if absent: the next revision.
+    /// The first transaction: the key on the holding lease if `NAME/` is empty, else on a
+    /// queue lease (`first`, `queue`).
     Create(usize),
-    /// The transaction that compares "no key before mine" and rewrites the key with the mark.
-    Confirm(usize),
-    /// Keep-alives stall for a heartbeat (the lease still live).
+    /// The grant: compare (our key at its revision, none before it), move it to the holding
+    /// lease (`mark`).
+    Mark(usize),
+    /// A waiter's keep-alives stall past KEEP_ALIVE, or get through again.
     Stall(usize),
     KeepAlive(usize),
-    /// A waiter reads the key before its own, its mark and its lease's keep-alive.
-    LookBefore(usize),
-    /// It deletes that key in a transaction that compares the mark's absence.
-    DeleteDead(usize),
+    /// etcd lets a queue lease lapse: every key on it goes.
+    QueueLapses(usize),
+    /// A waiter whose key lapsed queues again, at the end (`place_gone`).
+    Requeue(usize),
+    /// (DESIGN's example) the waiter behind deletes a stalled first key without the mark.
+    DeleteStalled(usize),
     Stop(usize),
-    /// A stopped run's key goes (revoke, or its lease ends).
+    /// A stopped run's key goes (revoke, or its holding lease ends).
     LetGo(usize),
     Crash(usize),
 }
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rules {
-    /// The dead waiter's key deleted on a stale lease alone, without the mark's compare.
-    pub delete_without_mark: bool,
-    /// The mark's absence read, then the key deleted unconditionally.
-    pub delete_unconditionally: bool,
+    /// The grant leaves the key on its queue lease (no mark): what takes a dead waiter's key
+    /// away takes a holder's too.
+    pub no_mark: bool,
+    /// The grant moves the key without comparing that none is before it.
+    pub no_compare: bool,
+    /// DESIGN's example encoding: the waiter behind deletes a first key that has no mark and
+    /// whose keep-alives stalled (no queue leases).
+    pub delete_behind: bool,
 }
 
 pub struct EtcdModel {
@@ -86,12 +105,18 @@ fn first(keys: &[Key]) -> Option<Key> {
     keys.iter().min_by_key(|k| k.created).copied()
 }
 
-fn before(keys: &[Key], run: u8) -> Option<Key> {
-    let mine = keys.iter().find(|k| k.run == run)?.created;
-    keys.iter()
-        .filter(|k| k.created < mine)
-        .max_by_key(|k| k.created)
-        .copied()
+impl EtcdModel {
+    /// Whether run `i`'s queue lease is kept alive: while it waits and its keep-alives get
+    /// through (a holder's queue lease is dropped; a gone waiter's is not kept).
+    fn queue_kept(s: &State, i: usize) -> bool {
+        i == ETCDCTL || s.runs[i] == Phase::Waiting && !s.stalled[i]
+    }
+
+    fn grant(s: &mut State, i: usize, fence: u8) {
+        s.fence_back |= fence <= s.max_fence;
+        s.max_fence = s.max_fence.max(fence);
+        s.runs[i] = Phase::Running { fence };
+    }
 }
 
 impl Model for EtcdModel {
@@ -103,43 +128,57 @@ impl Model for EtcdModel {
             revision: 1,
             keys: Vec::new(),
             runs: vec![Phase::New; RUNS],
-            stale: vec![false; RUNS],
-            seen_dead: vec![None; RUNS],
+            stalled: vec![false; RUNS],
             max_fence: 0,
             fence_back: false,
             faults: 1,
+            requeues: 1,
         }]
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
         for i in 0..RUNS {
-            let has_key = s.keys.iter().any(|k| k.run == i as u8);
+            let key = s.keys.iter().find(|k| k.run == i as u8);
             match s.runs[i] {
                 Phase::New => out.push(Action::Create(i)),
                 Phase::Waiting => {
-                    if first(&s.keys).is_some_and(|k| k.run == i as u8) {
-                        out.push(Action::Confirm(i));
+                    if self.rules.delete_behind
+                        && first(&s.keys).is_some_and(|k| {
+                            k.run != i as u8 && !k.holding && s.stalled[k.run as usize]
+                        })
+                    {
+                        out.push(Action::DeleteStalled(i));
                     }
-                    if before(&s.keys, i as u8).is_some() {
-                        out.push(Action::LookBefore(i));
+                    match key {
+                        Some(_) => out.push(Action::Mark(i)),
+                        None if s.requeues > 0 => out.push(Action::Requeue(i)),
+                        None => {}
                     }
-                    if s.seen_dead[i].is_some() {
-                        out.push(Action::DeleteDead(i));
-                    }
+                    out.push(match s.stalled[i] {
+                        false => Action::Stall(i),
+                        true => Action::KeepAlive(i),
+                    });
                     if s.faults > 0 {
                         out.push(Action::Crash(i));
                     }
                 }
-                Phase::Running { .. } => out.push(Action::Stop(i)),
-                Phase::Stopped | Phase::Gone if has_key => out.push(Action::LetGo(i)),
+                Phase::Running { .. } => {
+                    out.push(Action::Stop(i));
+                    // etcdctl's session keep-alives may stall too (its lease outlives them).
+                    if i == ETCDCTL {
+                        out.push(match s.stalled[i] {
+                            false => Action::Stall(i),
+                            true => Action::KeepAlive(i),
+                        });
+                    }
+                }
+                Phase::Stopped | Phase::Gone if key.is_some_and(|k| k.holding || i == ETCDCTL) => {
+                    out.push(Action::LetGo(i))
+                }
                 _ => {}
             }
-            let alive = matches!(s.runs[i], Phase::Waiting | Phase::Running { .. });
-            if alive && has_key {
-                out.push(match s.stale[i] {
-                    false => Action::Stall(i),
-                    true => Action::KeepAlive(i),
-                });
+            if key.is_some_and(|k| !k.holding) && !Self::queue_kept(s, i) {
+                out.push(Action::QueueLapses(i));
             }
         }
     }
@@ -148,41 +187,50 @@ impl Model for EtcdModel {
         let mut s = s.clone();
         match a {
             Action::Create(i) => {
+                let created = s.revision;
+                s.revision += 1;
+                let free = s.keys.is_empty();
                 s.keys.push(Key {
                     run: i as u8,
-                    created: s.revision,
-                    marked: false,
+                    created,
+                    holding: free && i != ETCDCTL,
                 });
-                s.revision += 1;
-                s.runs[i] = Phase::Waiting;
+                match free {
+                    true => Self::grant(&mut s, i, created),
+                    false => s.runs[i] = Phase::Waiting,
+                }
             }
-            Action::Confirm(i) => {
-                let k = first(&s.keys)?;
-                if k.run != i as u8 {
+            Action::Mark(i) => {
+                let mine = *s.keys.iter().find(|k| k.run == i as u8)?;
+                let first_now = first(&s.keys).is_some_and(|k| k.run == i as u8);
+                if !first_now && !self.rules.no_compare {
+                    // The comparison fails: nothing written (its reads say who is before it).
                     return None;
                 }
                 let key = s.keys.iter_mut().find(|k| k.run == i as u8)?;
-                key.marked = true;
-                let fence = key.created;
+                key.holding = !self.rules.no_mark && i != ETCDCTL;
                 s.revision += 1;
-                s.fence_back |= fence <= s.max_fence;
-                s.max_fence = s.max_fence.max(fence);
-                s.runs[i] = Phase::Running { fence };
+                Self::grant(&mut s, i, mine.created);
             }
-            Action::Stall(i) => s.stale[i] = true,
-            Action::KeepAlive(i) => s.stale[i] = false,
-            Action::LookBefore(i) => {
-                let k = before(&s.keys, i as u8)?;
-                let dead = (!k.marked || self.rules.delete_without_mark)
-                    && (s.stale[k.run as usize] || matches!(s.runs[k.run as usize], Phase::Gone));
-                s.seen_dead[i] = dead.then_some(k.run);
+            Action::Stall(i) => s.stalled[i] = true,
+            Action::KeepAlive(i) => s.stalled[i] = false,
+            Action::QueueLapses(i) => {
+                s.keys.retain(|k| k.run != i as u8 || k.holding);
+                s.revision += 1;
             }
-            Action::DeleteDead(i) => {
-                let run = s.seen_dead[i].take()?;
-                let unconditional =
-                    self.rules.delete_without_mark || self.rules.delete_unconditionally;
-                s.keys
-                    .retain(|k| !(k.run == run && (unconditional || !k.marked)));
+            Action::Requeue(i) => {
+                s.requeues -= 1;
+                s.stalled[i] = false;
+                s.keys.push(Key {
+                    run: i as u8,
+                    created: s.revision,
+                    holding: false,
+                });
+                s.revision += 1;
+            }
+            Action::DeleteStalled(_) => {
+                let k = first(&s.keys)?;
+                s.keys.retain(|x| x.run != k.run);
                 s.revision += 1;
             }
             Action::Stop(i) => s.runs[i] = Phase::Stopped,
@@ -217,46 +265,55 @@ impl Model for EtcdModel {
                     })
                 },
             ),
-            Property::sometimes("a dead waiter's key deleted", |_, s: &State| {
-                s.runs
-                    .iter()
-                    .enumerate()
-                    .any(|(i, p)| *p == Phase::Gone && !s.keys.iter().any(|k| k.run == i as u8))
-                    && s.runs.iter().any(|p| matches!(p, Phase::Running { .. }))
-            }),
+            Property::sometimes(
+                "a dead waiter's key lapsed while another runs",
+                |_, s: &State| {
+                    s.runs
+                        .iter()
+                        .enumerate()
+                        .any(|(i, p)| *p == Phase::Gone && !s.keys.iter().any(|k| k.run == i as u8))
+                        && s.runs.iter().any(|p| matches!(p, Phase::Running { .. }))
+                },
+            ),
         ]
     }
 }
 
 #[derive(Clone, Copy)]
 pub enum Mutation {
-    WithoutMark,
-    Unconditional,
+    NoMark,
+    NoCompare,
+    DeleteBehind,
 }
 
 pub fn check() -> Report {
     verify(
         "etcd",
         format!(
-            "{RUNS} runs, keep-alives stalling for a heartbeat at any time, 1 waiter SIGKILLed"
+            "{RUNS} runs (the first `etcdctl lock`), keep-alives stalling past KEEP_ALIVE at any time, 1 waiter SIGKILLed, 1 place taken again after a lapse; grants sent at any moment (a wake-up is a hint)"
         ),
         |m| {
             let mut rules = Rules::default();
             match m {
                 None => {}
-                Some(Mutation::WithoutMark) => rules.delete_without_mark = true,
-                Some(Mutation::Unconditional) => rules.delete_unconditionally = true,
+                Some(Mutation::NoMark) => rules.no_mark = true,
+                Some(Mutation::NoCompare) => rules.no_compare = true,
+                Some(Mutation::DeleteBehind) => rules.delete_behind = true,
             }
             EtcdModel { rules }
         },
         &[
             (
-                Mutation::WithoutMark,
-                "a dead-waiter delete without the mark",
+                Mutation::NoMark,
+                "a dead-waiter delete without the mark (the key left on its queue lease)",
             ),
             (
-                Mutation::Unconditional,
-                "the mark read, the delete not compared",
+                Mutation::NoCompare,
+                "the mark without the comparison (a woken waiter moves its key unchecked)",
+            ),
+            (
+                Mutation::DeleteBehind,
+                "DESIGN's example: the one behind deletes a stalled unmarked first key",
             ),
         ],
     )

@@ -1,13 +1,22 @@
 //! Model 5, `file://`'s fence (`src/file/fence.rs`, `reserve.rs`): runs one after another (the
 //! flock serialises them), each raising the fence in steps: read the counter file and its
 //! count (the extended attribute: boot, mount, file, block top, last token); if the count
-//! holds, count one more (no sync) and issue it; else reserve a block (write a temporary file,
-//! fsync, rename over the counter, fsync the directory), then set the count, then issue top + 1.
+//! holds, count one more (no sync) and issue it; else reserve a block from the `floor` (the
+//! largest of the counter, the history's largest fence and the wall clock, `clock_us`: write a
+//! temporary file, fsync, rename over the counter, fsync the directory), then set the count,
+//! then issue floor + 1. A token is issued only once the clock has reached it
+//! (`when_the_clock_reaches`), unless it is more than two blocks ahead (`WAIT_FOR_CLOCK_US`:
+//! then at once). The clock is a bounded-rate clock, a token a tick, ticking at any moment, so
+//! that a run that waits for it issues no token ahead of it. A block whose run was SIGKILLed
+//! after its rename and before its count is reserved and never used: the next block starts
+//! past it, a block further ahead of the clock; one such run is waited out, two in a row
+//! within two blocks' ticks are not (the limit).
 //! A run may be SIGKILLed between any two steps (the next run starts from what is on the
-//! file); the host may lose power (a new boot; what was not synced is lost); the directory may
-//! be copied (`cp -a`: content and attributes, a new file) and later restored from the copy,
-//! within the same boot and mount. The history (`NAME.history`, in the same directory) keeps
-//! the largest fence issued, and is copied and restored with the rest.
+//! file); the host may lose power (a new boot; what was not synced is lost; the clock goes on);
+//! the directory may be copied (`cp -a`: content and attributes, a new file) and restored from
+//! the copy at any later time, within the same boot and mount, whatever was reserved since.
+//! The history (`NAME.history`, in the same directory) keeps the largest fence issued, and is
+//! copied and restored with the rest. A clock set back (the limit) may undo all of this.
 
 use stateright::{Model, Property};
 
@@ -19,6 +28,10 @@ const BLOCK: u8 = 3;
 const RUNS: u8 = 7;
 /// Runs SIGKILLed mid-way (at any step).
 const KILLS: u8 = 2;
+/// The wall clock's last reading in the model (in tokens: the clock never issues faster).
+const CLOCK_MAX: u8 = 14;
+/// How far ahead of the clock a token is still waited for (`WAIT_FOR_CLOCK_US`).
+const WAIT_FOR_CLOCK: u8 = 2 * BLOCK;
 
 /// The count in the counter's extended attribute (`reserve::Record`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -62,14 +75,16 @@ pub struct State {
     pub step: Step,
     /// `cp -a` of the directory: the counter (as seen) and the history.
     pub copy: Option<(Counter, u8)>,
-    /// A block was reserved (synced) since the copy was taken.
-    pub reserved_since_copy: bool,
     pub next_file: u8,
     pub issued: u8,
     pub max_issued: u8,
     pub repeated: bool,
     pub faults: u8,
     pub kills: u8,
+    /// The wall clock (`clock_us`), in tokens.
+    pub clock: u8,
+    /// Runs that may still be SIGKILLed between their reservation's rename and their count.
+    pub wasted: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,6 +102,10 @@ pub enum Action {
     PowerCut,
     Copy,
     Restore,
+    /// The wall clock ticks.
+    Tick,
+    /// The wall clock set back to 0 (the limit).
+    StepBack,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -95,8 +114,15 @@ pub struct Rules {
     pub any_file: bool,
     /// The history's largest fence ignored.
     pub no_history: bool,
-    /// Copies may be taken at any time, also before a block reservation that runs use later.
-    pub old_copies: bool,
+    /// A new block's floor without the clock (before the mend).
+    pub no_clock_floor: bool,
+    /// A token issued before the clock has reached it.
+    pub no_wait: bool,
+    /// The clock may be set back once (a machine booted in 1970, a hand or NTP step).
+    pub step_back: bool,
+    /// Two runs (not one) may be SIGKILLed between their reservation's rename and their
+    /// count: two blocks reserved and never used, faster than the clock.
+    pub wasted_twice: bool,
 }
 
 pub struct FileModel {
@@ -129,6 +155,26 @@ impl FileModel {
             s.history_max
         }
     }
+
+    /// A new block's floor: the counter, the history, the clock (`raise_fence_locked`).
+    fn block_floor(&self, s: &State) -> u8 {
+        let floor = s.seen.top.max(self.floor(s));
+        match self.rules.no_clock_floor {
+            true => floor,
+            false => floor.max(s.clock),
+        }
+    }
+
+    /// Whether the next run's read reserves a block (its count is not believed, or used up).
+    fn reserves(&self, s: &State) -> bool {
+        self.counted(s)
+            .is_none_or(|r| (r.last + 1).max(self.floor(s) + 1) > r.top)
+    }
+
+    /// `when_the_clock_reaches`: whether `token` may be issued now.
+    fn clock_reached(&self, s: &State, token: u8) -> bool {
+        self.rules.no_wait || token <= s.clock || token - s.clock > WAIT_FOR_CLOCK
+    }
 }
 
 impl Model for FileModel {
@@ -148,13 +194,20 @@ impl Model for FileModel {
             history_max: 0,
             step: Step::Idle,
             copy: None,
-            reserved_since_copy: false,
             next_file: 1,
             issued: 0,
             max_issued: 0,
             repeated: false,
-            faults: 2,
+            faults: match self.rules.step_back {
+                true => 3,
+                false => 2,
+            },
             kills: KILLS,
+            clock: 1,
+            wasted: match self.rules.wasted_twice {
+                true => 2,
+                false => 1,
+            },
         }]
     }
 
@@ -162,12 +215,25 @@ impl Model for FileModel {
         match s.step {
             Step::Idle if s.issued < RUNS => out.push(Action::Read),
             Step::Idle => {}
-            Step::Counting { .. } => out.push(Action::CountAndIssue),
+            Step::Counting { next, .. } if self.clock_reached(s, next) => {
+                out.push(Action::CountAndIssue)
+            }
+            Step::Counting { .. } => {}
             Step::Written { .. } => out.push(Action::Rename),
             Step::Renamed { .. } => out.push(Action::SyncDirectory),
-            Step::Reserved { .. } => out.push(Action::SetCountAndIssue),
+            Step::Reserved { top } if self.clock_reached(s, top + 1 - BLOCK) => {
+                out.push(Action::SetCountAndIssue)
+            }
+            Step::Reserved { .. } => {}
         }
-        if s.step != Step::Idle && s.kills > 0 {
+        if s.clock < CLOCK_MAX {
+            out.push(Action::Tick);
+        }
+        if self.rules.step_back && s.faults > 0 && s.clock > 0 {
+            out.push(Action::StepBack);
+        }
+        let wastes = matches!(s.step, Step::Renamed { .. } | Step::Reserved { .. });
+        if s.step != Step::Idle && s.kills > 0 && (!wastes || s.wasted > 0) {
             out.push(Action::Kill);
         }
         if s.faults > 0 {
@@ -178,7 +244,7 @@ impl Model for FileModel {
                 out.push(Action::Copy);
             }
         }
-        if s.copy.is_some() && s.faults > 0 && (self.rules.old_copies || !s.reserved_since_copy) {
+        if s.copy.is_some() && s.faults > 0 {
             out.push(Action::Restore);
         }
     }
@@ -186,22 +252,16 @@ impl Model for FileModel {
     fn next_state(&self, s: &State, a: Action) -> Option<State> {
         let mut s = s.clone();
         match a {
-            Action::Read => match self.counted(&s) {
-                Some(record) => {
-                    let next = (record.last + 1).max(self.floor(&s) + 1);
-                    if next > record.top {
-                        // The history is past this block: reserve from beyond it.
-                        let top = next - 1 + BLOCK;
-                        s.step = Step::Written { top };
-                    } else {
-                        s.step = Step::Counting { next, record };
-                    }
-                }
-                None => {
-                    let from = s.seen.top.max(self.floor(&s));
-                    s.step = Step::Written { top: from + BLOCK };
-                }
-            },
+            // The count not believed, used up, or the history past it: a new block.
+            Action::Read if self.reserves(&s) => {
+                let top = self.block_floor(&s) + BLOCK;
+                s.step = Step::Written { top };
+            }
+            Action::Read => {
+                let record = self.counted(&s)?;
+                let next = (record.last + 1).max(self.floor(&s) + 1);
+                s.step = Step::Counting { next, record };
+            }
             Action::CountAndIssue => {
                 let Step::Counting { next, record } = s.step else {
                     return None;
@@ -229,7 +289,6 @@ impl Model for FileModel {
                     return None;
                 };
                 s.disk = s.seen;
-                s.reserved_since_copy = true;
                 s.step = Step::Reserved { top };
             }
             Action::SetCountAndIssue => {
@@ -246,6 +305,9 @@ impl Model for FileModel {
                 self.issue(&mut s, next);
             }
             Action::Kill => {
+                if matches!(s.step, Step::Renamed { .. } | Step::Reserved { .. }) {
+                    s.wasted -= 1;
+                }
                 s.kills -= 1;
                 s.step = Step::Idle;
             }
@@ -261,7 +323,6 @@ impl Model for FileModel {
             Action::Copy => {
                 s.faults -= 1;
                 s.copy = Some((s.seen, s.history_max));
-                s.reserved_since_copy = false;
             }
             Action::Restore => {
                 s.faults -= 1;
@@ -275,6 +336,11 @@ impl Model for FileModel {
                 s.disk = s.seen;
                 s.history_max = history;
                 s.step = Step::Idle;
+            }
+            Action::Tick => s.clock += 1,
+            Action::StepBack => {
+                s.faults -= 1;
+                s.clock = 0;
             }
         }
         Some(s)
@@ -291,30 +357,57 @@ impl Model for FileModel {
 #[derive(Clone, Copy)]
 pub enum Mutation {
     AnyFile,
+    NoClockFloor,
+    NoWait,
 }
 
 pub fn check() -> Report {
     let mut report = verify(
         "file://",
         format!(
-            "{RUNS} runs, blocks of {BLOCK}, {KILLS} runs SIGKILLed between any two steps, 2 of: power cut, a copy of DIR, its restore (no block reserved in between)"
+            "{RUNS} runs, blocks of {BLOCK}, the clock up to {CLOCK_MAX} (a token waits for it up to {WAIT_FOR_CLOCK} ahead), {KILLS} runs SIGKILLed between any two steps (1 of them between a reservation's rename and its count), 2 of: power cut, a copy of DIR, its restore (at any later time)"
         ),
         |m| {
             let mut rules = Rules::default();
-            if let Some(Mutation::AnyFile) = m {
-                rules.any_file = true;
-                rules.no_history = true;
+            match m {
+                None => {}
+                Some(Mutation::AnyFile) => {
+                    rules.any_file = true;
+                    rules.no_history = true;
+                }
+                Some(Mutation::NoClockFloor) => rules.no_clock_floor = true,
+                Some(Mutation::NoWait) => rules.no_wait = true,
             }
             FileModel { rules }
         },
-        &[(Mutation::AnyFile, "a fence count believed after a restore")],
+        &[
+            (Mutation::AnyFile, "a fence count believed after a restore"),
+            (
+                Mutation::NoClockFloor,
+                "a block without the wall-clock floor",
+            ),
+            (
+                Mutation::NoWait,
+                "a token issued before the clock reaches it",
+            ),
+        ],
     );
     limit(
         &mut report,
-        "a copy older than a reservation restored",
+        "two blocks reserved and never used, in two blocks' ticks",
         FileModel {
             rules: Rules {
-                old_copies: true,
+                wasted_twice: true,
+                ..Rules::default()
+            },
+        },
+    );
+    limit(
+        &mut report,
+        "the wall clock set back past the copy's time",
+        FileModel {
+            rules: Rules {
+                step_back: true,
                 ..Rules::default()
             },
         },

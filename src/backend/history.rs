@@ -5,9 +5,14 @@
 //! of a lock can write its history, so a record larger than that, or not one of ours, is
 //! skipped and counted, never a reason for a read to fail.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use serde_json::{Value, json};
+
+/// The largest fence any store issues (`i64::MAX`: Redis's `INCR`, PostgreSQL's bigint,
+/// etcd's revision, and what a consumer keeps in a signed 64-bit number): a record that shows
+/// a larger one is no record of a run.
+pub const MAX_FENCE: u64 = i64::MAX as u64;
 
 /// How many runs of one NAME a history keeps.
 pub const KEPT: usize = 100;
@@ -81,9 +86,10 @@ pub struct Run {
     pub ended: Ended,
 }
 
-/// `ms` since the epoch as RFC 3339, UTC, to the millisecond.
+/// `ms` since the epoch as RFC 3339, UTC, to the millisecond (the last instant it can write
+/// for anything later: only a wall clock set past year 9999 would give one).
 pub fn rfc3339(ms: u64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms);
+    let t = super::showable(ms.min(super::LAST_SHOWABLE_MS)).unwrap_or(UNIX_EPOCH);
     humantime::format_rfc3339_millis(t).to_string()
 }
 
@@ -115,13 +121,17 @@ impl Run {
         object
     }
 
-    /// A record back from a store; `None` when it is not one (another program's, or damaged).
+    /// A record back from a store; `None` when it is not one (another program's, or damaged):
+    /// among them one whose numbers are out of their range (a pid past `u32`, a status or a
+    /// signal past `i32`, a fence past `i64::MAX`, the fence range of every store), which is
+    /// skipped whole, never cut to a number that means something else.
     pub fn from_json(value: &Value) -> Option<Run> {
         let text = |key: &str| value.get(key)?.as_str().map(str::to_owned);
         let number = |key: &str| value.get(key)?.as_u64();
+        let int = |key: &str| i32::try_from(value.get(key)?.as_i64()?).ok();
         let ended = match value.get("ended")?.as_str()? {
             "exit" => Ended::Exit,
-            "signal" => Ended::Signal(number("signal")? as i32),
+            "signal" => Ended::Signal(int("signal")?),
             "lost" => Ended::Lost,
             "max-run" => Ended::MaxRun,
             _ => return None,
@@ -129,14 +139,14 @@ impl Run {
         Some(Run {
             token: text("token")?,
             host: text("host")?,
-            pid: number("pid")? as u32,
+            pid: u32::try_from(number("pid")?).ok()?,
             user: text("user")?,
-            fence: number("fence")?,
+            fence: number("fence").filter(|&f| f <= MAX_FENCE)?,
             mode: text("mode")?,
             started_ms: parse_rfc3339(&text("started_at")?)?,
             ended_ms: parse_rfc3339(&text("ended_at")?)?,
             waited_ms: number("waited_ms")?,
-            status: value.get("status")?.as_i64()? as i32,
+            status: int("status")?,
             ended,
         })
     }
@@ -175,9 +185,11 @@ pub struct History {
     pub skipped: usize,
 }
 
-/// The one reader of a history, for every store: raw records in (in any order), the runs and
-/// the count of what it skipped out. A store that skips records itself (Redis, PostgreSQL:
-/// so that no reply carries them) adds its count with [`Reader::skipped`].
+/// The one reader of a history, for every store: raw records in, newest first as the store
+/// orders them (its own order: a list's, a file's lines', the rows' server-set stamp; never a
+/// field the record's writer chose, which any user of the lock may set to anything), the runs
+/// and the count of what it skipped out. A store that skips records itself (Redis,
+/// PostgreSQL: so that no reply carries them) adds its count with [`Reader::skipped`].
 #[derive(Debug, Default)]
 pub struct Reader {
     runs: Vec<Run>,
@@ -208,39 +220,60 @@ impl Reader {
         self.runs.len()
     }
 
-    /// The last `limit` runs, newest first, and the count of what was skipped.
-    pub fn finish(self, limit: usize) -> History {
+    /// The first `limit` runs taken (the newest), and the count of what was skipped.
+    pub fn finish(mut self, limit: usize) -> History {
+        self.runs.truncate(limit);
         History {
-            runs: newest_first(self.runs, limit),
+            runs: self.runs,
             skipped: self.skipped,
         }
     }
 }
 
 /// Histories of several stores (Redlock's servers) as one: each run once (by its token),
-/// newest first, at most `limit`; what each skipped, added up.
+/// newest first, at most `limit`; what each skipped, added up. No store's order is broken:
+/// a run comes before another whenever some store has it first (a run that one server missed
+/// still sits between its neighbours); where the stores leave the order open (each has a run
+/// the other missed), the larger fence goes first. Should the stores disagree (records
+/// written by hand), the first store's head goes first.
 pub fn merged(histories: impl IntoIterator<Item = History>, limit: usize) -> History {
-    let mut runs: Vec<Run> = Vec::new();
+    use std::collections::{HashMap, HashSet};
+    let mut lists: Vec<Vec<Run>> = Vec::new();
     let mut skipped = 0;
     for history in histories {
         skipped += history.skipped;
-        for run in history.runs {
-            if !runs.iter().any(|r| r.token == run.token) {
-                runs.push(run);
-            }
+        lists.push(history.runs);
+    }
+    // Where each run stands in each store's list.
+    let mut places: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+    for (l, list) in lists.iter().enumerate() {
+        for (i, run) in list.iter().enumerate() {
+            places.entry(run.token.clone()).or_default().push((l, i));
         }
     }
-    History {
-        runs: newest_first(runs, limit),
-        skipped,
+    let mut heads = vec![0; lists.len()];
+    let mut taken: HashSet<String> = HashSet::new();
+    let mut runs: Vec<Run> = Vec::new();
+    while runs.len() < limit {
+        for (l, list) in lists.iter().enumerate() {
+            while list.get(heads[l]).is_some_and(|r| taken.contains(&r.token)) {
+                heads[l] += 1;
+            }
+        }
+        let front = |l: usize| lists[l].get(heads[l]);
+        // A head that no store has below a run not yet taken: nothing must come before it.
+        let first_everywhere = |run: &Run| places[&run.token].iter().all(|&(l, i)| i <= heads[l]);
+        let free = (0..lists.len())
+            .filter_map(front)
+            .filter(|run| first_everywhere(run))
+            .max_by_key(|run| run.fence);
+        let Some(next) = free.or_else(|| (0..lists.len()).find_map(front)) else {
+            break;
+        };
+        taken.insert(next.token.clone());
+        runs.push(next.clone());
     }
-}
-
-/// `runs` newest first (by when they let go of the lock), at most `limit`.
-pub fn newest_first(mut runs: Vec<Run>, limit: usize) -> Vec<Run> {
-    runs.sort_by_key(|r| std::cmp::Reverse((r.ended_ms, r.fence)));
-    runs.truncate(limit);
-    runs
+    History { runs, skipped }
 }
 
 #[cfg(test)]
@@ -280,16 +313,78 @@ mod tests {
         History { runs, skipped }
     }
 
+    fn tokens(history: History) -> Vec<String> {
+        history.runs.into_iter().map(|r| r.token).collect()
+    }
+
     #[test]
     fn histories_of_several_stores_count_each_run_once_newest_first() {
-        let a = history(vec![run("t1", 1_000_000), run("t2", 3_000_000)], 1);
+        let a = history(vec![run("t2", 3_000_000), run("t1", 1_000_000)], 1);
         let b = history(vec![run("t2", 3_000_000), run("t3", 2_000_000)], 2);
         let both = merged([a, b], 10);
-        let tokens: Vec<String> = both.runs.into_iter().map(|r| r.token).collect();
-        assert_eq!(tokens, ["t2", "t3", "t1"]);
         assert_eq!(both.skipped, 3);
-        let one = history(vec![run("t1", 1), run("t2", 2)], 0);
+        assert_eq!(tokens(both), ["t2", "t3", "t1"]);
+        let one = history(vec![run("t2", 2), run("t1", 1)], 0);
         assert_eq!(merged([one], 1).runs[0].token, "t2");
+    }
+
+    /// Issue 43's review: a history is ordered by its store, never by a field the record's
+    /// writer chose. A server that missed some runs (unreachable at their release) breaks no
+    /// other server's order, whatever the records say of their times and fences.
+    #[test]
+    fn several_stores_keep_each_stores_order() {
+        let mut r: Vec<Run> = (1..=5).map(|i| run(&format!("r{i}"), i * 1000)).collect();
+        // Forged times and fences: neither moves a run.
+        r[4].ended_ms = 1;
+        r[4].fence = 0;
+        r[0].ended_ms = 253_402_300_799_999;
+        r[0].fence = 1 << 40;
+        let newest_first = |ids: &[usize]| ids.iter().map(|&i| r[i - 1].clone()).collect();
+        let a = history(newest_first(&[5, 4, 3, 2, 1]), 0);
+        let b = history(newest_first(&[3, 2, 1]), 0);
+        let c = history(newest_first(&[5, 3, 1]), 0);
+        assert_eq!(
+            tokens(merged([b, a, c], 10)),
+            ["r5", "r4", "r3", "r2", "r1"]
+        );
+    }
+
+    /// Issue 43's review: a run's record is read in its store's order; one that claims a
+    /// later end (year 9999) does not go first, and numbers out of their range make a record
+    /// no record (a pid of 2^32 + 1 read as pid 1, a status of 2^40 as "exit 0").
+    #[test]
+    fn the_reader_keeps_the_stores_order_and_skips_numbers_out_of_range() {
+        let mut forged = run("forged", 253_402_300_799_999);
+        forged.fence = 1 << 40;
+        let records = [run("t2", 2_000_000), forged, run("t1", 1_000_000)];
+        let mut reader = Reader::new();
+        for r in &records {
+            reader.take(r.to_line().as_bytes());
+        }
+        assert_eq!(tokens(reader.finish(10)), ["t2", "forged", "t1"]);
+        let good: Value = serde_json::from_str(&run("t", 1).to_line()).unwrap();
+        let with = |key: &str, value: Value| {
+            let mut v = good.clone();
+            v[key] = value;
+            v
+        };
+        assert!(Run::from_json(&good).is_some());
+        assert!(Run::from_json(&with("fence", json!(i64::MAX))).is_some());
+        for (key, value) in [
+            ("pid", json!(4_294_967_297u64)),
+            ("status", json!(1u64 << 40)),
+            ("status", json!(-(1i64 << 40))),
+            ("signal", json!(1u64 << 40)),
+            ("fence", json!(i64::MAX as u64 + 1)),
+            ("fence", json!(u64::MAX - 1)),
+            ("fence", json!(-1)),
+        ] {
+            assert_eq!(
+                Run::from_json(&with(key, value.clone())),
+                None,
+                "{key} {value}"
+            );
+        }
     }
 
     /// Issue 43: any user of a lock can write its history; a record of 1 MB, one that is not
@@ -334,7 +429,7 @@ mod tests {
         r.user = "\u{7}".repeat(5000);
         r.mode = "\u{1}".repeat(5000);
         r.pid = u32::MAX;
-        r.fence = u64::MAX;
+        r.fence = MAX_FENCE;
         r.waited_ms = u64::MAX;
         r.status = i32::MIN;
         r.ended = Ended::Signal(i32::MAX);

@@ -19,7 +19,7 @@ mod view;
 pub(crate) use declare::says;
 pub use declare::{Can, Declaration, Modes, Opened, Opening, Queue, Several, Store, any_name};
 pub use history::{
-    Ended, History, KEPT, MAX_RECORD, Reader, Run, SCANNED, merged, rfc3339, unrecorded,
+    Ended, History, KEPT, MAX_FENCE, MAX_RECORD, Reader, Run, SCANNED, merged, rfc3339, unrecorded,
 };
 pub use lock::{Attempt, Backend, KEEP_ALIVE, Tenure, Wakeup, Wakeups};
 pub use spec::{LockSpec, Mode};
@@ -42,10 +42,10 @@ impl Holder {
         self.host.is_some() || self.pid.is_some()
     }
 
-    /// `since` as RFC 3339 UTC, for display and JSON.
+    /// `since` as RFC 3339 UTC, for display and JSON; none when it is not known, or when
+    /// whoever wrote it put it where no date can be shown (past year 9999).
     pub fn since(&self) -> Option<String> {
-        let ms = self.since_ms?;
-        let t = UNIX_EPOCH.checked_add(Duration::from_millis(ms))?;
+        let t = showable(self.since_ms?)?;
         Some(humantime::format_rfc3339_seconds(t).to_string())
     }
 }
@@ -63,8 +63,11 @@ impl fmt::Display for Holder {
         if let Some(command) = &self.command {
             write!(f, " ({})", crate::text::printable(command))?;
         }
-        if let Some(since) = self.since() {
-            write!(f, " since {since}")?;
+        // A time another party wrote that no date can show reads as unknown.
+        match (self.since(), self.since_ms) {
+            (Some(since), _) => write!(f, " since {since}")?,
+            (None, Some(_)) => f.write_str(" since ?")?,
+            (None, None) => {}
         }
         if let Some(fence) = self.fence {
             write!(f, ", fence {fence}")?;
@@ -123,6 +126,15 @@ impl fmt::Display for Busy {
     }
 }
 
+/// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z), in ms since the epoch.
+pub const LAST_SHOWABLE_MS: u64 = 253_402_300_799_999;
+
+/// `ms` since the epoch as an instant that a date can show (RFC 3339 stops at year 9999), if
+/// it is one: a time another party wrote may be anything.
+pub fn showable(ms: u64) -> Option<SystemTime> {
+    (ms <= LAST_SHOWABLE_MS).then(|| UNIX_EPOCH + Duration::from_millis(ms))
+}
+
 /// A backend operation that did not get an answer it could use.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum BackendError {
@@ -179,12 +191,14 @@ pub fn new_token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// This host's name, as holders record it.
+/// This host's name, as holders and history records keep it: raw (whatever a container's
+/// owner set in its UTS namespace; only printing escapes it), at most a name's length.
 pub fn hostname() -> String {
-    nix::unistd::gethostname()
+    let name = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "unknown".into())
+        .unwrap_or_else(|| "unknown".into());
+    crate::text::cut(&name, crate::text::MAX_NAME)
 }
 
 /// The user this run runs as: its name as `/etc/passwd` says it, else its uid. Read from the
@@ -233,5 +247,25 @@ mod tests {
             Holder::default().to_string(),
             "another program (no locked-run holder metadata)"
         );
+    }
+
+    /// Issue 43's review: any user of a lock could write a `since` past year 9999, which
+    /// RFC 3339 cannot show: `status`, `release`, `-n` and every waiter panicked formatting
+    /// it. It reads as unknown.
+    #[test]
+    fn a_since_no_date_can_show_reads_as_unknown() {
+        let mut h = Holder {
+            host: Some("web-3".into()),
+            since_ms: Some(99_999_999_999_999_999),
+            ..Holder::default()
+        };
+        assert_eq!(h.since(), None);
+        assert_eq!(h.to_string(), "web-3 since ?");
+        h.since_ms = Some(LAST_SHOWABLE_MS);
+        assert_eq!(h.since().as_deref(), Some("9999-12-31T23:59:59Z"));
+        h.since_ms = Some(LAST_SHOWABLE_MS + 1);
+        assert_eq!(h.since(), None);
+        h.since_ms = Some(u64::MAX);
+        assert_eq!(h.to_string(), "web-3 since ?");
     }
 }

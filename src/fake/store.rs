@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use crate::backend::{BackendError, KEPT, wall_clock_ms};
+use crate::backend::{BackendError, KEPT, Run, SCANNED, wall_clock_ms};
 
 /// The most of the state file a run reads: past it, the file is no store of ours.
 const MAX_STATE: u64 = 1 << 20;
@@ -311,12 +311,21 @@ impl State {
             .collect()
     }
 
-    /// Adds a record as the newest, keeping the newest [`KEPT`].
+    /// Adds a record as the newest, keeping the newest [`KEPT`] runs (what is no run between
+    /// them counts for nothing, up to [`SCANNED`] records in all).
     pub fn remember(&mut self, name: &str, record: String) {
         let mut records = self.history(name);
         records.push(record);
-        let drop = records.len().saturating_sub(KEPT);
-        records.drain(..drop);
+        let mut runs = 0;
+        let mut keep = 0;
+        for record in records.iter().rev().take(SCANNED) {
+            if runs == KEPT {
+                break;
+            }
+            keep += 1;
+            runs += usize::from(Run::from_line(record).is_some());
+        }
+        records.drain(..records.len() - keep);
         let records = records.into_iter().map(Value::String).collect();
         self.set("history", name, Some(Value::Array(records)));
     }

@@ -162,12 +162,23 @@ pub fn check_dir(url: &str, dir: &Path, name: &LockName) -> Vec<Check> {
     checks
 }
 
-/// What to say when NAME's fence counter is below the largest fence its history shows (the
-/// directory restored from a copy, or the counter set back or removed by hand).
+/// What to say when NAME's fence counter is below the largest fence its history shows: a
+/// little (the directory restored from a copy, or the counter set back or removed by hand), or
+/// far, beyond any fence this host's clock could have given (a record written by hand, which
+/// would lift every fence after it: see `fence`).
 fn counter_behind(dir: &Path, name: &LockName) -> Option<String> {
     let paths = super::files::Paths::new(dir, name);
     let largest = super::history::largest_fence(&paths).ok().flatten()?;
     let counter = paths.read_fence().ok()?;
+    let clock_us = crate::backend::wall_clock_ms().saturating_mul(1000);
+    let reach = counter.unwrap_or(0).max(clock_us) + 2 * super::reserve::BLOCK;
+    if largest > reach {
+        return Some(crate::text::message!(
+            "fence {largest} in lock {name}'s history is far above its counter ({}) and above              any fence this host's clock could have given: a record written by hand or by              another program? The next run's fence goes past it; if it is no run's, remove its              line from {} first",
+            counter.map_or_else(|| "none".to_owned(), |c| c.to_string()),
+            paths.history().display()
+        ));
+    }
     (counter.unwrap_or(0) < largest).then(|| {
         crate::text::message!(
             "{} is below fence {largest} of lock {name}'s history (counter: {}): was the \

@@ -3,6 +3,16 @@
 //! lock (and a brief flock on DIR), counted in the block as `reserve` says, and always past
 //! the largest fence the NAME's history shows: a counter restored from a copy, deleted or set
 //! back by hand does not give a token of a run the history remembers again.
+//!
+//! The counter and the history are restored with the directory, so neither can say what was
+//! issued after the copy was made (one block reserved since, at a reboot, a remount or an
+//! earlier restore of the same copy, and its tokens came again). What a restore cannot take
+//! back is the wall clock: a new block starts at least at the clock's reading in microseconds
+//! since the Unix epoch, and no token is issued before the clock has reached it. Fences are
+//! issued once per run, far below one per microsecond, so every token is at most the clock's
+//! reading when it was issued, and the first token after any restore is above every token
+//! issued before it, unless the clock was set back past the time of that token. A machine
+//! without a real-time clock that boots in 1970 must have its clock set before its runs.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
@@ -11,7 +21,31 @@ use std::time::Duration;
 
 use super::files::{Paths, flock, open_existing, refused};
 use super::reserve::{BLOCK, Epoch, Record};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, MAX_FENCE};
+
+/// The wall clock in microseconds since the Unix epoch: the least a new block starts at.
+fn clock_us() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |d| d.as_micros() as u64)
+}
+
+/// How far ahead of the clock a token may be and still be waited for: a block reserved when
+/// the one before it was left within microseconds of its reservation (its count not believed)
+/// starts past that block's top, at most a block ahead. Further ahead (the clock was set back,
+/// a counter or a history record set forward by hand), the token is issued at once: what it is
+/// past rests on the counter and the history alone.
+const WAIT_FOR_CLOCK_US: u64 = 2 * BLOCK;
+
+/// Returns `token` once the clock has reached it (see the module's notes), which it has
+/// unless a block was reserved ahead of the clock moments ago: then after at most
+/// [`WAIT_FOR_CLOCK_US`], under the lock.
+fn when_the_clock_reaches(token: u64) -> u64 {
+    let ahead = token.saturating_sub(clock_us());
+    if ahead > 0 && ahead <= WAIT_FOR_CLOCK_US {
+        std::thread::sleep(Duration::from_micros(ahead));
+    }
+    token
+}
 
 /// What the counter file tells of the tokens issued.
 pub enum Reading {
@@ -92,7 +126,8 @@ impl Paths {
     /// lock file deleted while held), they still never get the same token. From the block the
     /// counter file reserves, without a write to disk, while its record holds (see `reserve`);
     /// else from a new block, reserved durably first. Either way past the largest fence of
-    /// the history's newest records, and a new block past the largest of its whole tail.
+    /// the history's newest records, a new block past the largest of its whole tail and the
+    /// clock (see the module's notes), and never past [`MAX_FENCE`].
     pub fn raise_fence_locked(&self, dir: &File) -> Result<u64, BackendError> {
         let counter = self.open_counter()?;
         let top = match &counter {
@@ -108,7 +143,7 @@ impl Paths {
                 let next = record
                     .next(top, &now, &meta)
                     .map(|next| next.max(shown.saturating_add(1)))
-                    .filter(|&next| next <= top);
+                    .filter(|&next| next <= top && next <= MAX_FENCE);
                 if let Some(next) = next {
                     // Counted before the token is used; a count that cannot be set is a block
                     // reserved instead.
@@ -117,24 +152,35 @@ impl Paths {
                         ..record
                     };
                     if counted.write(file).is_ok() {
-                        return Ok(next);
+                        return Ok(when_the_clock_reaches(next));
                     }
                 }
             }
         }
         let largest = super::history::largest_fence(self).ok().flatten();
-        self.reserve_block(dir, top.max(shown).max(largest.unwrap_or(0)))
+        let floor = top.max(shown).max(largest.unwrap_or(0)).max(clock_us());
+        let next = self.reserve_block(dir, floor)?;
+        Ok(when_the_clock_reaches(next))
     }
 
-    /// Issues `top + 1`, the first token of a new block, once the block's top is on disk: a
+    /// Issues `floor + 1`, the first token of a new block, once the block's top is on disk: a
     /// temporary file, fsync, rename over the counter, fsync of the directory; then the count
-    /// is set, for the runs after to count from. `top`: the counter's value, or the largest
-    /// fence the history shows when that is larger.
-    fn reserve_block(&self, dir: &File, top: u64) -> Result<u64, BackendError> {
-        let next = top.checked_add(1).ok_or_else(|| {
-            BackendError::Refused(format!("{} is at its maximum", self.fence.display()))
-        })?;
-        let new_top = top.saturating_add(BLOCK);
+    /// is set, for the runs after to count from. `floor`: the largest of the counter's value,
+    /// the largest fence the history shows, and the clock. The block ends at [`MAX_FENCE`] at
+    /// the latest, and none is reserved past it.
+    fn reserve_block(&self, dir: &File, floor: u64) -> Result<u64, BackendError> {
+        let next = floor
+            .checked_add(1)
+            .filter(|&next| next <= MAX_FENCE)
+            .ok_or_else(|| {
+                BackendError::Refused(format!(
+                    "{} is at its maximum ({MAX_FENCE})",
+                    self.fence.display()
+                ))
+            })?;
+        let new_top = floor.saturating_add(BLOCK).min(MAX_FENCE);
+        // What a reservation killed mid-way (SIGKILL) left a minute or more ago.
+        super::files::remove_stale(&self.dir, &format!(".{}.fence.", self.stem), ".tmp");
         let tmp_path = self.temporary("fence");
         let write = || -> io::Result<()> {
             // A fresh file (O_EXCL) of a name no other run uses: never one that a link planted
@@ -199,5 +245,47 @@ pub(super) async fn lock_briefly_as(file: &File, operation: libc::c_int) -> io::
             }
             result => return result,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::name::LockName;
+
+    /// A token no further ahead of the clock than a block or two is issued once the clock has
+    /// reached it; one far ahead (the clock set back) at once.
+    #[test]
+    fn a_token_waits_for_the_clock_only_when_it_is_just_ahead() {
+        let token = clock_us() + 1500;
+        assert_eq!(when_the_clock_reaches(token), token);
+        assert!(clock_us() >= token);
+        let far = clock_us() + 10_000_000;
+        let started = std::time::Instant::now();
+        assert_eq!(when_the_clock_reaches(far), far);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    /// Issue 43's review: a counter and a history restored from a copy (both low) cannot hold
+    /// the fence back: a new block starts at the clock; and none is reserved past `i64::MAX`.
+    #[tokio::test]
+    async fn a_new_block_starts_at_the_clock_and_never_past_the_largest_fence() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::new(dir.path(), &LockName::new("job").unwrap());
+        let locked = paths.lock_dir().await.unwrap();
+        std::fs::write(&paths.fence, "3\n").unwrap();
+        let before = clock_us();
+        let fence = paths.raise_fence_locked(&locked).unwrap();
+        assert!(fence > before && fence <= clock_us(), "{fence}");
+        let top: u64 = std::fs::read_to_string(&paths.fence)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(top, fence - 1 + BLOCK);
+        std::fs::write(&paths.fence, format!("{}\n", MAX_FENCE - 1)).unwrap();
+        assert_eq!(paths.raise_fence_locked(&locked), Ok(MAX_FENCE));
+        let err = paths.raise_fence_locked(&locked).unwrap_err();
+        assert!(err.to_string().contains("is at its maximum"), "{err}");
     }
 }

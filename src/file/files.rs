@@ -229,6 +229,34 @@ pub fn refused(path: &Path, what: &str, e: &io::Error) -> BackendError {
     BackendError::Refused(format!("cannot {what} {}: {e}{hint}", path.display()))
 }
 
+/// Removes what a run killed mid-write left in `dir`: files named `PREFIX<token>SUFFIX` (a
+/// token of 36 characters, as [`crate::backend::new_token`] makes them) that are regular
+/// files of this user, changed more than a minute ago (a live run's is seconds old at most).
+/// Nothing else is touched, and nothing that fails is said: the next run tries again.
+pub fn remove_stale(dir: &Path, prefix: &str, suffix: &str) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(token) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix)?.strip_suffix(suffix))
+        else {
+            continue;
+        };
+        let ours = entry.metadata().is_ok_and(|m| {
+            m.file_type().is_file() && m.uid() == euid && m.modified().is_ok_and(|t| t < old)
+        });
+        if token.len() == 36 && ours {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
 pub fn in_sticky_dir(path: &Path) -> bool {
     path.parent()
         .and_then(|dir| dir.metadata().ok())

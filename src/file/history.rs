@@ -24,12 +24,14 @@ impl Paths {
 }
 
 /// Appends `run`'s record, in one `write` (O_APPEND: holders that share the lock append whole
-/// lines beside each other). With `alone` (the lock held exclusively), a history past twice
-/// what is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file renamed
-/// over it.
+/// lines beside each other), on a line of its own: after a file whose last byte is no newline
+/// (another writer's line cut short), a newline first, or the record would end that line and
+/// be read as part of it. With `alone` (the lock held exclusively), a history past twice what
+/// is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file renamed over
+/// it.
 pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError> {
     let path = paths.history();
-    let line = format!("{}\n", run.to_line());
+    let mut line = format!("{}\n", run.to_line());
     let mut file = OpenOptions::new()
         .append(true)
         .create(true)
@@ -38,6 +40,9 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
         .open(&path)
         .and_then(|file| plain_file(&path, file))
         .map_err(|e| refused(&path, "open", &e))?;
+    if !ends_a_line(&file) {
+        line.insert(0, '\n');
+    }
     file.write_all(line.as_bytes())
         .map_err(|e| refused(&path, "write", &e))?;
     let long = file
@@ -49,8 +54,19 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
     Ok(())
 }
 
-/// Keeps the newest [`KEPT`] records of the file's tail; what is not a record goes.
+/// Whether `file` is empty or ends with a newline (one `pread` of its last byte). Another
+/// holder appending between this and the write leaves an empty line at worst, which no
+/// reader counts.
+fn ends_a_line(file: &File) -> bool {
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut last = [b'\n'];
+    len == 0 || (file.read_at(&mut last, len - 1).is_ok() && last[0] == b'\n')
+}
+
+/// Keeps the newest [`KEPT`] records of the file's tail; what is not a record goes. So does
+/// what a trim killed mid-way (SIGKILL) left behind a minute or more ago.
 fn trim(paths: &Paths) -> io::Result<()> {
+    super::files::remove_stale(&paths.dir, &format!(".{}.history.", paths.stem), ".tmp");
     let tail = tail(&open_existing(&paths.history(), false)?)?;
     let records: Vec<&[u8]> = tail
         .lines
@@ -109,10 +125,12 @@ fn tail_of(file: &File, size: u64) -> io::Result<Tail> {
         _ if lines.is_empty() => 0,
         _ => lines.remove(0).len(),
     };
+    // An empty line is nothing (see `ends_a_line`), not a record to skip.
+    lines.retain(|line| !line.is_empty());
     Ok(Tail { lines, cut })
 }
 
-/// The NAME's last `limit` runs, newest first, from the file's last [`TAIL`] bytes; none when
+/// The NAME's last `limit` runs, newest first (the last line first), from the file's last [`TAIL`] bytes; none when
 /// it has no history yet. A line cut by the start of the tail counts as skipped when what is
 /// left of it is already larger than a record may be.
 pub fn read(paths: &Paths, limit: usize) -> Result<History, BackendError> {
@@ -127,7 +145,8 @@ pub fn read(paths: &Paths, limit: usize) -> Result<History, BackendError> {
     if tail.cut > MAX_RECORD {
         reader.skipped(1);
     }
-    for line in &tail.lines {
+    // Newest first: the file's own order (each run appends), whatever a line says of itself.
+    for line in tail.lines.iter().rev() {
         reader.take(line);
     }
     Ok(reader.finish(limit))

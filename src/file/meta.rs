@@ -51,6 +51,42 @@ pub(super) fn boot_id() -> &'static str {
     })
 }
 
+/// A value as a line of the lock file keeps it: the backslash, the newline and the carriage
+/// return written `\\`, `\n`, `\r`, so that a value is one line and reads back as it was.
+fn escape(value: &str) -> String {
+    let mut line = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => line.push_str("\\\\"),
+            '\n' => line.push_str("\\n"),
+            '\r' => line.push_str("\\r"),
+            c => line.push(c),
+        }
+    }
+    line
+}
+
+/// A value as [`escape`] wrote it, read back; a backslash before anything else stays (a lock
+/// file of the previous release, which kept the printable form).
+fn unescape(line: &str) -> String {
+    let mut value = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        let escaped = match (c, chars.peek()) {
+            ('\\', Some('\\')) => '\\',
+            ('\\', Some('n')) => '\n',
+            ('\\', Some('r')) => '\r',
+            _ => {
+                value.push(c);
+                continue;
+            }
+        };
+        chars.next();
+        value.push(escaped);
+    }
+    value
+}
+
 /// What the lock file says: `key=value` lines.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
@@ -72,12 +108,12 @@ impl Meta {
         let mut meta = Meta::default();
         for (key, value) in text.lines().filter_map(|l| l.split_once('=')) {
             match key {
-                "host" => meta.holder.host = Some(value.to_owned()),
+                "host" => meta.holder.host = Some(unescape(value)),
                 "pid" => meta.holder.pid = value.parse().ok(),
-                "command" => meta.holder.command = Some(value.to_owned()),
+                "command" => meta.holder.command = Some(unescape(value)),
                 "since_ms" => meta.holder.since_ms = value.parse().ok(),
                 "fence" => meta.holder.fence = value.parse().ok(),
-                "token" => meta.token = Some(value.to_owned()),
+                "token" => meta.token = Some(unescape(value)),
                 "limit" => meta.limit = value.parse().ok(),
                 "not_before" => {
                     let mut words = value.split(' ');
@@ -100,15 +136,12 @@ impl Meta {
     }
 
     fn to_text(&self) -> String {
-        // One line per field: a newline inside a value would start a forged field (the
-        // printable form escapes it), and each short enough that every field fits in what a
-        // reader reads of the file (4 KiB), however long the escapes made it.
-        let clean = |s: &str| {
-            crate::text::printable(s)
-                .chars()
-                .take(512)
-                .collect::<String>()
-        };
+        // One line per field, each value as it is (the printable form is for printing: `status
+        // --json` shows every backend's holder the same), cut to a name's length, with only
+        // what would end its line escaped (a newline inside a value would start a forged
+        // field); each short enough that every field fits in what a reader reads of the file
+        // (4 KiB).
+        let clean = |s: &str| escape(&crate::text::cut(s, crate::text::MAX_NAME));
         let mut text = String::new();
         let h = &self.holder;
         let mut line = |key: &str, value: Option<String>| {
@@ -164,22 +197,39 @@ mod tests {
         };
         let parsed = Meta::parse(&meta.to_text());
         assert_eq!(parsed.holder.fence, Some(17));
-        assert_eq!(parsed.holder.command.as_deref(), Some("evil\\nfence=1"));
+        // Kept as it was written, the newline and all: one field, never a forged second.
+        assert_eq!(parsed.holder.command.as_deref(), Some("evil\nfence=1"));
+        assert_eq!(parsed.holder, meta.holder);
+        let slashed = Meta {
+            holder: Holder {
+                host: Some("a\\u{1b}\\\\n\r\\".into()),
+                ..Holder::default()
+            },
+            ..Meta::default()
+        };
+        assert_eq!(Meta::parse(&slashed.to_text()).holder, slashed.holder);
+        // The previous release's printable form reads as it was written.
+        assert_eq!(
+            Meta::parse("host=w\\u{1b}x\n").holder.host.as_deref(),
+            Some("w\\u{1b}x")
+        );
         assert_eq!(parsed.not_before, meta.not_before);
         assert_eq!(Meta::parse(""), Meta::default());
         assert_eq!(Meta::parse("garbage\npid=x\n").holder.pid, None);
-        // A host and a command of control characters, escaped ten bytes each: every field is
-        // still within what a reader reads.
+        // A host and a command of the longest characters, and of backslashes and newlines,
+        // escaped two bytes each: every field is still within what a reader reads.
         let long = Meta {
             holder: Holder {
-                host: Some("\u{1b}".repeat(255)),
-                command: Some("\u{7}".repeat(255)),
+                host: Some("\u{10ffff}".repeat(1000)),
+                command: Some("\\\n".repeat(1000)),
                 ..meta.holder.clone()
             },
             ..meta
         };
-        assert!(long.to_text().len() < 2048, "{}", long.to_text().len());
-        assert_eq!(Meta::parse(&long.to_text()).token.as_deref(), Some("t"));
+        assert!(long.to_text().len() < 3072, "{}", long.to_text().len());
+        let back = Meta::parse(&long.to_text());
+        assert_eq!(back.token.as_deref(), Some("t"));
+        assert_eq!(back.holder.host.unwrap().chars().count(), 255);
     }
 
     #[test]

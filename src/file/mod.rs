@@ -66,11 +66,12 @@ use crate::name::LockName;
 use crate::plumbing::exit::Failure;
 
 use files::{Paths, prepare_dir, refused};
-pub use files::{dir_of, flock as flock_file};
+pub use files::{dir_of, flock as flock_file, remove_stale};
 pub use inspect::{check_files, only_its_process_frees, writable_by_all};
 use meta::{Meta, NotBefore};
 use queue::Place;
 pub use stem::of as stem;
+pub use trust::check as check_owner;
 pub use wakeups::FileWakeups;
 
 /// A directory of this host (`file:///DIR`), as the registry knows it.
@@ -401,6 +402,15 @@ impl View for FileLock {
 mod tests {
     use super::*;
 
+    /// The fence of a grant. A new directory's first is the clock's reading in microseconds
+    /// (see `fence`): the tests compare the ones after it with it.
+    fn granted(attempt: Result<Attempt, BackendError>) -> u64 {
+        match attempt {
+            Ok(Attempt::Acquired { fence }) => fence,
+            other => panic!("not granted: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_second_lock_waits_for_the_first_and_fences_grow() {
         let dir = tempfile::tempdir().unwrap();
@@ -409,27 +419,21 @@ mod tests {
         let t = Timings::new(Duration::from_secs(30), None, None).unwrap();
         let a = FileLock::open(&url, name.clone(), "a").unwrap();
         let b = FileLock::open(&url, name.clone(), "b").unwrap();
-        assert_eq!(
-            a.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 1 })
-        );
+        let first = granted(a.try_acquire(&t, false).await);
         let Ok(Attempt::Busy(busy)) = b.try_acquire(&t, true).await else {
             panic!("b got it too")
         };
         assert_eq!(busy.holder.command.as_deref(), Some("a"));
         assert_eq!(busy.expiry, Expiry::WithHolder);
         let report = a.inspect().await.unwrap();
-        assert_eq!(report.fence, Some(1));
+        assert_eq!(report.fence, Some(first));
         assert_eq!(report.held.unwrap().holder.pid, Some(std::process::id()));
 
         let (mut wakeups, covered) = b.subscribe().await.unwrap();
         assert!(covered);
         assert_eq!(a.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
-        assert_eq!(
-            b.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 2 })
-        );
+        assert_eq!(granted(b.try_acquire(&t, false).await), first + 1);
         assert_eq!(
             b.release(Some(Duration::from_secs(60)), Duration::ZERO, None)
                 .await,
@@ -447,16 +451,13 @@ mod tests {
             panic!("a lock kept by --min-hold only is released by force")
         };
         assert_eq!(holders[0].command.as_deref(), Some("b"));
-        assert_eq!(fence, Some(2));
-        assert_eq!(
-            a.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 3 })
-        );
+        assert_eq!(fence, Some(first + 1));
+        assert_eq!(granted(a.try_acquire(&t, false).await), first + 2);
         // The counter file holds the top of the block the three came from.
         assert_eq!(
             std::fs::read_to_string(dir.path().join("db.migrate-v2.fence")).unwrap(),
-            format!("{}\n", reserve::BLOCK)
+            format!("{}\n", first - 1 + reserve::BLOCK)
         );
-        assert_eq!(looker.inspect().await.unwrap().fence, Some(3));
+        assert_eq!(looker.inspect().await.unwrap().fence, Some(first + 2));
     }
 }

@@ -194,6 +194,15 @@ fn create_member(path: &std::path::Path) -> io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fence of a grant. A new directory's first is the clock's reading in microseconds
+    /// (see `fence`): the tests compare the ones after it with it.
+    fn granted(attempt: Result<Attempt, BackendError>) -> u64 {
+        match attempt {
+            Ok(Attempt::Acquired { fence }) => fence,
+            other => panic!("not granted: {other:?}"),
+        }
+    }
     use crate::backend::{Backend, Freed, Mode, View};
     use crate::lease::Timings;
     use crate::name::LockName;
@@ -225,14 +234,8 @@ mod tests {
         let t = timings();
         let (a, b) = (lock(&dir, "a", true), lock(&dir, "b", true));
         let writer = lock(&dir, "w", false);
-        assert_eq!(
-            a.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 1 })
-        );
-        assert_eq!(
-            b.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 2 })
-        );
+        let first = granted(a.try_acquire(&t, false).await);
+        assert_eq!(granted(b.try_acquire(&t, false).await), first + 1);
         let Ok(Attempt::Busy(busy)) = writer.try_acquire(&t, false).await else {
             panic!("an exclusive run got in beside shared holders")
         };
@@ -247,7 +250,7 @@ mod tests {
         assert!(report.shared);
         assert_eq!(report.limit, Some(1));
         let fences: Vec<_> = report.holders.iter().map(|s| s.busy.holder.fence).collect();
-        assert_eq!(fences, [Some(1), Some(2)]);
+        assert_eq!(fences, [Some(first), Some(first + 1)]);
         assert_eq!(report.holders[1].token, Some(b.token()));
         assert_eq!(report.held.unwrap().holder.command.as_deref(), Some("a"));
         let Ok(Freed::Kept(why)) = writer.force_release(None).await else {
@@ -264,10 +267,7 @@ mod tests {
         assert_eq!(b.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
         assert_eq!(member_files(&dir), 0, "a holder's file goes with it");
-        assert_eq!(
-            writer.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 3 })
-        );
+        assert_eq!(granted(writer.try_acquire(&t, false).await), first + 2);
         let report = writer.inspect().await.unwrap();
         assert!(!report.shared);
         assert_eq!(report.holders.len(), 1);
@@ -279,10 +279,7 @@ mod tests {
         let t = timings();
         let writer = lock(&dir, "w", false);
         let reader = lock(&dir, "r", true);
-        assert_eq!(
-            writer.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 1 })
-        );
+        let first = granted(writer.try_acquire(&t, false).await);
         let Ok(Attempt::Busy(busy)) = reader.try_acquire(&t, false).await else {
             panic!("a shared run got in beside an exclusive holder")
         };
@@ -290,10 +287,7 @@ mod tests {
         let (mut wakeups, _) = reader.subscribe().await.unwrap();
         assert_eq!(writer.release(None, Duration::ZERO, None).await, Ok(true));
         wakeups.next().await.unwrap();
-        assert_eq!(
-            reader.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 2 })
-        );
+        assert_eq!(granted(reader.try_acquire(&t, false).await), first + 1);
         // A semaphore's run is of another mode; a shared run beside slots likewise.
         let semaphore = lock(&dir, "s", false).with_holders(2);
         assert_eq!(
@@ -303,10 +297,7 @@ mod tests {
             })
         );
         assert_eq!(reader.release(None, Duration::ZERO, None).await, Ok(true));
-        assert_eq!(
-            semaphore.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 3 })
-        );
+        assert_eq!(granted(semaphore.try_acquire(&t, false).await), first + 2);
         assert_eq!(
             lock(&dir, "r2", true).try_acquire(&t, false).await,
             Ok(Attempt::Mismatch {
@@ -321,18 +312,12 @@ mod tests {
         let t = timings();
         let a = lock(&dir, "a", true);
         let writer = lock(&dir, "w", false);
-        assert_eq!(
-            a.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 1 })
-        );
+        let first = granted(a.try_acquire(&t, false).await);
         let keep = Some(Duration::from_secs(60));
         assert_eq!(a.release(keep, Duration::ZERO, None).await, Ok(true));
         // Shared runs would have run beside it: they still may.
         let b = lock(&dir, "b", true);
-        assert_eq!(
-            b.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 2 })
-        );
+        assert_eq!(granted(b.try_acquire(&t, false).await), first + 1);
         assert_eq!(b.release(None, Duration::ZERO, None).await, Ok(true));
         let Ok(Attempt::Busy(busy)) = writer.try_acquire(&t, false).await else {
             panic!("the shared holder's min-hold deadline was ignored")
@@ -348,7 +333,7 @@ mod tests {
             writer.force_release(Some("no such token")).await,
             Ok(Freed::Released {
                 holders: vec![],
-                fence: Some(2)
+                fence: Some(first + 1)
             })
         );
         let Ok(Freed::Released { holders, .. }) = writer.force_release(Some(&a.token())).await
@@ -356,10 +341,7 @@ mod tests {
             panic!("a shared holder's deadline is released by force")
         };
         assert_eq!(holders[0].command.as_deref(), Some("a"));
-        assert_eq!(
-            writer.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 3 })
-        );
+        assert_eq!(granted(writer.try_acquire(&t, false).await), first + 2);
     }
 
     #[tokio::test]
@@ -377,10 +359,7 @@ mod tests {
         let report = writer.inspect().await.unwrap();
         assert_eq!(report.held, None);
         assert!(!report.shared);
-        assert_eq!(
-            writer.try_acquire(&t, false).await,
-            Ok(Attempt::Acquired { fence: 1 })
-        );
+        granted(writer.try_acquire(&t, false).await);
         assert!(!dead.exists(), "swept under the flock on DIR");
         assert!(other.exists());
     }

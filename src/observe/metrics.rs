@@ -10,15 +10,23 @@
 //! The directory may be shared with other users and programs (node_exporter's collector
 //! directory), so nothing in it can hold a run up past its command's end: the previous file is
 //! read only if it is a regular file (never through a link, never blocking on a FIFO, at most
-//! [`MAX_FILE`] bytes), and the lock of the read-add-write is waited for at most [`LOCK_WAIT`]
-//! (another user may hold it for ever: a flock needs only a descriptor open for reading), after
-//! which the counters are written from what could be read, with one warning.
+//! [`MAX_FILE`] bytes: a larger one is no file of ours, and the counters start again), and of
+//! it only this NAME's samples of this module's metrics; the lock of the read-add-write is
+//! waited for at most [`LOCK_WAIT`] (another user may hold it for ever: a flock needs only a
+//! descriptor open for reading), or until a SIGTERM or SIGINT, after which the counters are
+//! written from what could be read, with one warning. A lock file swapped for another while a
+//! run took it (renamed over, removed) is taken again, within the same wait; in a sticky
+//! directory that other users can write, one that belongs to another user (who could swap it
+//! at will) is not used at all, as `file://` treats such a file, with the same warning.
+//! Temporary files that a killed run left behind are removed by a later run.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Run, wall_clock_ms};
@@ -118,7 +126,7 @@ fn update(dir: &Path, name: &LockName, outcome: Outcome, run: Option<&Run>) -> i
     // another's read and write would lose a count. One that cannot be had within LOCK_WAIT
     // (held by another user, or not a file of ours) costs that, not the run's end.
     let lock_path = dir.join(format!(".locked_run_{stem}.lock"));
-    let guard = match lock(&lock_path) {
+    let guard = match lock_or_signal(&lock_path) {
         Ok(guard) => Some(guard),
         Err(e) => {
             tracing::warn!(
@@ -129,8 +137,19 @@ fn update(dir: &Path, name: &LockName, outcome: Outcome, run: Option<&Run>) -> i
             None
         }
     };
-    let mut values = read(&path);
     let labels = format!("name=\"{}\"", escape(name.as_str()));
+    let mut values = match read(&path) {
+        Ok(values) => values,
+        Err(Foreign) => {
+            tracing::warn!(
+                "{} is larger than 1 MiB, as no file of locked-run's is (another program's?): \
+                 the metrics of lock {name} start again from this run",
+                path.display()
+            );
+            BTreeMap::new()
+        }
+    };
+    values.retain(|key, _| ours(key, &labels));
     let seconds = |ms: u64| ms as f64 / 1000.0;
     values.insert(format!("{ATTEMPT}{{{labels}}}"), seconds(wall_clock_ms()));
     let counter = format!("{RUNS}{{{labels},outcome=\"{}\"}}", outcome.label());
@@ -170,12 +189,41 @@ fn update(dir: &Path, name: &LockName, outcome: Outcome, run: Option<&Run>) -> i
         let _ = fs::remove_file(&tmp);
     }
     drop(guard);
+    // What a run killed while it wrote (SIGKILL) left a minute or more ago.
+    crate::file::remove_stale(dir, &format!(".locked_run_{stem}.prom."), "");
     written
 }
 
+/// Whether `key` is one of this module's samples for this NAME (`labels`): whatever else a
+/// file of that name holds is not carried to the next.
+fn ours(key: &str, labels: &str) -> bool {
+    let single = |metric: &str| key == format!("{metric}{{{labels}}}");
+    let counter = Outcome::ALL
+        .iter()
+        .any(|o| key == format!("{RUNS}{{{labels},outcome=\"{}\"}}", o.label()));
+    counter || single(ATTEMPT) || GAUGES.iter().any(|(metric, _)| single(metric))
+}
+
+/// [`lock`], ended early by a SIGTERM or SIGINT (the run's status stands, and its counters are
+/// written without the lock): listened for only while it waits.
+fn lock_or_signal(path: &Path) -> io::Result<File> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let ids: Vec<_> = [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT]
+        .into_iter()
+        .filter_map(|sig| signal_hook::flag::register(sig, stop.clone()).ok())
+        .collect();
+    let locked = lock(path, &stop);
+    for id in ids {
+        signal_hook::low_level::unregister(id);
+    }
+    locked
+}
+
 /// An exclusive flock on `path` (created; a regular file, never through a link, opened
-/// without blocking), held while the returned file lives; waited for at most [`LOCK_WAIT`].
-fn lock(path: &Path) -> io::Result<File> {
+/// without blocking, and not another user's in a sticky directory), held while the returned
+/// file lives and still the file at `path` once taken; waited for at most [`LOCK_WAIT`], and
+/// no longer once `stop` is set.
+fn lock(path: &Path, stop: &AtomicBool) -> io::Result<File> {
     let open = |write: bool| {
         OpenOptions::new()
             .read(true)
@@ -186,62 +234,79 @@ fn lock(path: &Path) -> io::Result<File> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
     };
-    // Another user's lock file (0644) opens for reading only, which a flock needs.
-    let file = match open(true) {
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => open(false)?,
-        opened => opened?,
-    };
-    regular(&file)?;
     let started = Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
-        match crate::file::flock_file(&file, libc::LOCK_EX | libc::LOCK_NB) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if started.elapsed() >= LOCK_WAIT {
-                    return Err(io::Error::other(format!(
-                        "another process has held it for {}",
-                        crate::text::show(LOCK_WAIT)
-                    )));
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            locked => return locked.map(|()| file),
+        // Another user's lock file (0644) opens for reading only, which a flock needs.
+        let file = match open(true) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => open(false)?,
+            opened => opened?,
+        };
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::other("not a regular file"));
         }
+        crate::file::check_owner(path, &meta)?;
+        match crate::file::flock_file(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            // Still the file at the path: no run that opens it now can take another.
+            Ok(()) if still_at(path, &meta) => return Ok(file),
+            // Renamed over or removed between the open and the flock: taken again.
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        drop(file);
+        if stop.load(Ordering::Relaxed) {
+            return Err(io::Error::other("a signal ended the wait for it"));
+        }
+        if started.elapsed() >= LOCK_WAIT {
+            return Err(io::Error::other(format!(
+                "another process has held it, or swapped it, for {}",
+                crate::text::show(LOCK_WAIT)
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
-/// An error unless `file` is a regular file.
-fn regular(file: &File) -> io::Result<()> {
-    match file.metadata()?.is_file() {
-        true => Ok(()),
-        false => Err(io::Error::other("not a regular file")),
-    }
+/// Whether the file at `path` (not followed) is the one `meta` describes.
+fn still_at(path: &Path, meta: &fs::Metadata) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|now| now.dev() == meta.dev() && now.ino() == meta.ino())
 }
+
+/// A previous file larger than [`MAX_FILE`]: no file this module wrote.
+struct Foreign;
 
 /// The samples of a file this module wrote: `metric{labels} value` lines. Anything else
 /// (comments, a damaged line) is left out; a missing file is an empty one, and so is anything
-/// but a regular file (a FIFO, a link to `/dev/zero`: another user's, in a shared directory),
-/// of which no more than [`MAX_FILE`] bytes are read.
-fn read(path: &Path) -> BTreeMap<String, f64> {
-    let text = (|| {
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)?;
-        regular(&file)?;
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE).read_to_end(&mut bytes)?;
-        io::Result::Ok(String::from_utf8_lossy(&bytes).into_owned())
-    })()
-    .unwrap_or_default();
-    text.lines()
+/// but a regular file (a FIFO, a link to `/dev/zero`: another user's, in a shared directory);
+/// a file larger than [`MAX_FILE`] is [`Foreign`].
+fn read(path: &Path) -> Result<BTreeMap<String, f64>, Foreign> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let Ok(file) = file else {
+        return Ok(BTreeMap::new());
+    };
+    match file.metadata() {
+        Ok(meta) if meta.is_file() && meta.len() > MAX_FILE => return Err(Foreign),
+        Ok(meta) if meta.is_file() => {}
+        _ => return Ok(BTreeMap::new()),
+    }
+    let mut bytes = Vec::new();
+    if file.take(MAX_FILE).read_to_end(&mut bytes).is_err() {
+        return Ok(BTreeMap::new());
+    }
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let (key, value) = l.rsplit_once(' ')?;
             Some((key.to_owned(), value.parse().ok()?))
         })
-        .collect()
+        .collect())
 }
 
 /// The file's text: each metric's HELP and TYPE, then its samples; every outcome's counter is

@@ -20,7 +20,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::text::printable;
+use crate::text::line_form;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
 /// `-q`: a watched wait says nothing either.
@@ -89,7 +89,7 @@ fn format() -> LogFormat {
 /// The one line a failure owes the user, in the log's format.
 pub fn failure_line(message: &str, status: u8) -> String {
     match format() {
-        LogFormat::Text => format!("locked-run: {}", printable(message)),
+        LogFormat::Text => format!("locked-run: {}", line_form(message)),
         LogFormat::Json => {
             let mut fields = Map::new();
             fields.insert("event".into(), json!("failed"));
@@ -148,7 +148,7 @@ fn print(event: &Event<'_>) {
 
 fn render(level: Level, message: &str, rest: Map<String, Value>) -> String {
     match format() {
-        LogFormat::Text => format!("locked-run: {}: {}", level_word(&level), printable(message)),
+        LogFormat::Text => format!("locked-run: {}: {}", level_word(&level), line_form(message)),
         LogFormat::Json => json_line(level, message, rest),
     }
 }
@@ -226,7 +226,7 @@ pub fn progress_allowed() -> bool {
 /// A watched wait's line (`line` without `locked-run: `): on a terminal (`in_place`) written
 /// over the last one, else a line of its own. Through the writer thread, never waiting.
 pub fn progress(line: &str, in_place: bool) {
-    let text = format!("locked-run: {}", printable(line));
+    let text = format!("locked-run: {}", line_form(line));
     match (in_place, QUEUE.get_or_init(start_writer)) {
         (true, Some(queue)) => {
             if queue.try_send(Out::Raw(format!("\r{text}\x1b[K"))).is_err() {
@@ -309,8 +309,13 @@ fn json_line(level: Level, message: &str, rest: Map<String, Value>) -> String {
         object.insert("lock".into(), json!(lock));
     }
     object.insert("pid".into(), json!(std::process::id()));
-    object.extend(rest);
-    object.insert("message".into(), json!(message));
+    // Bounded as a text line is: a server's error of megabytes is cut, field by field.
+    let bounded = |value: Value| match value {
+        Value::String(text) => Value::String(crate::text::bounded(&text)),
+        other => other,
+    };
+    object.extend(rest.into_iter().map(|(k, v)| (k, bounded(v))));
+    object.insert("message".into(), json!(crate::text::bounded(message)));
     crate::text::json(&Value::Object(object))
 }
 
@@ -359,5 +364,25 @@ fn level_word(level: &Level) -> &'static str {
         Level::INFO => "info",
         Level::DEBUG => "debug",
         Level::TRACE => "trace",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 43's review: a JSON line carried a server's error of a megabyte whole.
+    #[test]
+    fn a_json_line_is_cut_as_a_text_line_is() {
+        let huge = "\u{1b}".repeat(1 << 20);
+        let mut rest = Map::new();
+        rest.insert("error".into(), json!(huge.clone()));
+        rest.insert("attempt".into(), json!(3));
+        let line = json_line(Level::WARN, &huge, rest);
+        assert!(line.len() < 32 << 10, "{}", line.len());
+        let back: Value = serde_json::from_str(&line).unwrap();
+        let message = back["message"].as_str().unwrap();
+        assert!(message.ends_with("... (cut)") && message.starts_with("\u{1b}"));
+        assert_eq!(back["attempt"], 3);
     }
 }

@@ -1,15 +1,16 @@
 //! `doctor` on a PostgreSQL database, host by host: the connection (and whether TLS is on), the
 //! primary, the server's version, the tables and the role's privileges on them (with the SQL
 //! for an administrator when the role may neither use nor create them), `synchronous_commit`
-//! and the standbys (what a failover would keep of the grants), and the connections left.
-//! With several hosts (the recommended primary and synchronous standby), a standby is an OK
-//! line with its replication state, and the hosts together must have one primary: none, or
-//! more than one, is a FAIL.
+//! and the standbys (what a failover would keep of the grants: see `replication`), and the
+//! connections left. With several hosts (the recommended primary and synchronous standby), a
+//! standby is a line with its replication state and what the primary says of it, and the
+//! hosts together must have one primary: none, or more than one, is a FAIL.
 
 use tokio::time::Instant;
 
 use super::client::Client;
 use super::conn::{self, PgError, Row};
+use super::replication::{self, Primary, Replica, Standby};
 use super::schema::{self, TABLE_NAMES};
 use super::url::Host;
 use crate::backend::{BackendError, Check, Level};
@@ -24,7 +25,9 @@ fn question() -> String {
         "current_database()".into(),
         "current_setting('synchronous_commit')".into(),
         "current_setting('synchronous_standby_names')".into(),
-        "(SELECT count(*) FROM pg_stat_replication)".into(),
+        "(SELECT coalesce(json_agg(json_build_array(application_name, sync_state)), '[]') \
+         FROM pg_stat_replication)::text"
+            .into(),
         "current_setting('max_connections')::int - (SELECT count(*) FROM pg_stat_activity)".into(),
         "(SELECT rolconnlimit FROM pg_roles WHERE rolname = current_user)".into(),
         "(SELECT count(*) FROM pg_stat_activity WHERE usename = current_user)".into(),
@@ -50,6 +53,9 @@ fn question() -> String {
         "(SELECT status || ' from ' || sender_host || ':' || sender_port FROM \
          pg_stat_wal_receiver WHERE status IS NOT NULL)"
             .into(),
+        "(SELECT sender_host || ':' || sender_port FROM pg_stat_wal_receiver)".into(),
+        "(SELECT conninfo FROM pg_stat_wal_receiver)".into(),
+        "current_setting('cluster_name')".into(),
     ]);
     format!("SELECT {}", columns.join(", "))
 }
@@ -66,15 +72,45 @@ enum Role {
     Unknown,
 }
 
-/// The checks of every host of the URL; with several, whether they have one primary.
+/// A host's checks, and what it said of replication: a primary's view of its standbys, or a
+/// standby's own state (its line is made once every host answered).
+struct Answer {
+    role: Role,
+    checks: Vec<Check>,
+    primary: Option<Primary>,
+    standby: Option<Standby>,
+}
+
+/// The checks of every host of the URL; with several, whether they have one primary, and what
+/// a failover to each standby keeps, as the primary says.
 pub async fn checks(client: &Client, _name: &LockName) -> Vec<Check> {
     let several = client.url.hosts.len() > 1;
-    let mut checks = Vec::new();
-    let mut roles = Vec::new();
+    let mut answers = Vec::new();
     for host in &client.url.hosts {
-        let (role, host_checks) = check_host(client, host, several).await;
-        roles.push((host.to_string(), role));
-        checks.extend(host_checks);
+        answers.push((host.to_string(), check_host(client, host, several).await));
+    }
+    let primaries: Vec<&Primary> = answers
+        .iter()
+        .filter_map(|(_, a)| a.primary.as_ref())
+        .collect();
+    let primary = match primaries.as_slice() {
+        [one] => Some((*one).clone()),
+        _ => None,
+    };
+    let roles: Vec<(String, Role)> = answers.iter().map(|(h, a)| (h.clone(), a.role)).collect();
+    let mut checks = Vec::new();
+    for (host, mut answer) in answers {
+        if let Some(standby) = &answer.standby {
+            let (level, detail) = replication::standby_line(standby, primary.as_ref());
+            let line = Check {
+                server: host,
+                check: "standby",
+                level,
+                detail,
+            };
+            answer.checks.insert(1.min(answer.checks.len()), line);
+        }
+        checks.extend(answer.checks);
     }
     if several {
         checks.push(one_primary(&roles));
@@ -128,7 +164,7 @@ fn one_primary(roles: &[(String, Role)]) -> Check {
     }
 }
 
-async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<Check>) {
+async fn check_host(client: &Client, host: &Host, several: bool) -> Answer {
     let server = host.to_string();
     let line = |check: &'static str, level: Level, detail: String| Check {
         server: server.clone(),
@@ -149,10 +185,7 @@ async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<C
         Ok(conn) => conn,
         Err(e) => {
             let why: BackendError = client.setup_error(host, e, password.map(|(_, from)| from));
-            return (
-                Role::Unknown,
-                vec![line("connection", Level::Fail, why.to_string())],
-            );
+            return unknown(vec![line("connection", Level::Fail, why.to_string())]);
         }
     };
     let tls = match (conn.tls, &client.login.sslmode) {
@@ -182,12 +215,12 @@ async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<C
                 PgError::Io(why) | PgError::Setup(why) => why,
             };
             checks.push(line("server", Level::Fail, said));
-            return (Role::Unknown, checks);
+            return unknown(checks);
         }
         Err(_) => {
             let detail = format!("no answer within {}", crate::text::show(timeout));
             checks.push(line("server", Level::Fail, detail));
-            return (Role::Unknown, checks);
+            return unknown(checks);
         }
     };
     let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
@@ -202,31 +235,50 @@ async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<C
                 "a primary: it grants locks".into(),
             ));
         }
-        // Beside a primary, a standby is what a failover goes to: its state is what matters.
+        // Beside a primary, a standby is what a failover goes to: its state, and what the
+        // primary says of it, are what matter (its line is made once every host answered).
         (Some(true), true) => {
             let standby = |i: usize| row.get(STANDBY_AT + i).cloned().flatten();
-            let (level, detail) = replication_state(
-                standby(0),
-                standby(1),
-                standby(2),
-                standby(3).map(|s| crate::text::printable(&s)),
-            );
-            checks.push(line("standby", level, detail));
+            let printable = |i: usize| standby(i).map(|s| crate::text::printable(&s));
             checks.push(version);
-            return (Role::Standby, checks);
+            return Answer {
+                role: Role::Standby,
+                checks,
+                primary: None,
+                standby: Some(Standby {
+                    received: standby(0),
+                    replayed: standby(1),
+                    ago: standby(2),
+                    receiver: printable(3),
+                    sender: standby(4),
+                    name: Standby::name_of(standby(5).as_deref(), standby(6).as_deref()),
+                }),
+            };
         }
-        (found, _) => {
+        (Some(true), false) => {
             checks.push(line(
                 "primary",
                 Level::Fail,
                 "a standby (in recovery, read-only): only a primary grants locks".into(),
             ));
-            let role = match found {
-                Some(true) => Role::Standby,
-                _ => Role::Unknown,
-            };
             checks.push(version);
-            return (role, checks);
+            return Answer {
+                role: Role::Standby,
+                checks,
+                primary: None,
+                standby: None,
+            };
+        }
+        (None, _) => {
+            checks.push(line(
+                "primary",
+                Level::Fail,
+                "it did not say whether it is in recovery (no answer to pg_is_in_recovery()): \
+                 neither a primary nor a standby as far as locks can tell"
+                    .into(),
+            ));
+            checks.push(version);
+            return unknown(checks);
         }
     }
     checks.push(version);
@@ -292,33 +344,19 @@ async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<C
             ),
         },
     );
-    let (sync, names, standbys) = (text(4), text(5), number(6).unwrap_or(0));
-    checks.push(match (standbys, names.trim().is_empty()) {
-        (0, _) => line(
-            "replication",
-            Level::Ok,
-            format!(
-                "synchronous_commit = {sync} (each grant asks for on); no standby is connected: \
-                 fences last as long as this server keeps its data"
-            ),
-        ),
-        (n, false) => line(
-            "replication",
-            Level::Ok,
-            format!(
-                "{n} standby(s); synchronous_standby_names = '{names}': a grant commits only once \
-                 a synchronous standby has it, so a failover to one keeps every grant"
-            ),
-        ),
-        (n, true) => line(
-            "replication",
-            Level::Warn,
-            format!(
-                "{n} standby(s), all asynchronous (synchronous_standby_names is empty): a \
-                 failover can lose grants, two holders at once; set synchronous_standby_names"
-            ),
-        ),
-    });
+    let replicas = serde_json::from_str::<Vec<(Option<String>, Option<String>)>>(&text(6))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, sync_state)| Replica { name, sync_state })
+        .collect();
+    let primary = Primary {
+        address: server.clone(),
+        synchronous_commit: text(4),
+        standby_names: crate::text::printable(&text(5)),
+        replicas,
+    };
+    let (level, detail) = replication::primary_line(&primary);
+    checks.push(line("replication", level, detail));
     let (left, limit, used) = (
         number(7).unwrap_or(0),
         number(8).unwrap_or(-1),
@@ -336,36 +374,21 @@ async fn check_host(client: &Client, host: &Host, several: bool) -> (Role, Vec<C
             ))
         ),
     ));
-    (Role::Primary, checks)
+    Answer {
+        role: Role::Primary,
+        checks,
+        primary: Some(primary),
+        standby: None,
+    }
 }
 
-/// A standby's line: what it has received and replayed (the LSNs), how long ago the last
-/// transaction it replayed committed, and its WAL receiver's state when the role may see it. A
-/// standby that receives nothing (its WAL receiver down: it is not replicating) is a WARN.
-fn replication_state(
-    received: Option<String>,
-    replayed: Option<String>,
-    ago: Option<String>,
-    receiver: Option<String>,
-) -> (Level, String) {
-    let replayed = replayed.unwrap_or_else(|| "nothing yet".into());
-    let ago = ago.map_or_else(String::new, |s| format!(", its last transaction {s}s ago"));
-    let receiver = receiver.map_or_else(String::new, |r| format!(", {r}"));
-    match received {
-        Some(received) => (
-            Level::Ok,
-            format!(
-                "a standby (in recovery, read-only){receiver}: received WAL to {received}, \
-                 replayed to {replayed}{ago}; a failover to it keeps what it has"
-            ),
-        ),
-        None => (
-            Level::Warn,
-            format!(
-                "a standby (in recovery, read-only) that receives no WAL: replayed to \
-                 {replayed}{ago}; it is not replicating (is the primary reachable from it?)"
-            ),
-        ),
+/// A host that did not tell what it is.
+fn unknown(checks: Vec<Check>) -> Answer {
+    Answer {
+        role: Role::Unknown,
+        checks,
+        primary: None,
+        standby: None,
     }
 }
 
@@ -400,26 +423,6 @@ mod tests {
         assert!(
             two.detail
                 .starts_with("2 hosts of the URL are primaries (h0:5432, h1:5432)")
-        );
-    }
-
-    #[test]
-    fn a_standby_that_receives_nothing_is_a_warning() {
-        let some = |s: &str| Some(s.to_owned());
-        let (level, detail) = replication_state(
-            some("0/3000060"),
-            some("0/3000060"),
-            some("0.4"),
-            some("streaming from p:5432"),
-        );
-        assert_eq!(level, Level::Ok);
-        assert!(
-            detail.contains(", streaming from p:5432: received WAL to 0/3000060"),
-            "{detail}"
-        );
-        assert_eq!(
-            replication_state(None, some("0/1"), None, None).0,
-            Level::Warn
         );
     }
 }

@@ -26,6 +26,7 @@ mod inspect;
 mod listen;
 mod open;
 mod pgpass;
+mod replication;
 mod schema;
 mod sql;
 mod tls;

@@ -48,14 +48,24 @@ pub fn interval(d: Duration) -> String {
     format!("interval '{} milliseconds'", d.as_millis().max(1))
 }
 
-/// Milliseconds from now until the timestamptz `t` (negative once past), as bigint.
+/// Milliseconds from now until the timestamptz `t` (negative once past), as bigint; for
+/// `infinity` (any user of the tables may write one, and its cast would fail every query that
+/// reads it) the largest bigint, for `-infinity` the smallest but one.
 fn ms_until(t: &str) -> String {
-    format!("(extract(epoch FROM ({t} - clock_timestamp())) * 1000)::bigint")
+    format!(
+        "(CASE WHEN {t} = 'infinity' THEN 9223372036854775807 WHEN {t} = '-infinity' THEN \
+         -9223372036854775807 ELSE extract(epoch FROM ({t} - clock_timestamp())) * 1000 END)::bigint"
+    )
 }
 
-/// The timestamptz `t` in ms since the epoch.
+/// The timestamptz `t` in ms since the epoch. One that no date shows (`infinity`, or before
+/// 1970: any user of the tables may write one, and the cast of `infinity` would fail every
+/// query that reads it) is `i64::MAX`, which reads as a time not known (`since ?`).
 fn epoch_ms(t: &str) -> String {
-    format!("(extract(epoch FROM {t}) * 1000)::bigint")
+    format!(
+        "(CASE WHEN {t} IS NULL THEN NULL WHEN isfinite({t}) AND {t} >= 'epoch' THEN \
+         extract(epoch FROM {t}) * 1000 ELSE 9223372036854775807 END)::bigint"
+    )
 }
 
 /// The notification channel of a waiter's token: `lr_` and its hex digits (at most 63 bytes).

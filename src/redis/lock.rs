@@ -15,7 +15,7 @@ use crate::name::LockName;
 use crate::redis::keys::Keys;
 use crate::redis::node::Node;
 use crate::redis::pubsub::Subscription;
-use crate::redis::replies::{as_flag, parse_attempt, queued};
+use crate::redis::replies::{as_flag, field, parse_attempt, queued};
 use crate::redis::resp::Reply;
 use crate::redis::{scripts, semaphore, shared};
 
@@ -61,9 +61,9 @@ impl ServerLock {
     /// A lock on an opened node; `command` is the program name shown to `status`.
     pub fn on(node: Node, name: LockName, command: &str) -> ServerLock {
         node.set_hash_tag(name.as_str());
-        // A semaphore's metadata is tab-separated: no control character in a field (the
-        // printable form escapes them).
-        let host = crate::text::printable(&crate::backend::hostname());
+        // Kept as they are (only printing escapes them), save the tab that separates a
+        // semaphore's fields (see `replies::field`).
+        let host = field(&crate::backend::hostname());
         ServerLock {
             keys: Keys::of(&name),
             fair: false,
@@ -77,7 +77,7 @@ impl ServerLock {
             token: RefCell::new(new_token()),
             host,
             pid: std::process::id().to_string(),
-            command: crate::text::printable(command),
+            command: field(command),
             wait_replicas: None,
         }
     }

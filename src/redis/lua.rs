@@ -42,9 +42,12 @@
 ///   way when its run gave up must not take the lock (or a place in the queue) for a run that
 ///   has gone on without it;
 /// - `remember(history, record, keep, ms)`: adds a run's record (none when empty) to the head of
-///   `history:{NAME}`, keeps the newest `keep`, and lets the list expire `ms` after the last
-///   run; a key of another type, or one the ACL refuses inside the script, is let go silently:
-///   history never makes a release fail;
+///   `history:{NAME}`, keeps the newest `keep` records, in the list's own order, and lets the
+///   list expire `ms` after the last run; what is not a record (anyone who may write the key
+///   may push anything: shaped as no JSON object of at most 4096 bytes is) counts for nothing
+///   and goes when the list is cut, and no more than `keep * 10` entries are looked at; a key
+///   of another type, or one the ACL refuses inside the script, is let go silently: history
+///   never makes a release fail;
 /// - `announce(command, channel, message)`: publishes a release, falling back to PUBLISH on a
 ///   Redis 6 Cluster (no SPUBLISH there; its PUBLISH reaches every node); a user that may not
 ///   publish still releases (its waiters poll).
@@ -159,13 +162,40 @@ local function not_a_fence(fence)
   end
   return redis.error_reply('WRONGTYPE ' .. fence .. ' does not hold an integer fence counter')
 end
+local function a_record(entry)
+  return #entry <= 4096 and string.sub(entry, 1, 1) == '{' and string.sub(entry, -1) == '}'
+end
 local function remember(history, record, keep, ms)
   if not record or record == '' then
     return
   end
   pcall(function()
-    redis.call('LPUSH', history, record)
-    redis.call('LTRIM', history, 0, tonumber(keep) - 1)
+    keep = tonumber(keep)
+    if redis.call('LPUSH', history, record) > keep then
+      local kept, junk, at = {}, false, 0
+      while #kept < keep and at < keep * 10 do
+        local chunk = redis.call('LRANGE', history, at, at + 15)
+        if #chunk == 0 then
+          break
+        end
+        for _, entry in ipairs(chunk) do
+          if #kept < keep then
+            if a_record(entry) then
+              kept[#kept + 1] = entry
+            else
+              junk = true
+            end
+          end
+        end
+        at = at + #chunk
+      end
+      if junk then
+        redis.call('DEL', history)
+        redis.call('RPUSH', history, unpack(kept))
+      else
+        redis.call('LTRIM', history, 0, #kept - 1)
+      end
+    end
     redis.call('PEXPIRE', history, tonumber(ms))
   end)
 end
@@ -266,3 +296,13 @@ end
     };
 }
 pub(crate) use lua_helpers;
+
+#[cfg(test)]
+mod tests {
+    /// The release scripts' own bound on a record is the one every reader keeps.
+    #[test]
+    fn a_record_is_as_large_as_a_reader_takes() {
+        let bound = format!("#entry <= {}", crate::backend::MAX_RECORD);
+        assert!(lua_helpers!().contains(&bound), "{bound}");
+    }
+}

@@ -59,12 +59,40 @@ pub(super) fn holder(
     // Written by whoever wrote the holder's record: kept as it is, and shown in the printable
     // form (the holder's `Display`; JSON escapes it by construction).
     Holder {
-        host,
+        host: host.as_deref().map(unfield),
         pid: pid.and_then(|p| p.parse().ok()),
-        command,
+        command: command.as_deref().map(unfield),
         since_ms: since.and_then(|s| s.parse().ok()),
         fence: fence.and_then(|f| f.parse().ok()),
     }
+}
+
+/// A name (host, program) as a holder's metadata keeps it, raw but for two characters: a
+/// semaphore's metadata is one string of tab-separated fields, so the tab is written `\t` and
+/// the backslash `\\`; cut to a name's length.
+pub(super) fn field(name: &str) -> String {
+    crate::text::cut(name, crate::text::MAX_NAME)
+        .replace('\\', "\\\\")
+        .replace('\t', "\\t")
+}
+
+/// A name as [`field`] wrote it, read back; a backslash before anything else stays (metadata
+/// of the previous release, which kept the printable form).
+fn unfield(text: &str) -> String {
+    let mut name = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('\\', Some('\\')) => name.push('\\'),
+            ('\\', Some('t')) => name.push('\t'),
+            _ => {
+                name.push(c);
+                continue;
+            }
+        }
+        chars.next();
+    }
+    name
 }
 
 /// Whether an attempt's busy or queued reply says it holds a place in the queue (its last
@@ -86,6 +114,19 @@ pub(super) fn as_flag(reply: &Reply) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43's review: a holder's names are kept raw (every backend shows the same text in
+    /// `status --json`), a tab and a backslash escaped only so a semaphore's fields stay apart.
+    #[test]
+    fn names_are_kept_raw_and_read_back() {
+        for name in ["web-1", "w\u{1b}]0;x\u{7}", "a\tb\\t\\", "\\u{1b}", ""] {
+            assert_eq!(unfield(&field(name)), name);
+            assert!(!field(name).contains('\t'), "{name:?}");
+        }
+        assert_eq!(field(&"é".repeat(1000)).chars().count(), 255);
+        // The previous release's printable form stays as it was.
+        assert_eq!(unfield("w\\u{1b}"), "w\\u{1b}");
+    }
 
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(Some(s.as_bytes().to_vec()))

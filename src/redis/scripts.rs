@@ -123,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "29a52bf8a0573cf76926a5c59b89d7a65ab30c7c",
+    sha1: "99cf5c453d4003cafeb0a018e975274639ee19a7",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -222,7 +222,7 @@ end)
 return 1
 "#
     ),
-    sha1: "b14ec8bf64de6699432c731103011c6e86b53180",
+    sha1: "33f495e05df6db33e94502ba21f25405145570d8",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -309,7 +309,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "bdeeaa22bac3e6473882ab4ad5f55eb68a6309fd",
+    sha1: "546f9ef4b6a508a7773b7e716d8510e6e00258b8",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -380,7 +380,7 @@ end
 return released
 "#
     ),
-    sha1: "9cc24dc069240bfb382447b718cadda0291fafd0",
+    sha1: "4471bad668a449fbc1f8950bc054f7eba835b646",
 };
 
 /// KEYS: history. ARGV: limit, how many records to look at, the largest record's bytes.

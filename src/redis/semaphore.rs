@@ -101,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "8835607b51a26024cbbc16bb578271345f8ead1e",
+    sha1: "8657c5bb988bc9d457cdcff77b0a49f7c0493fce",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,7 +121,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "77f99ab5cc76fa6bd4aad82a967cdfc990139c84",
+    sha1: "32b66aaab7558e5ac88cc57312f920f01da515c5",
 };
 
 /// KEYS: holders, meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms (0: free
@@ -163,5 +163,5 @@ end)
 return 1
 "#
     ),
-    sha1: "348f9c3af82e768f206961b23e4a0dc3b250f0d5",
+    sha1: "ea2ca8c05a7c62a819c874af28ba1f843e98d50f",
 };

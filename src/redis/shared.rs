@@ -119,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "8cd9867b9cb0804f0a32c3ce784571fd87864482",
+    sha1: "b6c4df4b9a78e7f6bf1ca4bcdcda3b01c141cc31",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -148,7 +148,7 @@ keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "4ee7ae5171efe7796ae18b0d9338a9df125127a2",
+    sha1: "79027c2f104dbf8e83690bea1c8b8a6ef969e484",
 };
 
 /// KEYS: holders, holders-meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms
@@ -212,5 +212,5 @@ end)
 return 1
 "#
     ),
-    sha1: "8491c242f2dec3f575f17cf6f4426fb752b99254",
+    sha1: "681bf3e2595bef50e6637dc215f354afa66819ba",
 };

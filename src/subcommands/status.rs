@@ -99,7 +99,10 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
                         .split_once(": ")
                         .map_or("", |(_, rest)| rest)
                 ),
-                Err(e) => out!("  {url}: no answer: {}", printable(&e.to_string())),
+                Err(e) => out!(
+                    "  {url}: no answer: {}",
+                    crate::text::line_form(&e.to_string())
+                ),
             }
         }
     } else {

@@ -1,11 +1,18 @@
 //! `status --json` and `history --json` have the same keys on every backend (a backend may add
-//! its own, which it declares), of the same types, free, held, and free again.
+//! its own, which it declares), of the same types, free, held, and free again; and the same
+//! text: a host whose name another party chose (escape sequences, a tab, a backslash before a
+//! `u`) is its raw name, JSON-escaped, in both, on every backend.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use super::backends::Backend;
+use crate::support::hostile::{can_name_hosts, on_host_named};
+
+/// The host a run of the held phase runs on, as root (in a UTS namespace of its own): what
+/// `status --json` and `history --json` must give back as it is, whichever store kept it.
+const HOST: &str = "w\\u{1b}\t\u{1b}]0;x\u{7}\u{9b}31m\u{202e}\\";
 
 /// Every backend's `status --json` keys.
 const STATUS: &[&str] = &[
@@ -59,7 +66,13 @@ pub fn check(backend: &dyn Backend) {
     assert_eq!(free["holders"], Value::Array(Vec::new()), "{free}");
     assert_eq!(free["waiters"], 0, "{free}");
 
-    let holder = store.holder(&[]);
+    // Issue 43's review: `file://` and Redis kept the printable form of a holder's names, so
+    // their JSON differed from etcd's and PostgreSQL's (`w\\u{1b}...` for `w\u001b...`).
+    let named = can_name_hosts();
+    let holder = match named {
+        true => crate::support::Holder::with(store.lr().with(|c| on_host_named(c, HOST)), "job"),
+        false => store.holder(&[]),
+    };
     let held = store.status();
     keys(&held, STATUS, extra, "status, held");
     assert_eq!(held["held"], true);
@@ -71,6 +84,10 @@ pub fn check(backend: &dyn Backend) {
     assert_eq!(held["holder"]["pid"], holder.pid(), "{held}");
     assert_eq!(held["holder"]["command"], "sh", "{held}");
     assert!(held["holder"]["host"].is_string() && held["holder"]["since"].is_string());
+    if named {
+        assert_eq!(held["holder"]["host"], HOST, "the host as it is: {held}");
+        assert_eq!(held["holders"][0]["host"], HOST, "{held}");
+    }
     let each = held["holders"].as_array().unwrap();
     assert_eq!(each.len(), 1, "{held}");
     keys(&each[0], EACH_HOLDER, &[], "each of holders");
@@ -93,4 +110,7 @@ pub fn check(backend: &dyn Backend) {
         runs[0], after["last_run"],
         "last_run is the history's newest"
     );
+    if named {
+        assert_eq!(runs[0]["host"], HOST, "{runs:?}");
+    }
 }

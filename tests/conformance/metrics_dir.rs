@@ -45,21 +45,7 @@ pub fn check(backend: &dyn Backend) {
         "counted from nothing"
     );
 
-    let lock = metrics.path().join(".locked_run_job.lock");
-    std::fs::write(&lock, "").unwrap();
-    // One process that holds the lock (flock(1) would leave its command holding it too).
-    let mut holding = without_our_settings("perl");
-    holding
-        .args([
-            "-e",
-            "open(F, '>>', $ARGV[0]) or die; flock(F, 2) or die; sleep 60",
-        ])
-        .arg(&lock);
-    let held = spawn(holding);
-    wait_until("the lock is taken", Duration::from_secs(10), || {
-        std::fs::read_to_string("/proc/locks")
-            .is_ok_and(|l| l.contains(&format!(" {} ", held.pid())))
-    });
+    let held = holding_flock(&metrics.path().join(".locked_run_job.lock"));
     let out = run();
     assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
     signal(held.pid(), libc::SIGKILL);

@@ -17,8 +17,10 @@ mod dead_waiter;
 mod environment;
 mod exclusive;
 mod fair;
+mod far_since;
 mod history;
 mod history_bounds;
+mod history_order;
 mod holders;
 mod hostile;
 mod json_keys;
@@ -108,6 +110,11 @@ macro_rules! every_promise {
         }
 
         #[test]
+        fn far_since() {
+            far_since::check(&$backend)
+        }
+
+        #[test]
         fn history() {
             history::check(&$backend)
         }
@@ -115,6 +122,11 @@ macro_rules! every_promise {
         #[test]
         fn history_bounds() {
             history_bounds::check(&$backend)
+        }
+
+        #[test]
+        fn history_order() {
+            history_order::check(&$backend)
         }
 
         #[test]

@@ -48,6 +48,12 @@ pub enum Fault {
     Neighbour,
     /// Every backend: another user of a lock writes junk into its history (`hostile.rs`).
     HistoryJunk,
+    /// Every backend: another user of a lock writes a `since` no date can show into its
+    /// holder's metadata (`hostile.rs`).
+    FarSince,
+    /// `file://`: the counters and histories copied (`cp -a`) at one time, the copy restored
+    /// over them later, the same copy again and again (see `files.rs`).
+    Restore,
 }
 
 impl Fault {
@@ -67,6 +73,8 @@ impl Fault {
             Fault::ForeignSwap => "another user swapped its lock files",
             Fault::Neighbour => "another user in the metrics directory",
             Fault::HistoryJunk => "another user wrote junk into a history",
+            Fault::FarSince => "another user set a holder's since past year 9999",
+            Fault::Restore => "the directory's counters and histories restored from a copy",
         }
     }
 }
@@ -99,6 +107,10 @@ pub trait Backend: Send + Sync {
     /// Writes `junk` into NAME's history beside the runs' own records, as another user of the
     /// lock may (straight to the store, not through the fault proxy).
     fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String>;
+    /// Writes [`crate::hostile::FAR_SINCE_MS`] as the `since` of NAME's holder (held by one
+    /// run; nothing when none holds it), where the backend keeps its metadata, as another user
+    /// of the lock may.
+    fn plant_far_since(&self, name: &str) -> Result<(), String>;
 }
 
 /// Opens the backend named `label` (`redis`, `file`, `redlock`, `etcd`).
@@ -133,6 +145,11 @@ pub fn missing(label: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Sets the holder hash's `since`, only if the hash is there (a hash made here would outlive
+/// every run: no release deletes a hash it did not write).
+const FAR_SINCE: &str = "if redis.call('EXISTS', KEYS[1]) == 1 then \
+                         redis.call('HSET', KEYS[1], 'since', ARGV[1]) end return 0";
 
 /// One Redis server, or Redlock over several, each behind a fault proxy of its own.
 pub struct Servers {
@@ -335,6 +352,21 @@ impl Backend for Servers {
             redis::cmd("LPUSH")
                 .arg(format!("history:{{{name}}}"))
                 .arg(&record)
+                .query::<i64>(&mut conn)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// In `holder:{NAME}`, on every server that has it.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        for server in &self.servers {
+            let mut conn = server.lock().unwrap().conn().map_err(|e| e.to_string())?;
+            redis::cmd("EVAL")
+                .arg(FAR_SINCE)
+                .arg(1)
+                .arg(format!("holder:{{{name}}}"))
+                .arg(crate::hostile::FAR_SINCE_MS.to_string())
                 .query::<i64>(&mut conn)
                 .map_err(|e| e.to_string())?;
         }

@@ -169,6 +169,13 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
     let left = hard.saturating_sub(started.elapsed());
     let hung = !wait_pid_exit(pid, left);
     if hung {
+        // Under strace the wrapper is strace's child: killed first, or it would outlive its
+        // tracer, hung for ever.
+        if plan.held_ms.is_some() {
+            for traced in children(pid) {
+                signal(traced, libc::SIGKILL);
+            }
+        }
         signal(pid, libc::SIGKILL);
     }
     let ended = mono_ns();
@@ -188,6 +195,22 @@ fn execute(pass: &Pass, mut plan: Plan) -> Wrapper {
         stderr,
         max_rss_kb,
     }
+}
+
+/// The children of process `pid`, as its threads list them in /proc.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
 }
 
 /// Reaps our child `pid` (it has exited), with its status and peak resident memory in KiB.

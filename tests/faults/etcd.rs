@@ -219,6 +219,25 @@ impl Backend for EtcdMember {
             _ => Err(format!("etcdctl put {key}: {status}")),
         }
     }
+
+    /// The first holder's key (`NAME/<lease>`, its value the holder's JSON), rewritten on its
+    /// lease with `since` far ahead.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        let etcd = self.etcd.lock().unwrap();
+        let reply = EtcdMember::ctl_json(&etcd, &["get", "--prefix", &format!("{name}/")])?;
+        let Some(kv) = reply["kvs"].as_array().and_then(|kvs| kvs.first()) else {
+            return Ok(());
+        };
+        let text = |field: &str| kv[field].as_str().map_or_else(String::new, base64_text);
+        let mut value: serde_json::Value =
+            serde_json::from_str(&text("value")).map_err(|e| e.to_string())?;
+        value["since"] = crate::hostile::FAR_SINCE_MS.into();
+        let out = etcd.ctl(&["put", "--ignore-lease", &text("key"), &value.to_string()]);
+        match out.code() {
+            Some(0) => Ok(()),
+            _ => Err(format!("etcdctl put: {out:?}")),
+        }
+    }
 }
 
 fn base64_text(text: &str) -> String {

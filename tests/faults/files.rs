@@ -3,11 +3,15 @@
 //! pass that user makes NAME `b`'s lock file (0666, its own); the nemesis then has it swap the
 //! files of `b` it owns, again and again, for fresh ones, as an owner may in a sticky directory: a run
 //! that trusted such a file could hold `b` beside another run that opened the new one. The
-//! process faults apply as on every backend.
+//! nemesis also copies the directory's counters and histories (`cp -a`) and later restores the
+//! copy over them, the same copy three times before it takes another, as an operator restoring
+//! a backup would: a fence issued since the copy must never be issued again. The process
+//! faults apply as on every backend.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 
 use crate::backend::{Backend, Fault};
 use crate::hostile::Junk;
@@ -20,6 +24,9 @@ pub struct Files {
     dir: tempfile::TempDir,
     /// Whether the hostile user could be played (the harness runs as root).
     hostile: bool,
+    /// Where the copy of the counters and histories is kept, and how often it was restored.
+    backup: tempfile::TempDir,
+    restored: Mutex<Option<u32>>,
 }
 
 impl Files {
@@ -31,7 +38,59 @@ impl Files {
             chmod(dir.path(), 0o1777);
             as_nobody(dir.path(), "umask 0; : > b.lock");
         }
-        Files { dir, hostile }
+        Files {
+            dir,
+            hostile,
+            backup: tempfile::tempdir().unwrap(),
+            restored: Mutex::new(None),
+        }
+    }
+
+    /// Copies the counters and histories (`cp -a`: contents, owners, extended attributes),
+    /// or restores the copy over them: in place (the same inodes) or anew (removed first).
+    /// The lock files stay: a run holding one must keep it.
+    fn copy_or_restore(&self, rng: &mut Rng) -> String {
+        let mut restored = self.restored.lock().unwrap();
+        let (dir, backup) = (self.dir.path().display(), self.backup.path().display());
+        let files = "ls | grep -E '\\.(fence|history)$'";
+        let (script, what) = match *restored {
+            Some(n) if n < 3 => {
+                let anew = rng.chance(50);
+                *restored = Some(n + 1);
+                let script = match anew {
+                    true => format!(
+                        "cd {backup} && for f in $({files}); do rm -f {dir}/$f; cp -a $f {dir}/$f; done"
+                    ),
+                    false => {
+                        format!("cd {backup} && for f in $({files}); do cp -a $f {dir}/$f; done")
+                    }
+                };
+                (
+                    script,
+                    format!(
+                        "restored ({}, time {})",
+                        if anew { "anew" } else { "in place" },
+                        n + 1
+                    ),
+                )
+            }
+            _ => {
+                *restored = Some(0);
+                (
+                    format!(
+                        "rm -f {backup}/*; cd {dir} && for f in $({files}); do cp -a $f {backup}/$f; done"
+                    ),
+                    "copied".to_owned(),
+                )
+            }
+        };
+        let done = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        format!("{what}: {}", if done { "done" } else { "failed" })
     }
 }
 
@@ -73,8 +132,8 @@ impl Backend for Files {
 
     fn faults(&self) -> Vec<(Fault, u64)> {
         match self.hostile {
-            true => vec![(Fault::ForeignSwap, 4)],
-            false => Vec::new(),
+            true => vec![(Fault::ForeignSwap, 4), (Fault::Restore, 8)],
+            false => vec![(Fault::Restore, 8)],
         }
     }
 
@@ -83,8 +142,12 @@ impl Backend for Files {
     }
 
     /// The hostile user renames every file of `b` it owns away and makes a fresh one in its
-    /// place (a file of root's it may not rename: the sticky bit).
-    fn inject(&self, _: Fault, _: usize, _: &mut Rng) -> String {
+    /// place (a file of root's it may not rename: the sticky bit); or a copy of the counters
+    /// and histories is made, or restored.
+    fn inject(&self, fault: Fault, _: usize, rng: &mut Rng) -> String {
+        if fault == Fault::Restore {
+            return self.copy_or_restore(rng);
+        }
         let swapped = as_nobody(
             self.dir.path(),
             "umask 0; n=0; for f in b.lock b.fence; do \
@@ -125,13 +188,34 @@ impl Backend for Files {
         left
     }
 
-    /// A line appended to `DIR/NAME.history` by another writer of the directory.
+    /// A line appended to `DIR/NAME.history` by another writer of the directory (one cut
+    /// short: with no newline).
     fn plant_history(&self, name: &str, junk: &Junk, token: &str) -> Result<(), String> {
         use std::io::Write as _;
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(self.dir.path().join(format!("{name}.history")))
             .map_err(|e| e.to_string())?;
-        writeln!(file, "{}", junk.record(token)).map_err(|e| e.to_string())
+        let end = match junk {
+            Junk::NoNewline => "",
+            _ => "\n",
+        };
+        write!(file, "{}{end}", junk.record(token)).map_err(|e| e.to_string())
+    }
+
+    /// A `since_ms=` line after the holder's lines of `NAME.lock` (the last one read counts),
+    /// while a run holds it: the next holder writes the file afresh.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        use std::io::Write as _;
+        let path = self.dir.path().join(format!("{name}.lock"));
+        let held = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
+        if !held {
+            return Ok(());
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| e.to_string())?;
+        writeln!(file, "since_ms={}", crate::hostile::FAR_SINCE_MS).map_err(|e| e.to_string())
     }
 }

@@ -294,7 +294,7 @@ impl History {
                 at(w.spawned),
                 at(w.ended),
                 w.status,
-                // -v: from what it acquired, with which fence, to how it ended.
+                // Its log: from what it acquired, with which fence, to how it ended.
                 w.stderr_last(8)
             ));
         }

@@ -1,26 +1,21 @@
-//! What other users and other hosts may write where the runs look, as a nemesis of its own:
-//! a hostile local user beside the files the runs use (the metrics directory every run
-//! writes to, where it holds a NAME's metrics lock for seconds or swaps its files for a FIFO,
-//! a link to `/dev/zero` or a sparse file of gigabytes; the `file://` lock directory's own
-//! hostile user is `files.rs`'s), another user of a lock writing junk into its history on
-//! every backend (records of a megabyte, lines that are no record, records whose host name is
-//! escape sequences), and runs on hosts with hostile names (a UTS namespace of their own, as
-//! root). The checks: no wrapper held up past its command's end beyond the metrics lock's few
-//! seconds, and no raw control character in what `status` and `history` print, while the
-//! pass runs and once it is over, when `history` must also still answer.
+//! What other users and other hosts may write where the runs look, as a nemesis of its own
+//! (the metrics directory's hostile user is `neighbour.rs`'s, the `file://` lock directory's
+//! `files.rs`'s): another user of a lock writing junk into its history on every backend
+//! (records of a megabyte, lines that are no record or end in none, records whose host name
+//! is escape sequences or whose fence is past `i64::MAX`) or a `since` past year 9999 into its
+//! holder's metadata, and runs on hosts with hostile names (a UTS namespace of their own, as
+//! root). The checks: no raw control character in what `status` and `history` print, nor in
+//! what the wrappers themselves said on stderr; no crash (status 101) of `status` or
+//! `history`; and no run missing from its NAME's history while runs before it are there,
+//! while the pass runs and once it is over, when `history` must also still answer.
 
-use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Fault};
+use crate::child::mono_ns;
 use crate::history::{History, Violation};
-use crate::plan::KILL_AFTER_MS;
 use crate::rng::Rng;
-
-/// The hostile user (nobody), played when the harness runs as root; else this user plays it.
-const NOBODY: u32 = 65534;
 
 /// Host names a run may have (each at most 64 bytes): a window title set and a line erased
 /// with a forged history row written over it, CSI as the C1 control U+009B, a newline that
@@ -34,96 +29,15 @@ pub const HOSTS: [&str; 4] = [
 
 /// Whether the harness can give a run a host name of its own (a UTS namespace needs root).
 pub fn can_name_hosts() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    crate::support::hostile::can_name_hosts()
 }
 
 /// Makes `cmd` run in a UTS namespace of its own whose host name is `HOSTS[i]`.
 pub fn on_host_named(cmd: &mut Command, i: usize) {
-    let name = HOSTS[i % HOSTS.len()];
-    // SAFETY: unshare(2) and sethostname(2) only, both async-signal-safe, between fork and
-    // exec; `name` is static.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::unshare(libc::CLONE_NEWUTS) != 0
-                || libc::sethostname(name.as_ptr().cast(), name.len()) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::support::hostile::on_host_named(cmd, HOSTS[i % HOSTS.len()]);
 }
 
-/// The metrics directory every run of a pass writes to (`LOCKED_RUN_METRICS_DIR`), shared
-/// with the hostile user: writable by all and not sticky, so that user may replace any file
-/// in it at any time.
-pub struct Neighbour {
-    dir: tempfile::TempDir,
-    names: Vec<&'static str>,
-}
-
-impl Neighbour {
-    pub fn start(names: &[(&'static str, u32)]) -> Neighbour {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        Neighbour {
-            dir,
-            names: names.iter().map(|(n, _)| *n).collect(),
-        }
-    }
-
-    pub fn metrics_dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// One hostile act on one NAME's metrics files, drawn from `rng`; returns once it is over
-    /// (a held lock: once let go). Says what it did.
-    pub fn act(&self, rng: &mut Rng) -> String {
-        let name = self.names[rng.range(0, self.names.len() as u64 - 1) as usize];
-        let (prom, lock) = (
-            format!("locked_run_{name}.prom"),
-            format!(".locked_run_{name}.lock"),
-        );
-        let hold = Duration::from_millis(rng.range(500, 6000));
-        let script = match rng.weighted(&[30, 15, 15, 10, 15, 15]) {
-            0 => format!("exec flock -o {lock} sleep {}", hold.as_secs_f64()),
-            1 => format!("rm -f {prom}; mkfifo {prom}"),
-            2 => format!("rm -f {prom}; ln -s /dev/zero {prom}"),
-            3 => format!("rm -f {prom}; truncate -s 2G {prom}"),
-            4 => format!(
-                "rm -f {lock}; mkfifo {lock}; sleep {}; rm -f {lock}",
-                hold.as_secs_f64()
-            ),
-            _ => format!(
-                "rm -f {lock}; ln -s /dev/zero {lock}; sleep {}; rm -f {lock}",
-                hold.as_secs_f64()
-            ),
-        };
-        let done = as_neighbour(self.dir.path(), &script);
-        format!(
-            "{name}: {script} ({})",
-            if done { "done" } else { "failed" }
-        )
-    }
-}
-
-/// Runs `script` with `sh` in `dir` as the hostile user (nobody, as root); whether it succeeded.
-fn as_neighbour(dir: &Path, script: &str) -> bool {
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", script])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if can_name_hosts() {
-        cmd.uid(NOBODY).gid(NOBODY);
-    }
-    cmd.status().is_ok_and(|s| s.success())
-}
-
-/// What another user of a lock may write into its history.
+/// What another user of a lock may write into its history (or its holder's metadata).
 pub enum Junk {
     /// A record of 1 MB (larger than any reader takes).
     Huge(usize),
@@ -132,30 +46,65 @@ pub enum Junk {
     /// A record that reads as one, whose host name is `HOSTS[i]` (and whose fence is 0, below
     /// every fence issued: it moves none).
     HostileHost(usize),
+    /// A record whose fence (2^64 - 2) is past `i64::MAX`: no store's, and none to lift a
+    /// fence to.
+    HugeFence,
+    /// The start of a record with no newline after it (`file://`: the next line appended must
+    /// not end it).
+    NoNewline,
 }
 
 impl Junk {
     pub fn draw(rng: &mut Rng) -> Junk {
-        match rng.weighted(&[40, 20, 40]) {
+        match rng.weighted(&[25, 15, 25, 20, 15]) {
             0 => Junk::Huge(1_000_000),
             1 => Junk::Malformed,
-            _ => Junk::HostileHost(rng.range(0, HOSTS.len() as u64 - 1) as usize),
+            2 => Junk::HostileHost(rng.range(0, HOSTS.len() as u64 - 1) as usize),
+            3 => Junk::HugeFence,
+            _ => Junk::NoNewline,
         }
     }
 
     /// The record, as a store keeps it; `token` tells it from every other.
     pub fn record(&self, token: &str) -> String {
-        match self {
-            Junk::Huge(n) => format!("{{\"host\":\"{}\",\"token\":\"{token}\"}}", "x".repeat(*n)),
-            Junk::Malformed => format!("not a record {{ {token}"),
-            Junk::HostileHost(i) => serde_json::json!({
-                "host": HOSTS[*i % HOSTS.len()], "pid": 1, "user": "mallory", "fence": 0,
+        let run = |host: &str, fence: u64| {
+            serde_json::json!({
+                "host": host, "pid": 1, "user": "mallory", "fence": fence,
                 "mode": "exclusive", "started_at": "2026-01-01T00:00:00.000Z",
                 "ended_at": "2026-01-01T00:00:01.000Z", "waited_ms": 0, "status": 0,
                 "ended": "exit", "token": token,
             })
-            .to_string(),
+            .to_string()
+        };
+        match self {
+            Junk::Huge(n) => format!("{{\"host\":\"{}\",\"token\":\"{token}\"}}", "x".repeat(*n)),
+            Junk::Malformed => format!("not a record {{ {token}"),
+            Junk::HostileHost(i) => run(HOSTS[*i % HOSTS.len()], 0),
+            Junk::HugeFence => run("mallory", u64::MAX - 1),
+            Junk::NoNewline => format!("{{\"partial\":\"{token}\""),
         }
+    }
+}
+
+/// A holder's `since` that no date can show (year 3170843), in ms since the epoch.
+pub const FAR_SINCE_MS: u64 = 99_999_999_999_999_999;
+
+/// Another user of a NAME of one holder writes a `since` past year 9999 into its holder's
+/// metadata (which no date can show: `status`, `-n -v` and every waiter crashed on it).
+pub fn plant_far_since(
+    backend: &dyn Backend,
+    names: &[(&'static str, u32)],
+    rng: &mut Rng,
+) -> String {
+    let ones: Vec<&str> = names
+        .iter()
+        .filter(|(_, n)| *n == 1)
+        .map(|(n, _)| *n)
+        .collect();
+    let name = ones[rng.range(0, ones.len() as u64 - 1) as usize];
+    match backend.plant_far_since(name) {
+        Ok(()) => format!("{name}: its holder's since set to {FAR_SINCE_MS} ms"),
+        Err(e) => format!("{name}: its holder's since: not written ({e})"),
     }
 }
 
@@ -168,54 +117,12 @@ pub fn plant_junk(backend: &dyn Backend, names: &[(&'static str, u32)], rng: &mu
         Junk::Huge(n) => format!("a record of {n} bytes"),
         Junk::Malformed => "a line that is no record".to_owned(),
         Junk::HostileHost(i) => format!("a record from host {:?}", HOSTS[*i]),
+        Junk::HugeFence => "a record of fence 2^64 - 2".to_owned(),
+        Junk::NoNewline => "a record cut short, with no newline".to_owned(),
     };
     match backend.plant_history(name, &junk, &token) {
         Ok(()) => format!("{name}: {what}"),
         Err(e) => format!("{name}: {what}: not written ({e})"),
-    }
-}
-
-/// How long after its command's end a wrapper may live, its metrics lock held by another
-/// user: the few seconds it waits for that lock (3 s), the sweep of what its command left
-/// (a settle, the kill signal, SIGKILL K later), the release, and a margin for two loaded
-/// cores.
-const AFTER_COMMAND_MS: u64 = 3000 + 100 + KILL_AFTER_MS + 2500;
-
-/// No wrapper outlived its command by more than [`AFTER_COMMAND_MS`] (and its own SIGSTOP),
-/// unless a fault of the servers or the network overlapped its end (a release that retried):
-/// nothing the neighbour planted in the metrics directory may hold a run up.
-pub fn check_ends(h: &History, out: &mut Vec<Violation>) {
-    for w in h.wrappers.values() {
-        let Some(s) = h.sections.get(&w.plan.run) else {
-            continue;
-        };
-        let Some(end) = s.gone() else { continue };
-        if w.faulted() {
-            continue;
-        }
-        let lag = w.ended.saturating_sub(end);
-        if lag <= (AFTER_COMMAND_MS + w.stopped_ms) * 1_000_000 {
-            continue;
-        }
-        let faults: Vec<String> = h
-            .faults_during(end, w.ended)
-            .into_iter()
-            .filter(|f| f.fault != crate::backend::Fault::Neighbour)
-            .map(|f| f.describe())
-            .collect();
-        out.push(Violation {
-            invariant: "a wrapper outlived its command's end by more than a few seconds",
-            name: w.plan.name.to_owned(),
-            detail: format!(
-                "run {} (pid {}, status {}) ended {:.3}s after its command; stderr: {}",
-                w.plan.run,
-                w.pid,
-                w.status,
-                lag as f64 / 1e9,
-                w.stderr_last(4)
-            ),
-            excused: faults.first().map(|f| format!("during a fault: {f}")),
-        });
     }
 }
 
@@ -230,16 +137,33 @@ fn raw(text: &str) -> Vec<char> {
         .collect()
 }
 
-/// What `status` and `history` (text and JSON) print of NAME: raw control characters, and, with
-/// `settled` (everything stopped, the servers healed), a `history` that did not answer.
-fn read_out(bin: &str, url_args: &[String], name: &str, settled: bool) -> Vec<Violation> {
+/// What one `history --json` showed of NAME, and when it was asked (the monotonic clock): the
+/// fences of its records, but for another user's junk (fence 0, or past `i64::MAX`).
+pub struct Snapshot {
+    pub name: String,
+    pub at: u64,
+    pub fences: Vec<u64>,
+}
+
+/// What `status` and `history` (text and JSON) print of NAME: raw control characters, a crash
+/// (status 101: a `since` no date can show made them panic), and, with `settled` (everything
+/// stopped, the servers healed), a `history` that did not answer. Also what `history --json`
+/// showed, for [`check_history`].
+fn read_out(
+    bin: &str,
+    url_args: &[String],
+    name: &str,
+    settled: bool,
+) -> (Vec<Violation>, Option<Snapshot>) {
     let mut found = Vec::new();
+    let mut snapshot = None;
     for args in [
         &["status"][..],
         &["status", "--json"],
         &["history"],
-        &["history", "--json"],
+        &["history", "--json", "--limit", "100"],
     ] {
+        let at = mono_ns();
         let Some((status, stdout, stderr)) = output(bin, url_args, args, name) else {
             continue;
         };
@@ -255,6 +179,18 @@ fn read_out(bin: &str, url_args: &[String], name: &str, settled: bool) -> Vec<Vi
                 excused: None,
             });
         }
+        if status == Some(101) || stderr.contains("panicked at") {
+            found.push(Violation {
+                invariant: "status or history crashed",
+                name: name.to_owned(),
+                detail: format!(
+                    "`{}` ended {status:?}: {}",
+                    args.join(" "),
+                    stderr.chars().take(300).collect::<String>()
+                ),
+                excused: None,
+            });
+        }
         let failed = args[0] == "history" && !matches!(status, Some(0 | 1));
         if settled && failed {
             found.push(Violation {
@@ -264,8 +200,21 @@ fn read_out(bin: &str, url_args: &[String], name: &str, settled: bool) -> Vec<Vi
                 excused: None,
             });
         }
+        if args.len() == 4 && status == Some(0) {
+            let runs: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap_or_default();
+            let fences = runs
+                .iter()
+                .filter_map(|r| r["fence"].as_u64())
+                .filter(|&f| f > 0 && f <= i64::MAX as u64)
+                .collect();
+            snapshot = Some(Snapshot {
+                name: name.to_owned(),
+                at,
+                fences,
+            });
+        }
     }
-    found
+    (found, snapshot)
 }
 
 /// `locked-run ARGS ... NAME` under a hard timeout of 10 s: its status and outputs.
@@ -304,29 +253,133 @@ fn output(
 }
 
 /// While the pass runs: every NAME's `status` and `history` read in turn, about once a second,
-/// each output checked for raw control characters.
+/// each output checked (see [`read_out`]); what `history --json` showed, kept.
 pub fn reader(
     bin: &str,
     url_args: &[String],
     names: &[(&'static str, u32)],
     deadline: Instant,
-) -> Vec<Violation> {
+) -> (Vec<Violation>, Vec<Snapshot>) {
     let mut found = Vec::new();
+    let mut snapshots = Vec::new();
     let mut round = 0;
     while Instant::now() < deadline {
         let name = names[round % names.len()].0;
         round += 1;
-        found.extend(read_out(bin, url_args, name, false));
+        let (violations, snapshot) = read_out(bin, url_args, name, false);
+        found.extend(violations);
+        snapshots.extend(snapshot);
         std::thread::sleep(Duration::from_millis(700));
     }
-    found
+    (found, snapshots)
 }
 
 /// Once everything stopped: every NAME's `status` and `history` print no raw control
 /// character, and `history` answers (0 or 1), whatever junk its history holds.
-pub fn settled(bin: &str, url_args: &[String], names: &[(&'static str, u32)]) -> Vec<Violation> {
-    names
-        .iter()
-        .flat_map(|(name, _)| read_out(bin, url_args, name, true))
-        .collect()
+pub fn settled(
+    bin: &str,
+    url_args: &[String],
+    names: &[(&'static str, u32)],
+) -> (Vec<Violation>, Vec<Snapshot>) {
+    let mut found = Vec::new();
+    let mut snapshots = Vec::new();
+    for (name, _) in names {
+        let (violations, snapshot) = read_out(bin, url_args, name, true);
+        found.extend(violations);
+        snapshots.extend(snapshot);
+    }
+    (found, snapshots)
+}
+
+/// No run is missing from its NAME's history while an older run is there: a run whose
+/// command ended after the wrapper of the oldest run the history showed had ended (so its
+/// record came after that run's, in the store's order), and whose own wrapper ended by itself
+/// before `history --json` was asked, is in it. Runs that a fault of the store (or a restored
+/// copy of the directory) overlapped may be missing: excused. (Another user's line cut short,
+/// with no newline, swallowed the next run's record.)
+pub fn check_history(h: &History, snapshots: &[Snapshot], out: &mut Vec<Violation>) {
+    let ended_by_itself = |w: &crate::client::Wrapper| {
+        !w.hung
+            && !matches!(w.status, -9 | 69)
+            && w.sent.is_none_or(|(sig, _)| sig != libc::SIGKILL)
+    };
+    for snap in snapshots {
+        let Some(&oldest) = snap.fences.last() else {
+            continue;
+        };
+        // When the oldest run shown was certainly done: its wrapper's end.
+        let Some(since) = h
+            .sections
+            .values()
+            .filter(|s| s.name == snap.name && s.fence == oldest)
+            .filter_map(|s| h.wrapper_of(s.run))
+            .map(|w| w.ended)
+            .max()
+        else {
+            continue;
+        };
+        for s in h.sections.values() {
+            if s.name != snap.name || History::is_inner(s.run) || snap.fences.contains(&s.fence) {
+                continue;
+            }
+            let Some(w) = h.wrapper_of(s.run) else {
+                continue;
+            };
+            let after = s.gone().is_some_and(|end| end > since);
+            if !after || !ended_by_itself(w) || w.ended >= snap.at {
+                continue;
+            }
+            let faults: Vec<String> = h
+                .faults_during(s.start, snap.at)
+                .into_iter()
+                .filter(|f| {
+                    !matches!(
+                        f.fault,
+                        Fault::Neighbour | Fault::HistoryJunk | Fault::FarSince
+                    )
+                })
+                .map(|f| f.describe())
+                .collect();
+            out.push(Violation {
+                invariant: "a run missing from its history while older runs are there",
+                name: snap.name.clone(),
+                detail: format!(
+                    "run {} (fence {}, status {}) ended {:.3}s; `history` at {:.3}s shows fences \
+                     {:?}",
+                    s.run,
+                    s.fence,
+                    w.status,
+                    w.ended as f64 / 1e9,
+                    snap.at as f64 / 1e9,
+                    snap.fences
+                ),
+                excused: faults.first().map(|f| format!("during a fault: {f}")),
+            });
+        }
+    }
+}
+
+/// What the wrappers said on stderr (their own lines, and their commands', which say
+/// nothing) has no raw control character, and no line a host name forged.
+pub fn check_stderr(h: &History, out: &mut Vec<Violation>) {
+    for w in h.wrappers.values() {
+        let text =
+            String::from_utf8_lossy(&std::fs::read(&w.stderr).unwrap_or_default()).into_owned();
+        let raw = raw(&text);
+        let forged = text
+            .lines()
+            .any(|l| l.starts_with("locked-run: error: FAKE"));
+        if !raw.is_empty() || forged {
+            out.push(Violation {
+                invariant: "raw control characters in what a wrapper said",
+                name: w.plan.name.to_owned(),
+                detail: format!(
+                    "run {}: {raw:?} in {:?}",
+                    w.plan.run,
+                    text.chars().take(600).collect::<String>()
+                ),
+                excused: None,
+            });
+        }
+    }
 }

@@ -5,9 +5,11 @@
 //! wrappers, or hold one up under strace between its grant and its start; every command records its start and end, its fence and a fenced SQLite write; a
 //! checker then reads the whole history: exclusion, fences, writes, processes left, statuses,
 //! bounds, fair waiting, and what the servers still hold once everything stopped. Other users
-//! act too (hostile.rs): one in the metrics directory every run writes to, one of the lock who
-//! writes junk into its history, and runs on hosts with hostile names, whose `status` and
-//! `history` output is checked for raw control characters.
+//! act too: one in the metrics directory every run writes to (neighbour.rs: its counters must
+//! add up), one of the lock who writes junk into its history and its holder's metadata, and
+//! runs on hosts with hostile names (hostile.rs: `status`, `history` and the wrappers' own
+//! stderr are checked for raw control characters, and the history for runs it lost); on
+//! `file://`, a copy of the directory's counters restored again and again (files.rs).
 //!
 //! ```text
 //! cargo test --test faults                                   # a short pass per backend
@@ -40,7 +42,9 @@ mod files;
 mod history;
 mod hostile;
 mod liveness;
+mod model_check;
 mod monitor;
+mod neighbour;
 mod nemesis;
 mod pg;
 mod plan;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Fault};
 use crate::child::mono_ns;
-use crate::hostile::{Neighbour, plant_junk};
+use crate::hostile::{plant_far_since, plant_junk};
+use crate::neighbour::Neighbour;
 use crate::plan::TTL_MS;
 use crate::rng::Rng;
 
@@ -41,7 +42,8 @@ const LINGER_MS: u64 = 5000;
 /// How often the other users act, against the backend's own faults (a menu's weights sum to
 /// some 70).
 const NEIGHBOUR_WEIGHT: u64 = 10;
-const JUNK_WEIGHT: u64 = 4;
+const JUNK_WEIGHT: u64 = 5;
+const SINCE_WEIGHT: u64 = 5;
 
 pub fn nemesis(
     backend: &dyn Backend,
@@ -55,6 +57,7 @@ pub fn nemesis(
     menu.extend([
         (Fault::Neighbour, NEIGHBOUR_WEIGHT),
         (Fault::HistoryJunk, JUNK_WEIGHT),
+        (Fault::FarSince, SINCE_WEIGHT),
     ]);
     let mut events = Vec::new();
     let weights: Vec<u64> = menu.iter().map(|(_, w)| *w).collect();
@@ -79,6 +82,7 @@ pub fn nemesis(
         let what = match fault {
             Fault::Neighbour => neighbour.act(&mut fault_rng),
             Fault::HistoryJunk => plant_junk(backend, names, &mut fault_rng),
+            Fault::FarSince => plant_far_since(backend, names, &mut fault_rng),
             _ => backend.inject(fault, server, &mut fault_rng),
         };
         if fault == Fault::RestartEmpty {

@@ -153,4 +153,14 @@ impl Backend for PgServer {
             _ => Err(out.stderr.trim().to_owned()),
         }
     }
+
+    /// `since` of the holder rows of NAME, as far ahead as PostgreSQL's dates go.
+    fn plant_far_since(&self, name: &str) -> Result<(), String> {
+        let sql = format!("UPDATE locked_run.holder SET since = 'infinity' WHERE name = '{name}'");
+        let out = self.pg.lock().unwrap().psql_output(&sql);
+        match out.code() {
+            Some(0) => Ok(()),
+            _ => Err(out.stderr.trim().to_owned()),
+        }
+    }
 }

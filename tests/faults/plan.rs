@@ -198,11 +198,19 @@ impl Plan {
 
     /// The options every run takes.
     pub fn lease_args() -> Vec<String> {
-        // -v: the wrapper's stderr (kept for a violation's evidence) says what it acquired and
-        // how its command ended.
-        ["-v", "--ttl", "2s", "--connect-timeout", "1s"]
-            .map(String::from)
-            .to_vec()
+        // JSON lines: the wrapper's stderr (kept for a violation's evidence) says what it
+        // acquired, each renewal and how its command ended, each with its instant, which
+        // the model check reads (`model_check.rs`).
+        [
+            "--log-format",
+            "json",
+            "--ttl",
+            "2s",
+            "--connect-timeout",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     /// `locked-run`'s arguments (after the backend's `-u ...`), up to and including `--`.

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use crate::backend::Backend;
 use crate::client::{Pass, Wrapper, client};
 use crate::history::{History, Violation, create_db};
-use crate::hostile::{self, Neighbour};
+use crate::hostile;
 use crate::monitor::{self, monitor};
+use crate::neighbour::{self, Neighbour};
 use crate::nemesis::nemesis;
 use crate::plan::{DAEMON_MAX_MS, TTL_MS, names};
 use crate::support::{alive, signal};
-use crate::{liveness, safety};
+use crate::{liveness, model_check, safety};
 
 pub struct Config {
     pub seed: u64,
@@ -75,7 +76,7 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
         metrics: neighbour.metrics_dir().to_owned(),
     };
     let urls = backend.url_args();
-    let (wrappers, faults, seen, printed) = std::thread::scope(|s| {
+    let (wrappers, faults, seen, (printed, snapshots)) = std::thread::scope(|s| {
         let nemesis = s.spawn(|| nemesis(backend, config.seed, pass.deadline, &neighbour, &names));
         let monitor = s.spawn(|| monitor(&config.bin, &urls, &names, pass.deadline));
         let reader = s.spawn(|| hostile::reader(&config.bin, &urls, &names, pass.deadline));
@@ -135,10 +136,22 @@ pub fn pass(backend: &dyn Backend, config: &Config) -> bool {
     }));
     leftover_processes(&h, &history, &mut violations);
     violations.extend(printed);
-    violations.extend(hostile::settled(&config.bin, &urls, &names));
-    hostile::check_ends(&h, &mut violations);
+    let (said, last) = hostile::settled(&config.bin, &urls, &names);
+    violations.extend(said);
+    let snapshots: Vec<_> = snapshots.into_iter().chain(last).collect();
+    hostile::check_history(&h, &snapshots, &mut violations);
+    hostile::check_stderr(&h, &mut violations);
+    neighbour::check_ends(&h, &mut violations);
+    neighbour::check_counts(
+        &h,
+        neighbour.metrics_dir(),
+        &h.faults,
+        config.nested,
+        &mut violations,
+    );
     safety::check(&h, &mut violations);
     monitor::check(&h, &seen, &mut violations);
+    model_check::check(&h, &seen, label != "file", &mut violations);
     liveness::check(&h, &mut violations);
     print(&h, &violations, ran_for, started.elapsed());
     if std::env::var("LOCKED_RUN_FAULTS_KEEP").is_ok() {

@@ -135,6 +135,16 @@ fn fences(h: &History, name: &str, limit: u32, sections: &[&Section], out: &mut 
                 excused: None,
             });
         }
+        // No store issues one past it; a history record that said so once lifted a file://
+        // fence to 2^64 - 1.
+        if s.fence > i64::MAX as u64 {
+            out.push(Violation {
+                invariant: "fence past i64::MAX",
+                name: name.to_owned(),
+                detail: describe(s),
+                excused: None,
+            });
+        }
         if h.straddles(s.run).is_none() {
             by_epoch.entry(h.epoch(s.run)).or_default().push(s);
         }

@@ -171,6 +171,26 @@ impl Output {
     }
 }
 
+/// The fences of NAME's runs at `url`, newest first, as `history --json` lists them.
+#[track_caller]
+pub fn history_fences(url: &str, name: &str) -> Vec<u64> {
+    let out = lr()
+        .args(["history", "--json", "--limit", "100", "-u", url, name])
+        .run();
+    fences_in(&out.json())
+}
+
+/// The fences of the runs `history --json` printed, in its order.
+#[track_caller]
+pub fn fences_in(history: &serde_json::Value) -> Vec<u64> {
+    history
+        .as_array()
+        .unwrap_or_else(|| panic!("history --json gave no array: {history}"))
+        .iter()
+        .map(|run| run["fence"].as_u64().unwrap())
+        .collect()
+}
+
 /// `locked-run status --json -u URL NAME`, parsed.
 #[track_caller]
 pub fn status_json(url: &str, name: &str) -> serde_json::Value {

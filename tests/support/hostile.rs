@@ -4,7 +4,7 @@
 //! `$-5`, a PostgreSQL message of 4 GiB, a port that hangs up on anything but HTTP, a JSON
 //! gateway whose watch or keep-alive never ends), and `locked-run` run with its peak memory
 //! measured and its address space capped, so that an unbounded read fails visibly (and cannot
-//! eat the shared machine).
+//! eat the shared machine); and a run on a host whose name another party chose.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,6 +17,29 @@ use std::thread;
 
 use super::BIN;
 use super::process::{Output, locked_run, spawn, without_our_settings};
+
+/// Makes `cmd` run in a UTS namespace of its own (as root) whose host name is `name` (at most
+/// 64 bytes), as a container's owner may name its host.
+pub fn on_host_named<'a>(cmd: &'a mut Command, name: &'static str) -> &'a mut Command {
+    // SAFETY: unshare(2) and sethostname(2) only, both async-signal-safe, between fork and
+    // exec; the name is a static buffer.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWUTS) != 0
+                || libc::sethostname(name.as_ptr().cast(), name.len()) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Whether [`on_host_named`] can work here (a UTS namespace needs root).
+pub fn can_name_hosts() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
 
 /// A fake server; stops accepting when dropped (a script writing forever ends when its client
 /// hangs up).
@@ -249,6 +272,19 @@ pub fn endless_array(mut conn: TcpStream) {
 pub fn negative_length(mut conn: TcpStream) {
     while conn.read(&mut [0u8; 4096]).unwrap_or(0) > 0 {
         if conn.write_all(b"$-5\r\n").is_err() {
+            return;
+        }
+    }
+}
+
+/// An error of a megabyte, full of terminal escapes, to every request (a Redis that says
+/// more than anyone should print).
+pub fn megabyte_error(mut conn: TcpStream) {
+    let mut error = b"-ERR \x1b]0;PWNED\x07\x1b[2K\rlocked-run: FORGED ".to_vec();
+    error.extend(std::iter::repeat_n(b'A', 1 << 20));
+    error.extend(b"\r\n");
+    while conn.read(&mut [0u8; 4096]).unwrap_or(0) > 0 {
+        if conn.write_all(&error).is_err() {
             return;
         }
     }

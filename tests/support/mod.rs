@@ -36,12 +36,12 @@ pub use blocked_exec::{
 };
 pub use certs::Certs;
 pub use cluster::Cluster;
-pub use cmd::{LockedRun, lr, lr_of, lr_stderr_to, status_json};
+pub use cmd::{LockedRun, fences_in, history_fences, lr, lr_of, lr_stderr_to, status_json};
 pub use etcd::Etcd;
 pub use holder::{Holder, go, log_of, logged};
 pub use process::{
-    Output, Running, alive, locked_run, run, run_args, signal, spawn, start_job, wait_for_file,
-    wait_pid_exit, wait_timeout, wait_until, without_our_settings,
+    Output, Running, alive, asleep, has_open, holding_flock, locked_run, run, run_args, signal,
+    spawn, start_job, wait_for_file, wait_pid_exit, wait_timeout, wait_until, without_our_settings,
 };
 pub use redlock::{Five, locked_run_on};
 pub use sections::{CRITICAL_SECTION, check_concurrency, check_log};
@@ -52,6 +52,25 @@ pub use server::{
 };
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_locked-run");
+
+/// The wall clock in microseconds since the Unix epoch: a `file://` lock's fences start at
+/// least there in a new directory (a new block of fences starts at least at the clock).
+pub fn clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// Sets `path`'s times two minutes back (`touch -d`): what a file a run left long ago looks like.
+pub fn two_minutes_old(path: &Path) {
+    let touched = std::process::Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(touched.success(), "touch -d {}", path.display());
+}
 
 /// A scratch directory for the children's logs.
 pub fn scratch() -> tempfile::TempDir {

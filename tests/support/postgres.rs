@@ -349,6 +349,12 @@ impl Postgres {
 
     /// A standby of this server (`pg_basebackup -R`), streaming, answering.
     pub fn standby(&self) -> Postgres {
+        self.standby_named("standby")
+    }
+
+    /// [`Postgres::standby`] whose `cluster_name`, the name the server it streams from knows
+    /// it by (as `synchronous_standby_names` names it), is `name`.
+    pub fn standby_named(&self, name: &str) -> Postgres {
         let dir = owned_dir();
         let data = dir.path().join("data");
         as_owner(
@@ -371,7 +377,7 @@ impl Postgres {
         let mut standby = Postgres {
             port: free_port(),
             dir,
-            settings: vec!["cluster_name=standby".into()],
+            settings: vec![format!("cluster_name={name}")],
             child: None,
         };
         standby.launch();

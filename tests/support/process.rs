@@ -275,3 +275,42 @@ pub fn start_job(url: &str, dir: &Path, extra: &[&str], child: &str) -> (Running
         .unwrap();
     (running, pid)
 }
+
+/// A process of this user's holding an exclusive flock on `path` (made if missing) until it is
+/// killed; returns once the kernel lists the lock. (flock(1) would leave its command holding
+/// the lock too.)
+pub fn holding_flock(path: &Path) -> Running {
+    let mut holding = without_our_settings("perl");
+    holding
+        .args([
+            "-e",
+            "open(F, '>>', $ARGV[0]) or die; flock(F, 2) or die; sleep 60",
+        ])
+        .arg(path);
+    let held = spawn(holding);
+    wait_until("the lock is taken", Duration::from_secs(10), || {
+        std::fs::read_to_string("/proc/locks")
+            .is_ok_and(|l| l.contains(&format!(" {} ", held.pid())))
+    });
+    held
+}
+
+/// Whether process `pid` has a file whose name ends with `name` open (a descriptor in /proc).
+pub fn has_open(pid: i32, name: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target.ends_with(name)))
+    })
+}
+
+/// Whether process `pid`'s main thread is asleep in nanosleep or clock_nanosleep (a timed
+/// sleep, not a wait on a descriptor).
+pub fn asleep(pid: i32) -> bool {
+    let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    let number: i64 = call
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1);
+    number == libc::SYS_nanosleep || number == libc::SYS_clock_nanosleep
+}

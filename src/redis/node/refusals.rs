@@ -174,7 +174,10 @@ impl Node {
                 "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
             )
         {
-            return BackendError::Transient(format!("Redis at {address} is not ready: {error}"));
+            return BackendError::Transient(format!(
+                "Redis at {address} is not ready: {}",
+                crate::text::printable(error)
+            ));
         }
         // An unauthenticated client may not even send a long command: Redis answers with a
         // protocol error instead of NOAUTH.
@@ -204,7 +207,11 @@ impl Node {
             }
             _ => "",
         };
-        BackendError::Refused(format!("Redis at {address} refused: {error}{hint}"))
+        // The server's own words: in the printable form, once, where they enter a line.
+        BackendError::Refused(format!(
+            "Redis at {address} refused: {}{hint}",
+            crate::text::printable(error)
+        ))
     }
 }
 

@@ -20,9 +20,9 @@ impl Directory {
     }
 }
 
-impl Servers for Directory {
-    /// Under the store's lock, as the backend changes it: the record as the newest of `job`'s.
-    fn add_history_record(&self, record: &str) {
+impl Directory {
+    /// Changes the state under the store's lock, as the backend does.
+    fn change(&self, change: impl FnOnce(&mut Value)) {
         let (path, lock) = (
             self.0.path().join("store"),
             self.0.path().join("store.lock"),
@@ -33,14 +33,30 @@ impl Servers for Directory {
         let mut state: Value = std::fs::read_to_string(&path)
             .map(|text| serde_json::from_str(&text).unwrap())
             .unwrap_or_else(|_| json!({}));
-        let history = state["history"]["job"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let mut history = history;
-        history.push(record.into());
-        state["history"]["job"] = history.into();
+        change(&mut state);
         std::fs::write(&path, state.to_string()).unwrap();
+    }
+}
+
+impl Servers for Directory {
+    /// The record as the newest of `job`'s.
+    fn add_history_record(&self, record: &str) {
+        self.change(|state| {
+            let mut history = state["history"]["job"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            history.push(record.into());
+            state["history"]["job"] = history.into();
+        });
+    }
+
+    /// In the key of `job`'s holder.
+    fn plant_far_since(&self) {
+        self.change(|state| {
+            assert!(state["locks"]["job"].is_object(), "{state}");
+            state["locks"]["job"]["since_ms"] = super::FAR_SINCE_MS.into();
+        });
     }
 }
 
@@ -52,6 +68,7 @@ impl Backend for Fake {
             queue: Queue::Racing,
             tenure: Tenure::Lease,
             status_keys: &[],
+            history_order: true,
         }
     }
 

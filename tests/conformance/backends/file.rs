@@ -18,6 +18,16 @@ impl Servers for Directory {
             .unwrap();
         writeln!(history, "{record}").unwrap();
     }
+
+    /// A line of the held lock file (its holder's `key=value` lines: the last one counts).
+    fn plant_far_since(&self) {
+        use std::io::Write;
+        let mut lock = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.0.path().join("job.lock"))
+            .unwrap();
+        writeln!(lock, "since_ms={}", super::FAR_SINCE_MS).unwrap();
+    }
 }
 
 impl Backend for File {
@@ -28,6 +38,7 @@ impl Backend for File {
             queue: Queue::Waiters,
             tenure: Tenure::Kernel,
             status_keys: &[],
+            history_order: true,
         }
     }
 

@@ -34,6 +34,9 @@ pub struct Supports {
     pub tenure: Tenure,
     /// The keys its `status --json` adds to every backend's.
     pub status_keys: &'static [&'static str],
+    /// Its history is in the store's own order, never in one a record's writer chose (a
+    /// record that says it is the newest is not, unless the store has it last).
+    pub history_order: bool,
 }
 
 impl Supports {
@@ -45,6 +48,7 @@ impl Supports {
         queue: Queue::Strict,
         tenure: Tenure::Lease,
         status_keys: &[],
+        history_order: true,
     };
 }
 
@@ -105,7 +109,23 @@ pub trait Servers {
     /// Adds `record`, as it is, to the history of NAME `job`, where the backend keeps it, as
     /// its newest run (what a user with access to the store could write).
     fn add_history_record(&self, record: &str);
+
+    /// Adds `record` where a writer would put it to look newer than every run by what it
+    /// chooses itself (a row's date, a key's name), as PostgreSQL's and etcd's fixtures do;
+    /// where the store alone orders its history (a list, a file's lines), as
+    /// [`Servers::add_history_record`].
+    fn add_history_record_ahead(&self, record: &str) {
+        self.add_history_record(record);
+    }
+
+    /// Writes [`FAR_SINCE_MS`] (past year 9999) as the `since` of the run that holds `job`
+    /// alone, where the backend keeps its holder's metadata (what any user of the store could
+    /// write).
+    fn plant_far_since(&self);
 }
+
+/// A holder's `since`, in ms since the epoch, that no date can show (year 3170843).
+pub const FAR_SINCE_MS: u64 = 99_999_999_999_999_999;
 
 /// A started store: the `-u` arguments that name it (what `status`, `release` and `history`
 /// take), the options a run takes with them, and its servers, running until it is dropped.

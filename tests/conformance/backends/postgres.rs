@@ -15,6 +15,25 @@ impl Servers for Postgres {
              VALUES ('job', md5('{record}'), clock_timestamp(), '{record}')"
         ));
     }
+
+    /// Dated the last instant RFC 3339 can write: the newest, were rows ordered by date.
+    fn add_history_record_ahead(&self, record: &str) {
+        let record = record.replace('\'', "''");
+        self.psql(&format!(
+            "INSERT INTO locked_run.history (name, token, ended_at, run) \
+             VALUES ('job', md5('{record}'), '9999-12-31 23:59:59.999+00', '{record}')"
+        ));
+    }
+
+    fn plant_far_since(&self) {
+        let changed = self.psql(&format!(
+            "UPDATE locked_run.holder SET since = to_timestamp({} / 1000.0) WHERE name = 'job' \
+             RETURNING name",
+            // PostgreSQL's timestamps end at year 294276: the farthest it takes.
+            super::FAR_SINCE_MS.min(9_000_000_000_000_000)
+        ));
+        assert_eq!(changed, "job", "one holder");
+    }
 }
 
 impl Backend for OnePostgres {

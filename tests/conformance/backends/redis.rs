@@ -13,12 +13,27 @@ fn push_history(redis: &Redis, record: &str) {
     let _: i64 = redis.cmd(&["LPUSH", "history:{job}", record]);
 }
 
+/// The holder's hash (`holder:{job}`, beside the lock's key) gets a `since` no date can show.
+fn far_since(redis: &Redis) {
+    assert!(redis.exists("holder:{job}"), "job is held");
+    let _: i64 = redis.cmd(&[
+        "HSET",
+        "holder:{job}",
+        "since",
+        &super::FAR_SINCE_MS.to_string(),
+    ]);
+}
+
 /// One Redis server.
 pub struct OneRedis;
 
 impl Servers for Redis {
     fn add_history_record(&self, record: &str) {
         push_history(self, record);
+    }
+
+    fn plant_far_since(&self) {
+        far_since(self);
     }
 }
 
@@ -52,6 +67,10 @@ impl Servers for Watched {
     fn add_history_record(&self, record: &str) {
         push_history(&self.primary, record);
     }
+
+    fn plant_far_since(&self) {
+        far_since(&self.primary);
+    }
 }
 
 impl Backend for Sentinel {
@@ -84,6 +103,10 @@ pub struct RedisCluster;
 impl Servers for Cluster {
     fn add_history_record(&self, record: &str) {
         push_history(self.owner("history:{job}"), record);
+    }
+
+    fn plant_far_since(&self) {
+        far_since(self.owner("holder:{job}"));
     }
 }
 
@@ -120,6 +143,13 @@ impl Servers for Five {
             push_history(server, record);
         }
     }
+
+    /// On every server that holds it (each keeps the holder's hash).
+    fn plant_far_since(&self) {
+        for server in self.servers.iter().filter(|s| s.exists("holder:{job}")) {
+            far_since(server);
+        }
+    }
 }
 
 impl Backend for Redlock {
@@ -131,6 +161,7 @@ impl Backend for Redlock {
             tenure: Tenure::Lease,
             // What each server says, and how many make a quorum.
             status_keys: &["quorum", "servers"],
+            history_order: true,
         }
     }
 

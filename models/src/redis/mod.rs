@@ -7,13 +7,26 @@
 //!
 //! Time is abstract here: a lease lapses on the server only after its holder's command was
 //! stopped (model 6 shows the lease clock stops it first), and a queue place lapses only when
-//! its waiter is gone or paused (a live waiter refreshes it every KEEP_ALIVE/3). The
-//! environment delays, reorders, loses and duplicates (an unanswered attempt retried with the
-//! same token) the attempts; waiters give up, crash, or are paused.
+//! its waiter is gone or paused (a live waiter refreshes it every KEEP_ALIVE/3; the keep-alive
+//! model bounds when). The environment delays, reorders, loses and duplicates (an unanswered
+//! attempt retried with the same token) the attempts; waiters give up, crash, or are paused.
+//!
+//! Liveness (a configuration of its own, `Asks::Tick`), under the fairness the protocol needs:
+//! every holder's command ends (holders keep releasing, or lose their lease), every message is
+//! delivered or lost and only finitely many are lost, the server lets go what nobody keeps
+//! alive, and a live waiter asks again after every change it could see: its keep-alive tick
+//! (every KEEP_ALIVE/3, whatever woke it or not) and the timeout of an attempt that went
+//! unanswered. There a waiter asks once, then once more after each release, give-back, lapse
+//! or lost answer; the model has no cycle, so every path ends, and the property is checked
+//! where it ends. The safety configurations bound a waiter's attempts instead (`Asks::Budget`).
+
+mod configs;
+mod scripts;
 
 use stateright::{Model, Property};
 
-use crate::check::{Report, limit, verify};
+pub use configs::{Mutation, check};
+use scripts::Change;
 
 const CLIENTS: usize = 3;
 /// Attempts each client may send (first, retries, keep-alives).
@@ -62,9 +75,12 @@ pub struct Client {
     pub phase: Phase,
     pub token: u8,
     pub attempts: u8,
-    /// An attempt of this token went unanswered (retried, or sent twice): its release buries
-    /// the token (`stray`).
+    /// An attempt of this token went unanswered (lost, or sent twice): its release buries the
+    /// token (`stray`).
     pub stray: bool,
+    /// Something changed that this waiter's next ask could see (it was woken, its keep-alive
+    /// tick came, or its attempt timed out): it may ask again.
+    pub news: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -85,7 +101,6 @@ pub struct State {
     pub passed: bool,
     /// Ghost: tokens whose give-back (or stray release) the server has run.
     pub returned: Vec<u8>,
-    pub dead_refreshed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,6 +118,22 @@ pub enum Action {
     Crash(usize),
 }
 
+/// What makes a waiter ask again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Asks {
+    /// A few attempts (first, retries, keep-alives) at any moment, nothing more: the safety
+    /// configurations.
+    #[default]
+    Budget,
+    /// Its keep-alive tick (every KEEP_ALIVE/3) after any change, besides the release's wake-up.
+    Tick,
+    /// No tick, no timer for the head's keep-alive: the release (or give-back) wakes the head
+    /// of the queue, and a holder's key that lapses wakes the waiters (each sleeps its PTTL).
+    WokenAtHead,
+    /// No tick, no timer at all: a waiter sleeps until woken, and the release wakes no one.
+    Never,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rules {
     /// `--holders N`.
@@ -112,100 +143,18 @@ pub struct Rules {
     pub peek_ignores_queue: bool,
     pub release_without_compare: bool,
     pub ignore_queue: bool,
-    /// Checks that a gone waiter's place lapses KEEP_ALIVE after its death (a limit).
-    pub dead_counts: bool,
+    pub asks: Asks,
 }
 
 pub struct RedisModel {
     pub rules: Rules,
     pub clients: Vec<(Mode, How)>,
-}
-
-impl RedisModel {
-    /// `may_take` and the shared script's check: whether `token` may take a place now.
-    fn admits(&self, s: &State, token: u8, mode: Mode, how: How) -> bool {
-        let excl_held = s.holders.iter().any(|&(_, m)| m == Mode::Exclusive);
-        let free = match mode {
-            Mode::Shared => !excl_held,
-            Mode::Exclusive => {
-                s.holders.len() < self.rules.limit as usize
-                    && !s.holders.iter().any(|&(_, m)| m == Mode::Shared)
-            }
-        };
-        if !free {
-            return false;
-        }
-        let ahead: Vec<(u8, Mode)> = match s.queue.iter().position(|&(t, _)| t == token) {
-            Some(i) => s.queue[..i].to_vec(),
-            None => s.queue.clone(),
-        };
-        match (mode, how) {
-            (_, How::Peek) if self.rules.peek_ignores_queue => true,
-            (_, How::Peek) => match mode {
-                // -n --shared: only when no exclusive run holds or waits.
-                Mode::Shared => !s.queue.iter().any(|&(_, m)| m == Mode::Exclusive),
-                Mode::Exclusive => s.queue.is_empty(),
-            },
-            _ if self.rules.ignore_queue => true,
-            (Mode::Shared, How::Queue) => {
-                self.rules.shared_passes_writer || !ahead.iter().any(|&(_, m)| m == Mode::Exclusive)
-            }
-            (Mode::Exclusive, How::Queue) => {
-                let free_places = self.rules.limit as usize - s.holders.len();
-                ahead.len() < free_places
-            }
-        }
-    }
-
-    fn acquire(&self, s: &mut State, c: u8, token: u8) {
-        let (mode, how) = (s.c[c as usize].mode, s.c[c as usize].how);
-        if !self.rules.no_bury && s.buried.contains(&token) {
-            return;
-        }
-        if s.holders.iter().any(|&(t, _)| t == token) {
-            // Ours already: an earlier attempt whose answer was lost.
-            s.net.send(Msg::Granted { c, token });
-            return;
-        }
-        if self.admits(s, token, mode, how) {
-            let free_places = self.rules.limit as usize - s.holders.len();
-            s.holders.push((token, mode));
-            let my_place = s.queue.iter().position(|&(t, _)| t == token);
-            // Ghost: a live fair waiter queued before this grant's place (or any, when it has
-            // none) was passed.
-            let before = my_place.unwrap_or(s.queue.len());
-            let live_ahead: Vec<Mode> = s.queue[..before]
-                .iter()
-                .filter(|&&(t, _)| {
-                    s.c.iter()
-                        .any(|x| x.token == t && x.phase == Phase::Waiting)
-                })
-                .map(|&(_, m)| m)
-                .collect();
-            s.passed |= match mode {
-                // A shared run may go beside shared ones, never past a writer.
-                Mode::Shared => live_ahead.contains(&Mode::Exclusive),
-                // Of the free places, each waiter ahead should have had one first.
-                Mode::Exclusive => live_ahead.len() >= free_places,
-            };
-            if let Some(i) = my_place {
-                s.queue.remove(i);
-            }
-            if s.returned.contains(&token) {
-                s.granted_given_back = true;
-            }
-            // An answer to a run that went on without it is never read.
-            if s.c[c as usize].phase == Phase::Waiting {
-                s.net.send(Msg::Granted { c, token });
-            }
-        } else if how == How::Queue {
-            if !s.queue.iter().any(|&(t, _)| t == token) {
-                s.queue.push((token, mode));
-            }
-            // Ghost: the place of a waiter already dead kept alive (KEEP_ALIVE more).
-            s.dead_refreshed |= s.c[c as usize].phase == Phase::Gone;
-        }
-    }
+    /// Attempts a waiter may make at any moment; messages the network may lose, duplicate;
+    /// waiters that may give up or be SIGKILLed.
+    pub attempts: u8,
+    pub losses: u8,
+    pub dups: u8,
+    pub faults: u8,
 }
 
 impl Model for RedisModel {
@@ -222,8 +171,9 @@ impl Model for RedisModel {
                 how,
                 phase: Phase::Waiting,
                 token: i as u8,
-                attempts: ATTEMPTS,
+                attempts: self.attempts,
                 stray: false,
+                news: false,
             })
             .collect();
         // The first run holds already: the others come while it does.
@@ -233,13 +183,12 @@ impl Model for RedisModel {
             holders: vec![(0, self.clients[0].0)],
             queue: Vec::new(),
             buried: Vec::new(),
-            net: crate::net::Net::new(1, 1),
+            net: crate::net::Net::new(self.losses, self.dups),
             c,
-            faults: 2,
+            faults: self.faults,
             granted_given_back: false,
             passed: false,
             returned: Vec::new(),
-            dead_refreshed: false,
         }]
     }
 
@@ -250,7 +199,7 @@ impl Model for RedisModel {
                     let out_there = s
                         .net
                         .count(|m| matches!(m, Msg::Acquire { c: x, .. } if *x as usize == i));
-                    if c.attempts > 0 && out_there == 0 {
+                    if (c.attempts > 0 || c.news) && out_there == 0 {
                         out.push(Action::Attempt(i));
                     }
                     if s.faults > 0 {
@@ -303,8 +252,10 @@ impl Model for RedisModel {
         let mut s = s.clone();
         match a {
             Action::Attempt(i) => {
-                s.c[i].stray |= s.c[i].attempts < ATTEMPTS;
-                s.c[i].attempts -= 1;
+                match s.c[i].news {
+                    true => s.c[i].news = false,
+                    false => s.c[i].attempts -= 1,
+                }
                 let token = s.c[i].token;
                 s.net.send(Msg::Acquire { c: i as u8, token });
             }
@@ -322,6 +273,7 @@ impl Model for RedisModel {
                         }
                         s.queue.retain(|&(t, _)| t != token);
                         s.holders.retain(|&(t, _)| t != token);
+                        self.changed(&mut s, Change::Released);
                     }
                     Msg::Release { token, bury } => {
                         if bury && !s.returned.contains(&token) {
@@ -335,6 +287,7 @@ impl Model for RedisModel {
                         } else {
                             s.holders.retain(|&(t, _)| t != token);
                         }
+                        self.changed(&mut s, Change::Released);
                     }
                     Msg::Granted { c, token } => {
                         let client = &mut s.c[c as usize];
@@ -345,10 +298,15 @@ impl Model for RedisModel {
                 }
             }
             Action::Net(f) => {
-                if let crate::net::Fault::Duplicate(j) = f
-                    && let Msg::Acquire { c, .. } = s.net.bag[j]
-                {
-                    s.c[c as usize].stray = true;
+                let (crate::net::Fault::Duplicate(j) | crate::net::Fault::Lose(j)) = f;
+                if let Msg::Acquire { c, .. } | Msg::Granted { c, .. } = s.net.bag[j] {
+                    // An attempt (or its answer) gone astray: the attempt goes unanswered, it
+                    // times out and asks again, and its run's release buries the token.
+                    let client = &mut s.c[c as usize];
+                    client.stray = true;
+                    client.news |= matches!(f, crate::net::Fault::Lose(_))
+                        && client.phase == Phase::Waiting
+                        && self.rules.asks != Asks::Budget;
                 }
                 crate::net::apply(&mut s.net, f)
             }
@@ -360,12 +318,21 @@ impl Model for RedisModel {
             Action::LoseLease(i) => s.c[i].phase = Phase::Stopped,
             Action::Lapse(t) => {
                 // A grant still on its way when its key lapses comes too late to be used
-                // (model 6: the wrapper gives it back rather than start).
-                s.net
-                    .bag
-                    .retain(|m| !matches!(m, Msg::Granted { token, .. } if *token == t));
+                // (model 6: the wrapper gives it back rather than start, and asks again).
+                let late = |m: &Msg| matches!(m, Msg::Granted { token, .. } if *token == t);
+                if self.rules.asks != Asks::Budget
+                    && let Some(&Msg::Granted { c, .. }) = s.net.bag.iter().find(|m| late(m))
+                {
+                    s.c[c as usize].news = true;
+                }
+                s.net.bag.retain(|m| !late(m));
+                let what = match s.holders.iter().any(|&(x, _)| x == t) {
+                    true => Change::HolderLapsed,
+                    false => Change::PlaceLapsed,
+                };
                 s.holders.retain(|&(x, _)| x != t);
                 s.queue.retain(|&(x, _)| x != t);
+                self.changed(&mut s, what);
             }
             Action::GiveUp(i) => {
                 s.faults -= 1;
@@ -403,102 +370,20 @@ impl Model for RedisModel {
                 "a fair waiter is never passed by a later one",
                 |_, s: &State| !s.passed,
             ),
-            Property::always(
-                "a dead waiter's place is not kept alive",
-                |m: &RedisModel, s: &State| !m.rules.dead_counts || !s.dead_refreshed,
+            // Monotone (a waiter never waits again), so that the checker's paths that join
+            // carry the same verdict; checked where a path ends (the model has no cycles).
+            Property::eventually(
+                "a waiter eventually runs when holders keep releasing",
+                |m: &RedisModel, s: &State| {
+                    m.rules.asks == Asks::Budget
+                        || s.c
+                            .iter()
+                            .all(|c| c.how == How::Peek || c.phase != Phase::Waiting)
+                },
             ),
             Property::sometimes("every run held it", |_, s: &State| {
                 s.c.iter().all(|c| c.phase == Phase::Done)
             }),
         ]
     }
-}
-
-#[derive(Clone, Copy)]
-pub enum Mutation {
-    NoBury,
-    SharedPassesWriter,
-    PeekIgnoresQueue,
-    ReleaseWithoutCompare,
-    IgnoreQueue,
-}
-
-fn make(limit: u8, clients: Vec<(Mode, How)>, m: Option<Mutation>) -> RedisModel {
-    let mut rules = Rules {
-        limit,
-        ..Rules::default()
-    };
-    match m {
-        None => {}
-        Some(Mutation::NoBury) => rules.no_bury = true,
-        Some(Mutation::SharedPassesWriter) => rules.shared_passes_writer = true,
-        Some(Mutation::PeekIgnoresQueue) => rules.peek_ignores_queue = true,
-        Some(Mutation::ReleaseWithoutCompare) => rules.release_without_compare = true,
-        Some(Mutation::IgnoreQueue) => rules.ignore_queue = true,
-    }
-    RedisModel { rules, clients }
-}
-
-pub fn check() -> Vec<Report> {
-    use How::*;
-    use Mode::*;
-    let mut first = verify(
-        "redis: shared + exclusive",
-        format!(
-            "{CLIENTS} runs (shared, exclusive, shared; fair), {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
-        ),
-        |m| {
-            make(
-                1,
-                vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
-                m,
-            )
-        },
-        &[
-            (Mutation::NoBury, "a give-back that does not bury its token"),
-            (
-                Mutation::SharedPassesWriter,
-                "a shared newcomer passing a queued writer",
-            ),
-            (
-                Mutation::ReleaseWithoutCompare,
-                "release without compare (plain DEL)",
-            ),
-            (Mutation::IgnoreQueue, "a grant that ignores the queue"),
-        ],
-    );
-    let mut model = make(
-        1,
-        vec![(Shared, Queue), (Exclusive, Queue), (Shared, Queue)],
-        None,
-    );
-    model.rules.dead_counts = true;
-    limit(
-        &mut first,
-        "a dead waiter's attempt landing after its death",
-        model,
-    );
-    vec![
-        first,
-        verify(
-            "redis: --holders 2, -n",
-            format!(
-                "{CLIENTS} runs (two fair, one -n), --holders 2, {ATTEMPTS} attempts each, 1 loss, 1 duplicate, 2 faults: waiters SIGKILLed or giving up"
-            ),
-            |m| {
-                make(
-                    2,
-                    vec![(Exclusive, Queue), (Exclusive, Queue), (Exclusive, Peek)],
-                    m,
-                )
-            },
-            &[
-                (
-                    Mutation::PeekIgnoresQueue,
-                    "-n taking a place while waiters queue",
-                ),
-                (Mutation::NoBury, "a give-back that does not bury its token"),
-            ],
-        ),
-    ]
 }

@@ -8,11 +8,15 @@
 //! environment delays, loses and reorders messages, pauses or SIGKILLs the wrapper, and lets
 //! its clock fall a tick behind.
 
+mod holder;
+mod store;
+
 use stateright::{Model, Property};
 
 use crate::check::{Report, verify};
-use crate::lease::{self, At, Job, LeaseClock, Renewal, Rules, Step, T, tick};
+use crate::lease::{self, At, Job, LeaseClock, Renewal, Rules, Step, tick};
 use crate::net::{self, Fault, Net};
+use store::Msg;
 
 const HOLDER: u8 = 0;
 const CONTENDER: u8 = 1;
@@ -22,54 +26,6 @@ const IN_FLIGHT: usize = 2;
 const ATTEMPTS: u8 = 1;
 /// Requests are told apart by a number modulo this (older ones are long lost or answered).
 const SEQ: u8 = 4;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Msg {
-    Acquire {
-        c: u8,
-        token: u8,
-        seq: u8,
-    },
-    Renew {
-        token: u8,
-        seq: u8,
-    },
-    Release {
-        token: u8,
-    },
-    GiveBack {
-        token: u8,
-    },
-    Granted {
-        c: u8,
-        token: u8,
-        seq: u8,
-        fence: u8,
-    },
-    Busy {
-        c: u8,
-    },
-    Renewed {
-        seq: u8,
-        ours: bool,
-    },
-}
-
-impl Msg {
-    fn client(&self) -> u8 {
-        match *self {
-            Msg::Acquire { c, .. } | Msg::Granted { c, .. } | Msg::Busy { c } => c,
-            _ => HOLDER,
-        }
-    }
-
-    fn is_request(&self) -> bool {
-        matches!(
-            self,
-            Msg::Acquire { .. } | Msg::Renew { .. } | Msg::Release { .. } | Msg::GiveBack { .. }
-        )
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -147,190 +103,6 @@ pub enum Action {
 
 pub struct LeaseModel {
     pub rules: Rules,
-}
-
-impl LeaseModel {
-    /// When the holder's wrapper must act next (it may be a tick late, unless paused).
-    fn due(&self, h: &Holder) -> Option<At> {
-        if h.dead || h.paused || h.phase != Phase::Holding {
-            return None;
-        }
-        let mut due = h.lease.and_then(|l| l.due(self.rules, h.renewal.is_some()));
-        if let Some(r) = h.renewal {
-            due = Some(due.map_or(r.deadline, |d| d.min(r.deadline)));
-        }
-        if h.job == Job::Dead {
-            due = Some(0);
-        }
-        due
-    }
-
-    /// The start guard, due whether or not the wrapper is paused (the watcher keeps it).
-    fn watcher_due(&self, h: &Holder) -> Option<At> {
-        match h.job {
-            Job::Starting { until, .. } if !self.rules.no_start_guard => Some(until),
-            _ => None,
-        }
-    }
-
-    fn send(s: &mut State, m: Msg) {
-        let mine = s.net.count(|x| x.is_request() && x.client() == HOLDER);
-        if m.client() == HOLDER
-            && mine >= IN_FLIGHT
-            && let Some(i) = s
-                .net
-                .bag
-                .iter()
-                .position(|x| x.is_request() && x.client() == HOLDER)
-        {
-            s.net.take(i);
-        }
-        s.net.send(m);
-    }
-
-    /// The store's scripts: acquire (SET NX PX, INCR), renew (compare-and-PEXPIRE), release
-    /// (compare-and-DEL), give-back (compare-and-DEL, and the token buried).
-    fn store(s: &mut State, m: Msg) {
-        let live = s.lock.filter(|&(_, exp)| exp > 0);
-        match m {
-            Msg::Acquire { c, token, seq } => {
-                let reply = match live {
-                    _ if s.buried.contains(&token) => Msg::Busy { c },
-                    Some((t, _)) if t == token => {
-                        s.lock = Some((token, T as At));
-                        Msg::Granted {
-                            c,
-                            token,
-                            seq,
-                            fence: s.fence,
-                        }
-                    }
-                    Some(_) => Msg::Busy { c },
-                    None => {
-                        s.fence += 1;
-                        s.fence_back |= s.fence <= s.max_fence;
-                        s.max_fence = s.max_fence.max(s.fence);
-                        s.lock = Some((token, T as At));
-                        Msg::Granted {
-                            c,
-                            token,
-                            seq,
-                            fence: s.fence,
-                        }
-                    }
-                };
-                s.net.send(reply);
-            }
-            Msg::Renew { token, seq } => {
-                let ours = matches!(live, Some((t, _)) if t == token);
-                if ours {
-                    s.lock = Some((token, T as At));
-                }
-                // An answer nobody waits for any more (its renewal timed out: the connection
-                // was dropped) is never read: not sent.
-                if s.h.renewal.is_some_and(|r| r.seq == seq) {
-                    s.net.send(Msg::Renewed { seq, ours });
-                }
-            }
-            Msg::Release { token } | Msg::GiveBack { token } => {
-                if matches!(m, Msg::GiveBack { .. }) && !s.buried.contains(&token) {
-                    s.buried.push(token);
-                }
-                if matches!(s.lock, Some((t, _)) if t == token) {
-                    s.lock = None;
-                }
-            }
-            _ => unreachable!(),
-        }
-    }
-
-    fn answer(&self, s: &mut State, m: Msg) {
-        match m {
-            Msg::Granted {
-                c: CONTENDER,
-                fence,
-                ..
-            } => {
-                if let Some(v) = s.asked.take().filter(|&v| lease::enough_left(v)) {
-                    s.runs = Some((fence, v - lease::D as At));
-                }
-            }
-            Msg::Busy { .. } => {}
-            Msg::Granted {
-                token, seq, fence, ..
-            } => {
-                let h = &mut s.h;
-                // Only the answer to the attempt in flight counts (a timed-out one's
-                // connection was dropped).
-                let Phase::Acquiring {
-                    seq: asked,
-                    valid_until,
-                } = h.phase
-                else {
-                    return;
-                };
-                if token != h.token || seq != asked {
-                    return;
-                }
-                if lease::enough_left(valid_until) {
-                    let l = LeaseClock::new(valid_until);
-                    h.phase = Phase::Holding;
-                    h.fence = fence;
-                    h.lease = Some(l);
-                    h.job = Job::Starting {
-                        until: l.term_point(self.rules),
-                        kill: l.kill_point(self.rules),
-                    };
-                } else {
-                    // Too late to run anything: given back; the next attempt has a fresh
-                    // token (the give-back may land late). The model gives up after one.
-                    let old = h.token;
-                    if old >= 2 {
-                        h.phase = Phase::Done;
-                        Self::send(s, Msg::GiveBack { token: old });
-                        return;
-                    }
-                    h.token += 2;
-                    h.seq = (h.seq + 1) % SEQ;
-                    h.phase = Phase::Acquiring {
-                        seq: h.seq,
-                        valid_until: lease::valid_from_send(),
-                    };
-                    let (token, seq) = (h.token, h.seq);
-                    Self::send(s, Msg::GiveBack { token: old });
-                    Self::send(
-                        s,
-                        Msg::Acquire {
-                            c: HOLDER,
-                            token,
-                            seq,
-                        },
-                    );
-                }
-            }
-            Msg::Renewed { seq, ours } => {
-                let rules = self.rules;
-                let h = &mut s.h;
-                let Some(r) = h.renewal.filter(|r| r.seq == seq) else {
-                    return;
-                };
-                h.renewal = None;
-                if let Some(lease) = h.lease.as_mut() {
-                    match ours {
-                        true => lease.renewed(rules, r),
-                        // Lost now: the kill signal at once, in the same wake-up.
-                        false => {
-                            lease.lost = true;
-                            if lease.step(rules, false) == Step::Terminate {
-                                h.job.terminate();
-                            }
-                        }
-                    }
-                }
-            }
-            _ => unreachable!(),
-        }
-    }
 }
 
 impl Model for LeaseModel {
