@@ -16,8 +16,11 @@ use serde_json::{Map, Value, json};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::{Event, Level, Metadata, Subscriber, span};
+#[cfg(feature = "cli")]
 use tracing_subscriber::EnvFilter;
+#[cfg(feature = "cli")]
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+#[cfg(feature = "cli")]
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::text::line_form;
@@ -45,7 +48,9 @@ pub struct Logging {
     pub format: LogFormat,
 }
 
-/// Installs the stderr logger for the process.
+/// Installs the stderr logger for the process (the binary's: a library leaves that to its
+/// program).
+#[cfg(feature = "cli")]
 pub fn init(args: &Logging) {
     let format = args.format;
     let _ = FORMAT.set(format);
@@ -131,8 +136,10 @@ impl Subscriber for Leveled {
 }
 
 /// The same printing, as a layer under `LOCKED_RUN_LOG`'s filter.
+#[cfg(feature = "cli")]
 struct Lines;
 
+#[cfg(feature = "cli")]
 impl<S: Subscriber> Layer<S> for Lines {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         print(event);

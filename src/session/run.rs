@@ -55,7 +55,7 @@ async fn run_recording(
     // must copy the lock's descriptor, which exists once the lock is taken).
     let mut early = None;
     let lease_backed = backend.tenure() == Tenure::Lease;
-    let acquired = acquire_with(backend, &clock, cfg, &mut signals, || {
+    let acquired = acquire_with(backend, &clock, cfg.wait(), &mut signals, || {
         if lease_backed {
             early = Watcher::start(None, false, 0).ok();
         }
