@@ -32,7 +32,10 @@ impl Paths {
 pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError> {
     let path = paths.history();
     let mut line = format!("{}\n", run.to_line());
+    // Read too: `ends_a_line` reads the last byte (on a file opened only to append, the read
+    // fails and every record got an empty line before it).
     let mut file = OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .mode(super::files::FILE_MODE)
