@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+import etcd as etcd_section
 from clients import big_reply, build_client_cost, client_cost, client_cost_table
 from disk import busy_disk
 from handoffs import measure_handoffs
@@ -364,26 +365,40 @@ def main():
     parser.add_argument("--clients", action="store_true",
                         help="only the redis crate against the own client (with --smoke: a short one)")
     parser.add_argument("--handoffs", action="store_true", help="only bench/handoffs.py's measures")
-    parser.add_argument("--base", help="with --handoffs: another build's binary, in the same rounds")
     parser.add_argument("--rounds", type=int, default=3, help="with --handoffs: rounds a W (16 at least at W = 1)")
     parser.add_argument("--scale", action="store_true",
                         help="only the scale section: W waiters on one NAME (with --smoke: W = 1, 8)")
+    parser.add_argument("--etcd", action="store_true",
+                        help="only the etcd section (bench/etcd.py): etcd:// against etcdctl lock, and what the gRPC "
+                             "stack costs a Redis run")
+    parser.add_argument("--base", help="with --etcd or --handoffs: another locked-run binary (the landed build), "
+                                       "measured beside this one in the same rounds")
     args = parser.parse_args()
+    binaries = [("this build", Path(args.binary))] + ([("landed", Path(args.base))] if args.base else [])
 
     for tool in ("redis-server", "redis-cli", "etcd", "etcdctl", "flock", "hyperfine", "psql", "pgbouncer"):
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is not installed (bench/run installs it)")
+    lines = []
+
+    def say(line=""):
+        print(line, flush=True)
+        lines.append(line)
+
+    if args.etcd:
+        say(f"Machine: {machine()}")
+        say(f"Date: {time.strftime('%Y-%m-%d %H:%M')}{' (smoke run, not a measurement)' if args.smoke else ''}")
+        say()
+        etcd_section.run(say, binaries, args.smoke)
+        if args.results:
+            Path(args.results).write_text("\n".join(lines) + "\n")
+        return
     client_binary = None if args.handoffs else build_client_cost()
     scratch = Path(tempfile.mkdtemp(prefix="locked-run-bench-"))
     servers = Servers(scratch)
     tools = Tools(Path(args.binary), servers, scratch)
     # The first run makes postgres://'s tables (no later round pays for it).
     subprocess.run(tools.postgres("bench-init", "true"), check=True)
-    lines = []
-
-    def say(line=""):
-        print(line, flush=True)
-        lines.append(line)
 
     smoke = args.smoke
     widths, scale_rounds = ((1, 8), 1) if smoke else ((1, 8, 32, 96, 300), 2)
@@ -513,6 +528,10 @@ def main():
     say("The redis crate against the own client:")
     say()
     client_cost_table(say, k, smoke)
+    say()
+    say("etcd:// against etcdctl lock (bench/etcd.py), and what the gRPC stack costs a Redis run:")
+    say()
+    etcd_section.run(say, binaries, smoke)
     if args.results:
         Path(args.results).write_text("\n".join(lines) + "\n")
 

@@ -134,7 +134,10 @@ fn a_run_is_fenced_by_its_keys_create_revision_and_leaves_nothing_behind() {
         .expect(0);
     let next: i64 = out.stdout.trim().parse().unwrap();
     assert!(next > fence, "fence {next} after {fence}");
-    assert_eq!(etcd.leases(), 0);
+    // The waiters' queue leases, keyless once they held, lapse by themselves (2 s).
+    wait_until("every lease gone", Duration::from_secs(5), || {
+        etcd.leases() == 0
+    });
 }
 
 #[test]
@@ -199,168 +202,41 @@ fn waiters_are_served_in_arrival_order_each_woken_by_its_watch() {
     assert_eq!(etcd.keys("job/"), []);
 }
 
-/// How many calls of each gRPC method etcd's member at `port` has started (its gateway's
-/// JSON requests included: the gateway calls the member's own gRPC server), from its metrics.
-fn calls(port: u16) -> std::collections::HashMap<String, u64> {
-    use std::io::{Read, Write};
-    // HTTP/1.0: the body as it is, not in chunks.
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let mut calls = std::collections::HashMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("grpc_server_started_total{grpc_method=\"") else {
-            continue;
-        };
-        let (method, _) = rest.split_once('"').unwrap();
-        let count: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-        *calls.entry(method.to_owned()).or_insert(0) += count;
-    }
-    calls
-}
-
-/// A waiter between wake-ups asks etcd again on its heartbeat (every 667 ms) only when its
-/// watch no longer stands or its last keep-alive is 2 s old: a keep-alive and a read every
-/// 2 s, not every 667 ms. Woken, it keeps its lease alive and reads the first key, nothing
-/// more, before its command starts.
-#[test]
-fn a_waiter_asks_etcd_every_2s_while_its_watch_stands_and_twice_when_woken() {
-    let etcd = Etcd::start();
-    let url = etcd.url();
-    let port = etcd.members[0].client_port;
-    // T = 60 s: the holder renews every 10 s, after the part counted.
-    let held = Held::start(&url, &["--ttl", "60s"]);
-    let logs = scratch();
-    let started = file(&logs, "started");
-    let waiter = lr()
-        .args(["-w", "60s"])
-        .url(&url)
-        .name("job")
-        .sh(&format!("echo go > {}", path_str(&started)))
-        .spawn();
-    // Settled: its key made, and its watch confirmed.
-    wait_until("the waiter watches", Duration::from_secs(10), || {
-        calls(port).get("Watch").copied().unwrap_or(0) == 1
-    });
-    let counted = |calls: &std::collections::HashMap<String, u64>| {
-        ["LeaseKeepAlive", "Txn", "Range"].map(|m| calls.get(m).copied().unwrap_or(0))
-    };
-    let before = counted(&calls(port));
-    // Counting, not waiting for anything: six heartbeats go by.
-    std::thread::sleep(Duration::from_secs(4));
-    let after = counted(&calls(port));
-    let asked: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
-    // Every 667 ms, a keep-alive and a transaction each time: 6 of each; every 2 s, 2.
-    assert!(
-        asked[0] <= 3 && asked[1] <= 3 && asked[2] == 0,
-        "keep-alives, transactions, ranges in 4 s of waiting: {asked:?}"
-    );
-    let (out, _) = held.finish();
-    out.expect(0);
-    let out = waiter.wait();
-    out.expect(0);
-    assert_eq!(std::fs::read_to_string(&started).unwrap(), "go\n");
-    let woken = counted(&calls(port));
-    // The holder's release (a revoke and its history's transaction) and the waiter's run:
-    // woken, a keep-alive and one range (where it read the line in a transaction, as its
-    // heartbeat does); its own release and history after. A heartbeat may have asked in
-    // between: one keep-alive and one transaction more.
-    let since: Vec<u64> = woken.iter().zip(after).map(|(w, a)| w - a).collect();
-    assert!(
-        (1..=2).contains(&since[0]) && (2..=3).contains(&since[1]) && since[2] == 1,
-        "keep-alives, transactions, ranges from the release on: {since:?}"
-    );
-}
-
-/// A waiter on a lease of 2 s (etcd's shortest: `--ttl 1s` is raised to it) keeps it alive on
-/// every heartbeat (667 ms), a third of its lease: asked only every 2 s, it would lapse, and
-/// the waiter would queue again at the end.
-#[test]
-fn a_waiter_on_etcds_shortest_lease_keeps_it_alive_on_every_heartbeat() {
-    let etcd = Etcd::start();
-    let url = etcd.url();
-    let port = etcd.members[0].client_port;
-    let held = Held::start(&url, &["--ttl", "60s"]);
-    let waiter = lr()
-        .args(["-v", "--ttl", "1s", "-w", "60s"])
-        .url(&url)
-        .job(sh("echo $LOCKED_RUN_FENCE"))
-        .spawn();
-    wait_until("the waiter watches", Duration::from_secs(10), || {
-        calls(port).get("Watch").copied().unwrap_or(0) == 1
-    });
-    let queued = etcd.keys("job/")[1].1;
-    let keep_alives = || calls(port).get("LeaseKeepAlive").copied().unwrap_or(0);
-    let before = keep_alives();
-    // Counting, not waiting for anything: six heartbeats go by.
-    std::thread::sleep(Duration::from_secs(4));
-    let asked = keep_alives() - before;
-    assert!(asked >= 4, "{asked} keep-alives in 4 s of waiting");
-    let (out, _) = held.finish();
-    out.expect(0);
-    let out = waiter.wait().expect(0);
-    assert!(!out.stderr.contains("lapsed"), "{}", out.stderr);
-    assert_eq!(
-        out.stdout.trim(),
-        queued.to_string(),
-        "served on the key it queued with"
-    );
-}
-
-/// `body` POSTed to `path` of the JSON gateway of etcd's member at `port`: its reply.
-fn gateway(port: u16, path: &str, body: &serde_json::Value) -> serde_json::Value {
-    use std::io::{Read, Write};
-    let body = body.to_string();
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    let (_, json) = reply.split_once("\r\n\r\n").unwrap();
-    serde_json::from_str(json).unwrap()
-}
-
 /// NAME's history on etcd grows by one record a run, with no read of the records and no
 /// delete, until it is twice the hundred kept; the run that finds it so cuts it to the newest
 /// hundred, its own record with them.
 #[test]
 fn etcds_history_is_cut_to_the_newest_hundred_once_twice_as_long() {
-    use base64::Engine as _;
     let etcd = Etcd::start();
     let url = etcd.url();
-    let port = etcd.members[0].client_port;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    // Records older than any run's (their keys start with when the run let go).
+    // Records of other runs, older than the run's own by when they were written (not by the
+    // time in their keys' names, which is 0 to 199 ms here), put by one etcdctl transaction each batch (`etcdctl txn` reads its operations from stdin).
     let older = |from: u32, to: u32| {
-        let puts: Vec<serde_json::Value> = (from..to)
-            .map(|i| {
-                let key = format!("locked-run/history/job/{i:016}-old");
-                serde_json::json!({"request_put": {"key": b64(&key), "value": b64("{}")}})
-            })
+        let puts: String = (from..to)
+            .map(|i| format!("put locked-run/history/job/{i:016}-old {{}}\n"))
             .collect();
-        let reply = gateway(port, "/v3/kv/txn", &serde_json::json!({"success": puts}));
-        assert!(reply["header"]["revision"].is_string(), "{reply}");
+        let out = etcd.ctl_with_input(&["txn"], &format!("\n{puts}\n\n"));
+        assert_eq!(out.code(), Some(0), "{out:?}");
     };
     let records = || etcd.keys("locked-run/history/job/");
-    older(0, 100);
-    older(100, 150);
+    // The keys of one transaction share its revision: the hundredth newest falls on the
+    // first key of a batch, so that the newest hundred are a whole number of revisions.
+    older(0, 101);
+    older(101, 150);
     lr().url(&url).job(["true"]).run().expect(0);
     assert_eq!(records().len(), 151, "the run's record added, none deleted");
-    older(150, 200);
+    older(150, 199);
     lr().url(&url).job(["true"]).run().expect(0);
     let kept = records();
     assert_eq!(kept.len(), 100, "the newest hundred");
+    let batch_of_101 = |key: &str| {
+        let when = key.rsplit('/').next().unwrap().split('-').next().unwrap();
+        key.ends_with("-old") && when.parse::<u32>().unwrap() < 101
+    };
+    assert!(
+        !kept.iter().any(|(key, _, _)| batch_of_101(key)),
+        "the oldest batch is gone: {kept:?}"
+    );
     let runs = kept.iter().filter(|(key, _, _)| !key.ends_with("-old"));
     assert_eq!(runs.count(), 2, "both runs' records among them: {kept:?}");
 }
@@ -694,5 +570,8 @@ fn min_hold_leaves_the_key_on_a_lease_of_its_own() {
     assert!(out.elapsed > Duration::from_secs(1), "{:?}", out.elapsed);
     let next: i64 = out.stdout.trim().parse().unwrap();
     assert!(next > fence, "fence {next} after {fence}");
-    assert_eq!(etcd.leases(), 0);
+    // The waiters' queue leases, keyless once they held, lapse by themselves (2 s).
+    wait_until("every lease gone", Duration::from_secs(5), || {
+        etcd.leases() == 0
+    });
 }

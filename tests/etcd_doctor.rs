@@ -30,9 +30,21 @@ fn doctor_on_one_member_says_its_version_leader_and_shortest_lease() {
     let url = etcd.url();
     let endpoint = etcd.members[0].endpoint();
     let out = lr().args(["doctor"]).url(&url).run().expect(0);
+    // An etcd that may revoke live leases after a stalled leader (Debian's 3.4.23) is a WARN.
+    let flawed = crate::support::etcd::revokes_after_a_stalled_leader();
+    let version = match flawed {
+        true => "WARN",
+        false => "OK",
+    };
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with(version) && l.contains("version: ")),
+        "no {version} version line in {}",
+        out.stdout
+    );
     for line in [
         "reachable",
-        "version",
         "raft",
         "leader",
         "members",
@@ -49,7 +61,10 @@ fn doctor_on_one_member_says_its_version_leader_and_shortest_lease() {
     }
     assert!(
         // The one WARN: this test's binary is not where cron looks (doctor's cron PATH line).
-        out.stdout.contains("doctor: 7 OK, 1 WARN, 0 FAIL") && out.stdout.contains("cron PATH: "),
+        out.stdout.contains(match flawed {
+            true => "doctor: 6 OK, 2 WARN, 0 FAIL",
+            false => "doctor: 7 OK, 1 WARN, 0 FAIL",
+        }) && out.stdout.contains("cron PATH: "),
         "{}",
         out.stdout
     );

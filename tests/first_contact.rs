@@ -1,7 +1,7 @@
 //! The lines of a first contact that failed (DESIGN, "Every reply is bounded"): each says
 //! nothing was taken and never talks of giving back what was never held; a port of the other
 //! kind of server says so (a Redis URL at etcd's port is no Redis server, an etcd URL at a
-//! Redis port does not answer as etcd's gateway); an etcd NAME refused is shown as written.
+//! Redis port does not answer as etcd's gRPC API); an etcd NAME refused is shown as written.
 //! See: issue 35, item 5 ("lines that mislead").
 
 use std::net::TcpListener;
@@ -86,19 +86,23 @@ fn a_redis_url_at_etcds_port_is_no_redis_server() {
     nothing_taken(lr().url(&url).job(["true"]).run(), &opening);
 }
 
-/// Redis hangs up on an HTTP request ("connection closed before message completed").
+/// Redis answers HTTP/2's opening with an error line, which is no HTTP/2 frame.
 #[test]
-fn an_etcd_url_at_a_redis_port_does_not_answer_as_etcds_gateway() {
+fn an_etcd_url_at_a_redis_port_does_not_answer_as_etcds_grpc_api() {
     let redis = Redis::start();
     let url = format!("etcd://127.0.0.1:{}", redis.port);
-    let opening = format!(
-        "etcd at 127.0.0.1:{} does not answer as etcd's gateway",
-        redis.port
-    );
-    let out = lr().url(&url).job(["true"]).run();
-    out.expect_opening(69, &opening);
-    let out = lr().args(["status", "-u", &url, "job"]).run();
-    out.expect_opening(69, &opening);
+    let opening = format!("etcd at 127.0.0.1:{} sent a malformed reply", redis.port);
+    for args in [&["job", "--", "true"][..], &["status", "job"]] {
+        let (subcommand, rest) = args.split_at(usize::from(args[0] == "status"));
+        let out = lr().args(subcommand).url(&url).args(rest).run();
+        let out = out.expect_opening(69, &opening);
+        assert!(
+            out.stderr
+                .contains("it does not answer as etcd's gRPC API; check the URL's port"),
+            "{}",
+            out.stderr
+        );
+    }
 }
 
 #[test]

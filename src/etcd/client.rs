@@ -1,49 +1,42 @@
-//! A client of etcd's JSON gateway (the gRPC gateway every etcd v3 member serves under `/v3/`)
-//! over HTTP/1.1 with hyper: up to two kept-alive connections for requests (a woken waiter
-//! sends two at once) and one per watch. The gateway takes HTTP/1.1 only where etcd serves
-//! without TLS: every HTTP/2 connection on that port goes to its gRPC server. The
-//! cluster's endpoints are tried in turn when one cannot be reached, did not answer in time, or
-//! sent a reply past the bounds `reply.rs` sets, and the one that answered is asked first from
-//! then on. With a user, its token (`/v3/auth/authenticate`) goes in the `Authorization`
-//! header, and is asked for again when etcd says it expired.
+//! A client of one etcd cluster over its gRPC API: one HTTP/2 connection at a time (requests,
+//! the lease's keep-alive stream and a waiter's watch all share it, each a stream of its own),
+//! to the endpoint that answered last. A member that cannot be reached, did not answer in
+//! time, answered that it has no leader, or sent a reply past the bounds `grpc` sets, gets its
+//! share of the time left, and the request goes on to the next member on a new connection.
+//! With a user, its token (`Authenticate`) goes with every request, and is asked for again
+//! when etcd says it expired. Safe to share between tasks (`Send + Sync`): no lock of it is
+//! held across an await but the async ones that serialise a connect and the keep-alives.
 
-use std::cell::{Cell, RefCell};
-use std::io;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
-use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
+use prost::Message;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_rustls::TlsConnector;
 
-use super::reply::{self, Failed, exchange};
+use super::grpc::call::unary;
+use super::grpc::conn::{self, Conn};
+use super::grpc::frame::{decode, encode};
+use super::grpc::{FAILED_PRECONDITION, Failed, INVALID_ARGUMENT, Status, UNAUTHENTICATED};
+use super::proto::etcdserverpb::{AuthenticateRequest, AuthenticateResponse};
 use super::url::{Endpoint, EtcdUrl};
 use crate::backend::BackendError;
 use crate::endpoints::PasswordFrom;
 use crate::text::show;
 
-use super::wire::{FAILED_PRECONDITION, UNAUTHENTICATED};
-pub use super::wire::{INVALID_ARGUMENT, NOT_FOUND, Status};
+pub use super::grpc::NOT_FOUND;
 
-type Sender = SendRequest<Full<Bytes>>;
-
-/// How many idle connections a client keeps: two requests may be in flight at once (a woken
-/// waiter's keep-alive and its read), each on a connection that is open already.
-const KEPT_CONNECTIONS: usize = 2;
-
-/// A watch's response, streaming, and what keeps its connection open.
-pub struct Stream {
-    pub body: Incoming,
-    _sender: Sender,
-    /// The endpoint that answered.
-    pub at: String,
+/// The connection, the endpoint to ask first, and the user's token.
+#[derive(Default)]
+struct Shared {
+    /// The endpoint to ask first: the last that answered.
+    current: usize,
+    conn: Option<Conn>,
+    /// Connections opened so far (each one's id).
+    opened: u64,
+    token: Option<String>,
+    /// The user was authenticated, or etcd said it has no authentication enabled.
+    authenticated: bool,
 }
 
 /// One etcd cluster, as the URL names it.
@@ -51,15 +44,12 @@ pub struct Client {
     url: EtcdUrl,
     tls: Option<TlsConnector>,
     connect_timeout: Duration,
-    /// The endpoint to ask first: the last that answered.
-    current: Cell<usize>,
-    /// The kept-alive connections for requests, and their endpoints; each taken out while in
-    /// use, at most [`KEPT_CONNECTIONS`].
-    idle: RefCell<Vec<(usize, Sender)>>,
-    /// The user's token, once authenticated.
-    token: RefCell<Option<String>>,
-    /// The user was authenticated, or etcd said it has no authentication enabled.
-    authenticated: Cell<bool>,
+    shared: Mutex<Shared>,
+    /// Held while a connection is being opened: requests that find none wait for the one
+    /// being opened rather than open one each.
+    connecting: tokio::sync::Mutex<()>,
+    /// The lease's keep-alive stream (see `keepalive.rs`).
+    pub(super) keepalive: tokio::sync::Mutex<Option<super::keepalive::KeepAlive>>,
 }
 
 impl Client {
@@ -68,11 +58,14 @@ impl Client {
             url,
             tls,
             connect_timeout,
-            current: Cell::new(0),
-            idle: RefCell::new(Vec::new()),
-            token: RefCell::new(None),
-            authenticated: Cell::new(false),
+            shared: Mutex::new(Shared::default()),
+            connecting: tokio::sync::Mutex::new(()),
+            keepalive: tokio::sync::Mutex::new(None),
         }
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn connect_timeout(&self) -> Duration {
@@ -116,64 +109,40 @@ impl Client {
     /// false when it has authentication off.
     pub async fn sign_in(&self, deadline: Instant) -> Result<bool, BackendError> {
         self.authenticate(deadline).await?;
-        Ok(self.token.borrow().is_some())
+        Ok(self.shared().token.is_some())
     }
 
-    /// `GET path` (`/version`, `/health`: plain HTTP, outside the gateway) on a connection of
-    /// its own: the JSON answered.
-    pub async fn get(&self, path: &str, deadline: Instant) -> Result<Value, BackendError> {
-        let (at, mut sender) = self.connect(deadline).await.map_err(BackendError::unsent)?;
-        let request = Request::get(path)
-            .header(HOST, self.endpoint(at).to_string())
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| BackendError::Refused(format!("cannot send a request to etcd: {e}")))?;
-        let exchanged = timeout_at(deadline, exchange(&mut sender, request)).await;
-        match exchanged {
-            Ok(Ok((status, body))) => match self.answer(at, path, status, &body)? {
-                Ok(json) => Ok(json),
-                Err(status) => Err(self.refused(&status)),
-            },
-            Ok(Err(failed)) => Err(self.failed(at, &failed)),
-            Err(_) => Err(self.lost(at, "no answer in time")),
-        }
-    }
-
-    fn endpoint(&self, i: usize) -> &Endpoint {
+    pub(super) fn endpoint(&self, i: usize) -> &Endpoint {
         &self.url.endpoints[i % self.url.endpoints.len()]
     }
 
-    /// POSTs `body` to `path` (`/v3/kv/txn`, ...) by `deadline`: the reply, or the error etcd
-    /// answered (`Ok(Err(status))`); transient errors and no answer are `Err`.
-    pub async fn call(
+    pub(super) fn members(&self) -> usize {
+        self.url.endpoints.len()
+    }
+
+    pub(super) fn token(&self) -> Option<String> {
+        self.shared().token.clone()
+    }
+
+    /// The request `path` (`/etcdserverpb.KV/Txn`, ...) with `request`, by `deadline`: the
+    /// reply, or the error etcd answered (`Ok(Err(status))`); transient errors and no answer
+    /// are `Err`.
+    pub async fn call<Q: Message, A: Message + Default>(
         &self,
         path: &str,
-        body: &Value,
+        request: &Q,
         deadline: Instant,
-    ) -> Result<Result<Value, Status>, BackendError> {
+    ) -> Result<Result<A, Status>, BackendError> {
         let mut renewed_token = false;
         loop {
             self.authenticate(deadline).await?;
-            let (at, answer) = self.post(path, body, deadline).await?;
+            let answer = self.exchange(path, request, deadline).await?;
             return match answer {
                 Ok(reply) => Ok(Ok(reply)),
                 // A token expires after a while unused (--auth-token-ttl): ask for another.
-                Err(status)
-                    if status.code == UNAUTHENTICATED
-                        && self.url.user.is_some()
-                        && !renewed_token =>
-                {
+                Err(status) if self.expired(&status) && !renewed_token => {
                     renewed_token = true;
-                    self.token.replace(None);
-                    self.authenticated.set(false);
                     continue;
-                }
-                Err(status) if status.transient() => {
-                    self.move_on_from(at);
-                    Err(BackendError::Transient(format!(
-                        "etcd at {} answered: {}",
-                        self.endpoint(at),
-                        status.message
-                    )))
                 }
                 Err(status) => Ok(Err(status)),
             };
@@ -181,15 +150,26 @@ impl Client {
     }
 
     /// [`Client::call`], with every error etcd may answer taken as a refusal.
-    pub async fn must(
+    pub async fn must<Q: Message, A: Message + Default>(
         &self,
         path: &str,
-        body: &Value,
+        request: &Q,
         deadline: Instant,
-    ) -> Result<Value, BackendError> {
-        self.call(path, body, deadline)
+    ) -> Result<A, BackendError> {
+        self.call(path, request, deadline)
             .await?
             .map_err(|status| self.refused(&status))
+    }
+
+    /// Whether `status` says the user's token expired: forgotten, for a new one.
+    pub(super) fn expired(&self, status: &Status) -> bool {
+        if status.code != UNAUTHENTICATED || self.url.user.is_none() {
+            return false;
+        }
+        let mut shared = self.shared();
+        shared.token = None;
+        shared.authenticated = false;
+        true
     }
 
     /// An error etcd answered, as a refusal naming the cluster.
@@ -207,66 +187,33 @@ impl Client {
         BackendError::Refused(message)
     }
 
-    /// Opens a streaming response (a watch) on a connection of its own.
-    pub async fn stream(
-        &self,
-        path: &str,
-        body: &Value,
-        deadline: Instant,
-    ) -> Result<Stream, BackendError> {
-        self.authenticate(deadline).await?;
-        let (at, mut sender) = self.connect(deadline).await.map_err(BackendError::unsent)?;
-        let request = self.request(at, path, body)?;
-        let sent = timeout_at(deadline, async {
-            sender.ready().await?;
-            sender.send_request(request).await
-        })
-        .await;
-        let response = match sent {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(self.failed(at, &Failed::Http(e))),
-            Err(_) => return Err(self.lost(at, "no answer in time")),
-        };
-        if response.status() != StatusCode::OK {
-            let status = response.status();
-            let body = match timeout_at(deadline, reply::body(response)).await {
-                Ok(Ok(body)) => body,
-                Ok(Err(failed)) => return Err(self.failed(at, &failed)),
-                Err(_) => return Err(self.lost(at, "no answer in time")),
-            };
-            return Err(match self.answer(at, path, status, &body)? {
-                Ok(_) => self.unexpected(at, path, &body),
-                Err(status) => self.refused(&status),
-            });
-        }
-        Ok(Stream {
-            body: response.into_body(),
-            _sender: sender,
-            at: self.endpoint(at).to_string(),
-        })
-    }
-
     /// Authenticates the URL's user, unless done already (or there is none).
     async fn authenticate(&self, deadline: Instant) -> Result<(), BackendError> {
-        let (Some(user), false) = (&self.url.user, self.authenticated.get()) else {
+        let Some(user) = &self.url.user else {
             return Ok(());
         };
+        if self.shared().authenticated {
+            return Ok(());
+        }
         let Some(password) = &self.url.password else {
             return Err(BackendError::Refused(format!(
                 "etcd user {user} has no password: give it in the URL, --password-file or \
                  REDISCLI_AUTH"
             )));
         };
-        let body = json!({"name": user, "password": password});
-        let (at, answer) = self.post("/v3/auth/authenticate", &body, deadline).await?;
-        match answer {
-            Ok(reply) => {
-                let token = reply["token"].as_str().map(str::to_owned);
-                self.token.replace(token);
-            }
+        let request = AuthenticateRequest {
+            name: user.clone(),
+            password: password.clone(),
+        };
+        let path = "/etcdserverpb.Auth/Authenticate";
+        match self
+            .exchange::<_, AuthenticateResponse>(path, &request, deadline)
+            .await?
+        {
+            Ok(reply) => self.shared().token = Some(reply.token),
             // Authentication is not enabled: requests go without a token.
             Err(status) if status.code == FAILED_PRECONDITION => {
-                tracing::debug!("etcd at {}: {}", self.endpoint(at), status.message);
+                tracing::debug!("etcd at {}: {}", self.url(), status.message);
             }
             Err(status) if status.code == INVALID_ARGUMENT => {
                 let from = self
@@ -280,197 +227,153 @@ impl Client {
                     self.url()
                 )));
             }
-            Err(status) if status.transient() => {
-                self.move_on_from(at);
-                return Err(BackendError::Transient(format!(
-                    "etcd at {} answered: {}",
-                    self.endpoint(at),
-                    status.message
-                )));
-            }
             Err(status) => return Err(self.refused(&status)),
         }
-        self.authenticated.set(true);
+        self.shared().authenticated = true;
         Ok(())
     }
 
-    /// One request on the kept-alive connection (a new one if there is none, or if the kept
-    /// one turns out closed); the endpoint that answered, and its answer. A member that fails
-    /// or goes silent gets its share of the time left, and the request goes on to the next
-    /// member: one hung member must not cost a run while the others answer.
-    async fn post(
+    /// One request, on the connection (a new one if there is none, or if it turns out
+    /// closed): etcd's answer. A member that fails, goes silent or answers a transient error
+    /// gets its share of the time left, and the request goes on to the next member.
+    async fn exchange<Q: Message, A: Message + Default>(
         &self,
         path: &str,
-        body: &Value,
+        request: &Q,
         deadline: Instant,
-    ) -> Result<(usize, Result<Value, Status>), BackendError> {
-        let kept = self.kept();
-        let (mut at, mut sender, mut reused) = match kept {
-            Some((at, sender)) => (at, sender, true),
-            // Nothing was sent yet: a cluster that cannot be reached was asked nothing.
-            None => {
-                let (at, sender) = self.connect(deadline).await.map_err(BackendError::unsent)?;
-                (at, sender, false)
-            }
-        };
-        let members = self.url.endpoints.len();
+    ) -> Result<Result<A, Status>, BackendError> {
+        let message = encode(request);
+        let members = self.members();
         let mut tried = 0;
+        let mut fresh_retry = true;
+        let mut sent = false;
         loop {
-            let request = self.request(at, path, body)?;
+            // Nothing was sent yet: a cluster that cannot be reached was asked nothing.
+            let (conn, reused) = self.conn(deadline).await.map_err(|e| e.unsent_if(!sent))?;
+            sent = true;
+            let token = self.token();
             let left = deadline.saturating_duration_since(Instant::now());
             let share = Instant::now() + left / (members - tried).max(1) as u32;
-            let exchanged = timeout_at(share, exchange(&mut sender, request)).await;
-            match exchanged {
-                Ok(Ok((status, bytes))) => {
-                    self.keep(at, sender);
-                    return Ok((at, self.answer(at, path, status, &bytes)?));
-                }
-                // A kept-alive connection the server closed meanwhile: once more on a new
-                // one. Every request of this backend may be sent twice (see `lock`).
-                Ok(Err(Failed::Http(_))) if reused => {
-                    (at, sender) = self.connect(deadline).await?;
-                    reused = false;
-                }
-                failed => {
-                    let lost = match failed {
-                        Ok(Err(failed)) => self.failed(at, &failed),
-                        _ => self.lost(at, "no answer in time"),
+            let exchanged =
+                timeout_at(share, unary(&conn, path, message.clone(), token.as_deref())).await;
+            let lost = match exchanged {
+                Ok(Ok(Ok(reply))) => {
+                    self.answered(&conn);
+                    return match decode::<A>(reply) {
+                        Ok(reply) => Ok(Ok(reply)),
+                        Err(failed) => Err(self.failed(&conn, &failed)),
                     };
-                    tried += 1;
-                    if tried >= members || Instant::now() >= deadline {
-                        return Err(lost);
-                    }
-                    tracing::debug!("{lost}: asking the next member");
-                    (at, sender) = self.connect(deadline).await?;
-                    reused = false;
                 }
+                Ok(Ok(Err(status))) if status.transient() => {
+                    self.drop_conn(&conn);
+                    BackendError::Transient(crate::text::message!(
+                        "etcd at {} answered: {}",
+                        self.endpoint(conn.at),
+                        status.message
+                    ))
+                }
+                Ok(Ok(Err(status))) => {
+                    self.answered(&conn);
+                    return Ok(Err(status));
+                }
+                // A connection the member closed meanwhile (a restart, an idle timeout): once
+                // more on a new one. Every request of this backend may be sent twice.
+                Ok(Err(failed)) if reused && fresh_retry && failed.lost_connection() => {
+                    fresh_retry = false;
+                    self.drop_conn(&conn);
+                    continue;
+                }
+                Ok(Err(failed)) => self.failed(&conn, &failed),
+                Err(_) => self.lost(&conn, "no answer in time"),
+            };
+            tried += 1;
+            if tried >= members || Instant::now() >= deadline {
+                return Err(lost);
             }
+            tracing::debug!("{lost}: asking the next member");
         }
     }
 
-    fn request(
-        &self,
-        at: usize,
-        path: &str,
-        body: &Value,
-    ) -> Result<Request<Full<Bytes>>, BackendError> {
-        // `hasleader` (gRPC metadata, through the gateway): a member cut off from its leader
-        // answers "no leader" at once, and cancels its watches, rather than hang (a request
-        // then moves on to another member).
-        let mut request = Request::post(path)
-            .header(HOST, self.endpoint(at).to_string())
-            .header(CONTENT_TYPE, "application/json")
-            .header("grpc-metadata-hasleader", "true");
-        if let Some(token) = &*self.token.borrow() {
-            request = request.header(AUTHORIZATION, token.as_str());
+    /// The connection, opened if there is none (or it closed), and whether it was open
+    /// already.
+    pub(super) async fn conn(&self, deadline: Instant) -> Result<(Conn, bool), BackendError> {
+        if let Some(conn) = self.open_conn() {
+            return Ok((conn, true));
         }
-        request
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| BackendError::Refused(format!("cannot send a request to etcd: {e}")))
-    }
-
-    /// A reply's status and body: JSON for a 200, else the error etcd answered; a reply that
-    /// is not etcd's (a 404 from another server, or a member without its gateway) is refused.
-    fn answer(
-        &self,
-        at: usize,
-        path: &str,
-        status: StatusCode,
-        body: &[u8],
-    ) -> Result<Result<Value, Status>, BackendError> {
-        let json: Option<Value> = serde_json::from_slice(body).ok();
-        if status == StatusCode::OK {
-            return json.map(Ok).ok_or_else(|| self.unexpected(at, path, body));
-        }
-        if let Some(status) = json.as_ref().and_then(Status::of) {
-            return Ok(Err(status));
-        }
-        let at = self.endpoint(at);
-        Err(match status {
-            StatusCode::NOT_FOUND => BackendError::Refused(format!(
-                "{at} answered 404 to {path}: not an etcd v3 member, or its JSON gateway is \
-                 off (--enable-grpc-gateway)"
-            )),
-            s if s.is_server_error() => {
-                BackendError::Transient(format!("etcd at {at} answered HTTP {s}"))
+        let _connecting = match timeout_at(deadline, self.connecting.lock()).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                return Err(BackendError::Transient(
+                    "cannot reach etcd: no time left to connect".into(),
+                ));
             }
-            s => BackendError::Refused(format!("etcd at {at} answered HTTP {s} to {path}")),
-        })
+        };
+        // Opened by another request while this one waited.
+        if let Some(conn) = self.open_conn() {
+            return Ok((conn, true));
+        }
+        let conn = self.connect(deadline).await?;
+        self.shared().conn = Some(conn.clone());
+        Ok((conn, false))
     }
 
-    fn unexpected(&self, at: usize, path: &str, body: &[u8]) -> BackendError {
-        let mut text = String::from_utf8_lossy(body).into_owned();
-        text.truncate(200);
-        BackendError::Refused(format!(
-            "{} gave an answer to {path} that is not etcd's: {text:?}",
-            self.endpoint(at)
-        ))
+    /// Whether connection `id` is the one requests go on, and still open: a stream on another
+    /// (a watch opened before a fail-over) hears nothing more.
+    pub(super) fn is_current(&self, id: u64) -> bool {
+        self.shared()
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.id == id && !c.is_closed())
+    }
+
+    fn open_conn(&self) -> Option<Conn> {
+        let mut shared = self.shared();
+        match &shared.conn {
+            Some(conn) if !conn.is_closed() => Some(conn.clone()),
+            Some(_) => {
+                shared.conn = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// A connection that answered: its endpoint is asked first from now on.
+    fn answered(&self, conn: &Conn) {
+        self.shared().current = conn.at;
+    }
+
+    /// Gives up `conn` (unless another replaced it): it is closed, with every stream on it,
+    /// and the next endpoint is asked first.
+    pub(super) fn drop_conn(&self, conn: &Conn) {
+        conn.close();
+        let mut shared = self.shared();
+        if shared.conn.as_ref().is_some_and(|c| c.id == conn.id) {
+            shared.conn = None;
+        }
+        if shared.current == conn.at {
+            shared.current = (conn.at + 1) % self.url.endpoints.len();
+        }
     }
 
     /// A connection that failed or went silent: the next request goes to the next endpoint.
-    fn lost(&self, at: usize, why: &str) -> BackendError {
-        self.move_on_from(at);
-        BackendError::Transient(format!("etcd at {}: {why}", self.endpoint(at)))
+    pub(super) fn lost(&self, conn: &Conn, why: &str) -> BackendError {
+        self.drop_conn(conn);
+        BackendError::Transient(format!("etcd at {}: {why}", self.endpoint(conn.at)))
     }
 
-    /// A reply that could not be read (too large, malformed, cut off), as a connection lost:
-    /// the next request goes to the next endpoint, on a new connection.
-    fn failed(&self, at: usize, failed: &Failed) -> BackendError {
-        self.move_on_from(at);
-        failed.line(self.endpoint(at))
-    }
-
-    fn move_on_from(&self, at: usize) {
-        if self.current.get() == at {
-            self.current.set((at + 1) % self.url.endpoints.len());
-        }
-        self.idle.borrow_mut().clear();
-    }
-
-    /// An idle connection still open, if any.
-    fn kept(&self) -> Option<(usize, Sender)> {
-        let mut idle = self.idle.borrow_mut();
-        while let Some((at, sender)) = idle.pop() {
-            if !sender.is_closed() {
-                return Some((at, sender));
-            }
-        }
-        None
-    }
-
-    /// Keeps a connection that answered for the next request, unless enough are kept; one to
-    /// an endpoint that is no longer the one to ask first goes.
-    fn keep(&self, at: usize, sender: Sender) {
-        let mut idle = self.idle.borrow_mut();
-        if at == self.current.get() && idle.len() < KEPT_CONNECTIONS {
-            idle.push((at, sender));
-        }
-    }
-
-    /// Opens connections until [`KEPT_CONNECTIONS`] are idle, off the path of a request (a
-    /// waiter, as it settles down to wait): a connection that cannot be opened now is opened
-    /// when a request needs it.
-    pub async fn warm(&self, deadline: Instant) {
-        loop {
-            let before = self.idle.borrow().len();
-            if before >= KEPT_CONNECTIONS {
-                return;
-            }
-            match self.connect(deadline).await {
-                Ok((at, sender)) => self.keep(at, sender),
-                Err(_) => return,
-            }
-            if self.idle.borrow().len() == before {
-                return;
-            }
-        }
+    /// A reply that could not be read (too large, malformed, cut off, reset), as a
+    /// connection lost: the next request goes to the next endpoint, on a new connection.
+    pub(super) fn failed(&self, conn: &Conn, failed: &Failed) -> BackendError {
+        self.drop_conn(conn);
+        failed.line(self.endpoint(conn.at))
     }
 
     /// A new connection, to the first endpoint that takes one: each in turn from the one
     /// that answered last, each within its share of what is left of the connect timeout.
-    async fn connect(&self, deadline: Instant) -> Result<(usize, Sender), BackendError> {
+    async fn connect(&self, deadline: Instant) -> Result<Conn, BackendError> {
         let n = self.url.endpoints.len();
-        let first = self.current.get();
+        let first = self.shared().current;
         let until = deadline.min(Instant::now() + self.connect_timeout);
         let mut failures = Vec::new();
         for k in 0..n {
@@ -480,17 +383,21 @@ impl Client {
                 break;
             }
             let share = left / (n - k) as u32;
-            match timeout(share, self.open(self.endpoint(at))).await {
-                Ok(Ok(sender)) => {
-                    self.current.set(at);
-                    return Ok((at, sender));
+            let id = {
+                let mut shared = self.shared();
+                shared.opened += 1;
+                shared.opened
+            };
+            let endpoint = self.endpoint(at);
+            match timeout(share, conn::open(endpoint, at, id, self.tls.as_ref())).await {
+                Ok(Ok(conn)) => {
+                    self.shared().current = at;
+                    return Ok(conn);
                 }
-                Ok(Err(e)) => failures.push(format!("{}: {e}", self.endpoint(at))),
-                Err(_) => failures.push(format!(
-                    "{}: no connection within {}",
-                    self.endpoint(at),
-                    show(share)
-                )),
+                Ok(Err(e)) => failures.push(format!("{endpoint}: {e}")),
+                Err(_) => {
+                    failures.push(format!("{endpoint}: no connection within {}", show(share)))
+                }
             }
         }
         if failures.is_empty() {
@@ -501,32 +408,30 @@ impl Client {
             failures.join("; ")
         )))
     }
-
-    async fn open(&self, endpoint: &Endpoint) -> io::Result<Sender> {
-        let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
-        stream.set_nodelay(true)?;
-        match &self.tls {
-            Some(tls) => {
-                let name = rustls_pki_types::ServerName::try_from(endpoint.host.clone())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                handshake(tls.connect(name, stream).await?).await
-            }
-            None => handshake(stream).await,
-        }
-    }
 }
 
-/// HTTP/1.1 on an open stream; the connection is driven by a task of its own, which ends
-/// with the connection.
-async fn handshake<T>(io: T) -> io::Result<Sender>
-where
-    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, connection) = http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(io::Error::other)?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library's `Lock` moves into `tokio::spawn` on a multi-thread runtime: the client
+    /// and what its requests await must be `Send` (and the client `Sync`, shared by them).
+    #[test]
+    fn the_client_and_its_requests_are_send() {
+        fn sync<T: Send + Sync>(_: &T) {}
+        fn send<T: Send>(_: T) {}
+        let url = super::super::url::parse("etcd://127.0.0.1:1").unwrap();
+        let client = Client::new(url, None, Duration::from_secs(1));
+        sync(&client);
+        let request = super::super::proto::etcdserverpb::RangeRequest::default();
+        let deadline = Instant::now();
+        send(
+            client.call::<_, super::super::proto::etcdserverpb::RangeResponse>(
+                "/etcdserverpb.KV/Range",
+                &request,
+                deadline,
+            ),
+        );
+        send(client.keep_alive(&[1], deadline));
+    }
 }

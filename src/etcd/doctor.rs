@@ -2,35 +2,27 @@
 //! view of the Raft leader), the cluster (one leader agreed, every member listed in the URL),
 //! the user (signs in, may read and write under `NAME/`), and etcd's shortest lease.
 //!
-//! Member by member, reads go without the user: `/version` and the maintenance status need
-//! none, so a wrong password is one FAIL (`auth`), not one per check.
+//! Member by member, reads go without the user where etcd allows (its status, before 3.5), so a
+//! wrong password is one FAIL (`auth`), not one per check; a member that reads its status to
+//! signed-in users only is asked as the URL's user, and said not read when that user cannot
+//! sign in.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::Client;
+use super::members::{Seen, leader_agreed, membership, version_of, wants_a_user};
+use super::proto::etcdserverpb::{
+    LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    MemberListRequest, MemberListResponse, StatusRequest, StatusResponse, TxnResponse,
+};
+use super::wire;
 use crate::backend::{Check, Level};
 use crate::name::LockName;
 
 /// The default `--ttl`: a shortest lease above a third of it leaves little room.
 const DEFAULT_TTL_SECS: i64 = 30;
-
-/// The oldest etcd whose JSON gateway serves the `/v3/` paths this backend uses.
-const OLDEST: (u64, u64) = (3, 4);
-
-/// What one member said of itself in its status.
-struct Seen {
-    endpoint: String,
-    member: u64,
-    leader: u64,
-    term: u64,
-    cluster: u64,
-}
 
 /// The checks, in the order they are printed.
 pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
@@ -46,52 +38,85 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     let cluster = client.url();
     let deadline = || Instant::now() + client.connect_timeout();
     let members = client.each_endpoint(false);
+    let signed = client.each_endpoint(true);
     let mut seen = Vec::new();
-    for (endpoint, member) in &members {
+    let mut unread = 0;
+    for ((endpoint, member), (_, as_user)) in members.iter().zip(&signed) {
         let started = Instant::now();
-        let version = match member.get("/version", deadline()).await {
-            Ok(version) => version,
-            Err(e) => {
-                push(endpoint, "reachable", Level::Fail, e.to_string());
-                continue;
-            }
-        };
         let tls = if cluster.starts_with("etcds://") {
             ", its certificate verified"
         } else {
             ""
         };
+        let answered = member
+            .call::<_, StatusResponse>(wire::STATUS, &StatusRequest {}, deadline())
+            .await;
         let took = started.elapsed().as_secs_f64() * 1000.0;
-        push(
-            endpoint,
-            "reachable",
-            Level::Ok,
-            format!("answered in {took:.1} ms{tls}"),
-        );
-        let (level, detail) = version_of(&version);
-        push(endpoint, "version", level, detail);
-        let status = match member
-            .must("/v3/maintenance/status", &json!({}), deadline())
-            .await
-        {
-            Ok(status) => status,
+        let mut said = false;
+        let status = match answered {
+            Ok(Ok(status)) => status,
+            // etcd 3.5 and later read their status to signed-in users only: as the URL's user.
+            Ok(Err(status)) if wants_a_user(&status) && client.user().is_some() => {
+                push(
+                    endpoint,
+                    "reachable",
+                    Level::Ok,
+                    format!("answered in {took:.1} ms{tls} (its status to a user only)"),
+                );
+                said = true;
+                match as_user
+                    .must::<_, StatusResponse>(wire::STATUS, &StatusRequest {}, deadline())
+                    .await
+                {
+                    Ok(status) => status,
+                    Err(e) => {
+                        unread += 1;
+                        push(
+                            endpoint,
+                            "raft",
+                            Level::Warn,
+                            format!("not read: its status is for a signed-in user ({e})"),
+                        );
+                        continue;
+                    }
+                }
+            }
+            Ok(Err(status)) => {
+                push(
+                    endpoint,
+                    "reachable",
+                    Level::Fail,
+                    member.refused(&status).to_string(),
+                );
+                continue;
+            }
             Err(e) => {
-                push(endpoint, "raft", Level::Fail, e.to_string());
+                push(endpoint, "reachable", Level::Fail, e.to_string());
                 continue;
             }
         };
+        if !said {
+            push(
+                endpoint,
+                "reachable",
+                Level::Ok,
+                format!("answered in {took:.1} ms{tls}"),
+            );
+        }
+        let (level, detail) = version_of(&status.version);
+        push(endpoint, "version", level, detail);
+        let header = status.header.unwrap_or_default();
         let s = Seen {
             endpoint: endpoint.clone(),
-            member: uint(&status["header"]["member_id"]),
-            leader: uint(&status["leader"]),
-            term: uint(&status["raftTerm"]),
-            cluster: uint(&status["header"]["cluster_id"]),
+            member: header.member_id,
+            leader: status.leader,
+            term: status.raft_term,
+            cluster: header.cluster_id,
         };
-        let errors: Vec<&str> = status["errors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
+        let errors: Vec<String> = status
+            .errors
+            .iter()
+            .map(|e| crate::text::printable(e))
             .collect();
         let (level, detail) = match (s.leader, errors.is_empty()) {
             (0, _) => (
@@ -122,17 +147,26 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
         seen.push(s);
     }
 
-    let (level, detail) = leader_agreed(&seen, members.len());
+    let (level, detail) = match (seen.is_empty(), unread) {
+        (true, 1..) => (
+            Level::Warn,
+            "not checked: no member's status could be read as the URL's user (see auth)".into(),
+        ),
+        _ => leader_agreed(&seen, members.len()),
+    };
     push(&cluster, "leader", level, detail);
     let answering = members
         .iter()
         .find(|(e, _)| seen.iter().any(|s| &s.endpoint == e));
     if let Some((_, member)) = answering {
+        let list = MemberListRequest {
+            linearizable: false,
+        };
         let (level, detail) = match member
-            .must("/v3/cluster/member/list", &json!({}), deadline())
+            .must::<_, MemberListResponse>(wire::MEMBER_LIST, &list, deadline())
             .await
         {
-            Ok(list) => membership(&list, &members, &seen),
+            Ok(list) => membership(&list.members, &members, &seen),
             Err(e) => (Level::Warn, format!("the member list was not read: {e}")),
         };
         push(&cluster, "members", level, detail);
@@ -191,151 +225,6 @@ pub async fn check_etcd(client: &Client, name: &LockName) -> Vec<Check> {
     checks
 }
 
-/// `{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}`: WARN below 3.4.
-fn version_of(version: &Value) -> (Level, String) {
-    let server = version["etcdserver"].as_str().unwrap_or("?");
-    let cluster = version["etcdcluster"].as_str().unwrap_or("?");
-    let detail = format!("etcd {server} (cluster version {cluster})");
-    let parsed = |v: &str| {
-        let mut parts = v.split('.').map(|p| p.parse::<u64>().ok());
-        Some((parts.next()??, parts.next()??))
-    };
-    match parsed(server) {
-        Some(v) if v >= OLDEST => (Level::Ok, detail),
-        Some(_) => (
-            Level::Warn,
-            format!(
-                "{detail}: older than {}.{}, whose JSON gateway serves the /v3/ paths locked-run uses",
-                OLDEST.0, OLDEST.1
-            ),
-        ),
-        None => (
-            Level::Warn,
-            format!("{detail}: not a version locked-run reads"),
-        ),
-    }
-}
-
-/// One leader, named by every member that answered.
-fn leader_agreed(seen: &[Seen], listed: usize) -> (Level, String) {
-    let leaders: Vec<u64> = seen.iter().map(|s| s.leader).filter(|&l| l != 0).collect();
-    let Some(&leader) = leaders.first() else {
-        return (
-            Level::Fail,
-            format!(
-                "no leader: {} of {listed} endpoints answered and none knows one (a quorum lost?)",
-                seen.len()
-            ),
-        );
-    };
-    if leaders.len() < seen.len() || leaders.iter().any(|&l| l != leader) {
-        let views: Vec<String> = seen
-            .iter()
-            .map(|s| format!("{} says {:x}", s.endpoint, s.leader))
-            .collect();
-        return (
-            Level::Warn,
-            format!(
-                "the members do not agree on a leader (an election under way?): {}",
-                views.join(", ")
-            ),
-        );
-    }
-    let at = seen
-        .iter()
-        .find(|s| s.member == leader)
-        .map_or(String::new(), |s| format!(" at {}", s.endpoint));
-    let term = seen.iter().map(|s| s.term).max().unwrap_or(0);
-    (
-        Level::Ok,
-        format!(
-            "member {leader:x}{at} leads (term {term}), agreed by the {} of {listed} endpoints that answered",
-            seen.len()
-        ),
-    )
-}
-
-/// The URL's endpoints against the cluster's members: each endpoint a member of the same
-/// cluster, and every member listed, so that a run survives losing one.
-fn membership(list: &Value, endpoints: &[(String, Client)], seen: &[Seen]) -> (Level, String) {
-    let mut problems = Vec::new();
-    // The cluster most endpoints belong to.
-    let mut clusters: HashMap<u64, usize> = HashMap::new();
-    for s in seen {
-        *clusters.entry(s.cluster).or_default() += 1;
-    }
-    let ours = clusters.iter().max_by_key(|(_, n)| **n).map(|(c, _)| *c);
-    for s in seen {
-        if Some(s.cluster) != ours {
-            problems.push(format!(
-                "{} belongs to another cluster ({:x})",
-                s.endpoint, s.cluster
-            ));
-        }
-    }
-    let members = list["members"].as_array().cloned().unwrap_or_default();
-    let addresses = |m: &Value| -> Vec<String> {
-        m["clientURLs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(|u| {
-                let u = u.split_once("://").map_or(u, |(_, rest)| rest);
-                u.trim_end_matches('/').to_owned()
-            })
-            .collect()
-    };
-    let listed = |m: &Value| {
-        addresses(m)
-            .iter()
-            .any(|a| endpoints.iter().any(|(e, _)| e == a))
-    };
-    for (endpoint, _) in endpoints {
-        let member = members.iter().any(|m| addresses(m).contains(endpoint));
-        let other = seen
-            .iter()
-            .any(|s| &s.endpoint == endpoint && Some(s.cluster) != ours);
-        if !member && !other {
-            problems.push(format!(
-                "{endpoint} is not a client URL of any member (a proxy, or another name for one?)"
-            ));
-        }
-    }
-    let unlisted: Vec<String> = members
-        .iter()
-        .filter(|m| !listed(m))
-        .map(|m| {
-            let name = m["name"].as_str().unwrap_or("");
-            let at = addresses(m).join(" ");
-            match (name.is_empty(), at.is_empty()) {
-                (_, true) => format!("{:x} (not started)", uint(&m["ID"])),
-                (true, false) => at,
-                (false, false) => format!("{name} at {at}"),
-            }
-        })
-        .collect();
-    if !unlisted.is_empty() {
-        problems.push(format!(
-            "the cluster has {} members and the URL lists {}: add {}, so that a run survives \
-             losing the members it lists",
-            members.len(),
-            endpoints.len(),
-            unlisted.join(", ")
-        ));
-    }
-    match problems.is_empty() {
-        true => (
-            Level::Ok,
-            format!(
-                "the URL lists every member of the cluster ({})",
-                members.len()
-            ),
-        ),
-        false => (Level::Warn, problems.join("; ")),
-    }
-}
-
 /// The user may read and write keys under `NAME/`: a transaction whose comparison can never
 /// hold (a version below 0) writes nothing, yet etcd checks the permissions of every
 /// operation in it, as it would for the lock's own.
@@ -346,16 +235,23 @@ async fn permissions(
     deadline: Instant,
 ) -> (Level, String) {
     let prefix = format!("{}/", name.as_str());
-    let key = STANDARD.encode(format!("{prefix}doctor"));
-    let probe = json!({
-        "compare": [{"key": key, "target": "VERSION", "result": "LESS", "version": "0"}],
-        "success": [
-            {"request_put": {"key": key, "value": ""}},
-            {"request_range": {"key": STANDARD.encode(&prefix), "range_end": STANDARD.encode(crate::etcd::prefix_end(prefix.as_bytes())), "limit": "1"}},
-        ],
-        "failure": [],
-    });
-    match client.call("/v3/kv/txn", &probe, deadline).await {
+    let key = format!("{prefix}doctor");
+    let mut never = wire::absent(&key);
+    never.result = super::proto::etcdserverpb::compare::CompareResult::Less as i32;
+    never.target = super::proto::etcdserverpb::compare::CompareTarget::Version as i32;
+    never.target_union = Some(super::proto::etcdserverpb::compare::TargetUnion::Version(0));
+    let mut first = wire::range_first(&prefix);
+    first.sort_order = 0;
+    first.sort_target = 0;
+    let probe = wire::txn(
+        vec![never],
+        vec![wire::put(&key, b"", 0), wire::read(first)],
+        Vec::new(),
+    );
+    match client
+        .call::<_, TxnResponse>(wire::TXN, &probe, deadline)
+        .await
+    {
         Ok(Ok(_)) if signed_in => (
             Level::Ok,
             format!(
@@ -383,21 +279,16 @@ async fn permissions(
 
 /// A lease of 1 s, granted and revoked at once: etcd raises its TTL to its shortest.
 async fn shortest_lease(client: &Client, deadline: Instant) -> (Level, String) {
-    let granted = match client
-        .must("/v3/lease/grant", &json!({"TTL": "1"}), deadline)
-        .await
-    {
+    let grant = LeaseGrantRequest { ttl: 1, id: 0 };
+    let granted: LeaseGrantResponse = match client.must(wire::LEASE_GRANT, &grant, deadline).await {
         Ok(granted) => granted,
         Err(e) => return (Level::Fail, format!("cannot grant a lease: {e}")),
     };
-    let (lease, ttl) = (int(&granted["ID"]), int(&granted["TTL"]));
+    let (lease, ttl) = (granted.id, granted.ttl);
     // Revoked at once; should that go unanswered, the lease lapses within its TTL.
+    let revoke = LeaseRevokeRequest { id: lease };
     if let Err(e) = client
-        .must(
-            "/v3/lease/revoke",
-            &json!({"ID": lease.to_string()}),
-            deadline,
-        )
+        .must::<_, LeaseRevokeResponse>(wire::LEASE_REVOKE, &revoke, deadline)
         .await
     {
         tracing::info!("the lease {lease:x} doctor took lapses by itself: {e}");
@@ -417,22 +308,4 @@ async fn shortest_lease(client: &Client, deadline: Instant) -> (Level, String) {
         Level::Ok,
         format!("leases last at least {shortest}: --ttl below that is raised"),
     )
-}
-
-/// An int64 field (a JSON string, left out at 0).
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// A uint64 field (member and cluster ids).
-fn uint(v: &Value) -> u64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        _ => 0,
-    }
 }

@@ -4,14 +4,17 @@
 //! that also deletes the run's key while it is still ours (see `Backend::release`); a
 //! `--min-hold` release writes it once the key was moved. Trimmed to the newest runs there,
 //! as `file://` trims its history: once it is twice as long (a record and a count in one
-//! transaction at every run, the trim's read and delete once in a hundred runs); never a
-//! reason for a release to fail.
+//! transaction at every run, the trim's reads and deletes once in a hundred runs); never a
+//! reason for a release to fail. Newest is by the store's own order, the keys' create
+//! revisions: the time in a key's name only keeps names apart.
 
-use serde_json::json;
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::EtcdLock;
-use super::wire::{b64, created_at, delete, int, kvs, prefix_end, put, txn, txn_range};
+use super::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use super::proto::etcdserverpb::{RangeRequest, RangeResponse, TxnResponse};
+use super::wire::{self, created_at, delete, kvs, prefix_end, put, read, txn, txn_range};
 use crate::backend::{BackendError, History, KEPT, Reader, Run, SCANNED};
 
 /// Where every NAME's history lives.
@@ -22,10 +25,32 @@ fn prefix(lock: &EtcdLock) -> String {
     format!("{ROOT}/history/{}/", lock.name)
 }
 
+/// Every key of NAME's history.
+fn all(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        key: Bytes::copy_from_slice(prefix.as_bytes()),
+        range_end: Bytes::from(prefix_end(prefix.as_bytes())),
+        ..RangeRequest::default()
+    }
+}
+
+/// The newest `limit` keys of NAME's history, newest first in the store's own order (their
+/// create revisions: never the time in a key's name, which any user of the lock may set to
+/// anything), created before revision `before` + 1 when it is not 0.
+fn newest(prefix: &str, limit: usize, keys_only: bool, before: i64) -> RangeRequest {
+    RangeRequest {
+        sort_target: SortTarget::Create as i32,
+        sort_order: SortOrder::Descend as i32,
+        limit: limit as i64,
+        keys_only,
+        max_create_revision: before,
+        ..all(prefix)
+    }
+}
+
 impl EtcdLock {
     /// Adds `run` to the NAME's history; once it holds twice [`KEPT`] runs, drops what is past
-    /// the newest [`KEPT`]. Keys sort by when the run let go of the lock (then its token), so
-    /// the newest are last. With `releasing` (our key and its create revision), the record
+    /// the newest [`KEPT`] (by create revision). With `releasing` (our key and its create revision), the record
     /// goes in one transaction with the key's delete, the release itself, as Redis's release
     /// script appends it: the key goes only if it is still ours, the record in any case.
     pub(super) async fn remember(
@@ -38,46 +63,51 @@ impl EtcdLock {
         // A holder's token is its key (`NAME/<lease>`): its last part names the run here.
         let run_id = run.token.rsplit('/').next().unwrap_or(&run.token);
         let key = format!("{prefix}{:016}-{run_id}", run.ended_ms);
-        let all = json!({
-            "key": b64(prefix.as_bytes()),
-            "range_end": b64(&prefix_end(prefix.as_bytes())),
-        });
         // The record and how many there are now, in one transaction: one round trip.
-        let mut count = all.clone();
-        count["count_only"] = json!(true);
-        let record = [
-            put(&key, run.to_line().as_bytes(), 0),
-            json!({ "request_range": count }),
-        ];
+        let count = RangeRequest {
+            count_only: true,
+            ..all(&prefix)
+        };
+        let record = vec![put(&key, run.to_line().as_bytes(), 0), read(count)];
         let add = match releasing {
             Some((ours, created)) => {
                 let mut release = vec![delete(ours)];
                 release.extend(record.iter().cloned());
-                txn(&[created_at(ours, created)], &release, &record)
+                txn(vec![created_at(ours, created)], release, record)
             }
-            None => txn(&[], &record, &[]),
+            None => txn(Vec::new(), record, Vec::new()),
         };
-        let reply = self.client.must("/v3/kv/txn", &add, deadline).await?;
-        let counted = match releasing.is_some() && reply["succeeded"] == true {
+        let reply: TxnResponse = self.client.must(wire::TXN, &add, deadline).await?;
+        let counted = match releasing.is_some() && reply.succeeded {
             true => 2,
             false => 1,
         };
-        if int(&txn_range(&reply, counted)["count"]) <= 2 * KEPT as i64 {
+        let count = txn_range(&reply, counted).map_or(0, |r| r.count);
+        if count <= 2 * KEPT as i64 {
             return Ok(());
         }
-        let mut newest = all;
-        newest["sort_target"] = json!("KEY");
-        newest["sort_order"] = json!("DESCEND");
-        newest["limit"] = json!(KEPT.to_string());
-        newest["keys_only"] = json!(true);
-        let reply = self.client.must("/v3/kv/range", &newest, deadline).await?;
-        if let Some(oldest_kept) = kvs(&reply).get(KEPT - 1) {
-            let drop = json!({
-                "key": b64(prefix.as_bytes()),
-                "range_end": b64(oldest_kept.key.as_bytes()),
-            });
+        // The newest KEPT in the store's order stay; what is older goes, in one transaction
+        // of at most 128 deletes (etcd's default limit of operations in one), any rest at the
+        // next run.
+        let kept: RangeResponse = self
+            .client
+            .must(wire::RANGE, &newest(&prefix, KEPT, true, 0), deadline)
+            .await?;
+        let Some(oldest_kept) = kvs(Some(&kept)).get(KEPT - 1).map(|kv| kv.create_revision) else {
+            return Ok(());
+        };
+        let older: RangeResponse = self
+            .client
+            .must(
+                wire::RANGE,
+                &newest(&prefix, 128, true, oldest_kept - 1),
+                deadline,
+            )
+            .await?;
+        let drop: Vec<_> = kvs(Some(&older)).iter().map(|kv| delete(&kv.key)).collect();
+        if !drop.is_empty() {
             self.client
-                .must("/v3/kv/deleterange", &drop, deadline)
+                .must::<_, TxnResponse>(wire::TXN, &txn(Vec::new(), drop, Vec::new()), deadline)
                 .await?;
         }
         Ok(())
@@ -91,24 +121,18 @@ impl EtcdLock {
         let prefix = prefix(self);
         let deadline = Instant::now() + self.client.connect_timeout();
         let mut reader = Reader::new();
-        let mut end = prefix_end(prefix.as_bytes());
+        let mut before = 0;
         let mut scanned = 0;
         while reader.runs() < limit && scanned < SCANNED {
-            let page = json!({
-                "key": b64(prefix.as_bytes()),
-                "range_end": b64(&end),
-                "sort_target": "KEY",
-                "sort_order": "DESCEND",
-                "limit": PAGE.to_string(),
-            });
-            let reply = self.client.must("/v3/kv/range", &page, deadline).await?;
-            let kvs = kvs(&reply);
+            let page = newest(&prefix, PAGE, false, before);
+            let reply: RangeResponse = self.client.must(wire::RANGE, &page, deadline).await?;
+            let kvs = kvs(Some(&reply));
             for kv in &kvs {
                 reader.take(&kv.value);
             }
             scanned += kvs.len();
             match kvs.last() {
-                Some(oldest) if reply["more"] == true => end = oldest.key.clone().into_bytes(),
+                Some(oldest) if reply.more => before = oldest.create_revision - 1,
                 _ => break,
             }
         }
@@ -116,6 +140,6 @@ impl EtcdLock {
     }
 }
 
-/// How many history keys one request reads: a page of values of etcd's largest (1.5 MiB,
-/// 2 MiB once the gateway encodes them) stays far below the client's 16 MiB.
+/// How many history keys one request reads: a page of values of etcd's largest (1.5 MiB by
+/// default) stays far below the client's 16 MiB a message.
 const PAGE: usize = 4;

@@ -5,26 +5,29 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::time::Instant;
 
-use super::wire::{self, Kv, int, kvs};
+use super::proto::etcdserverpb::{
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse, RangeResponse, TxnResponse,
+};
+use super::wire::{self, Kv, kvs};
 use super::{EtcdLock, line};
 use crate::backend::{BackendError, Busy, Expiry, Freed, Holder, Mode, Report, Slot};
 
 impl EtcdLock {
     pub(super) async fn report(&self) -> Result<Report, BackendError> {
         let deadline = Instant::now() + self.client.connect_timeout();
-        let reply = self
+        let reply: RangeResponse = self
             .client
-            .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
+            .must(wire::RANGE, &wire::range_line(&self.prefix), deadline)
             .await?;
-        let line = kvs(&reply);
+        let line = kvs(Some(&reply));
         let (mode, holding) = line::holders(&line);
         if holding.is_empty() {
+            let revision = reply.header.as_ref().map_or(0, |h| h.revision);
             return Ok(Report {
                 waiters: Some(0),
-                revision: Some(wire::revision(&reply) as u64),
+                revision: Some(revision as u64),
                 ..Report::default()
             });
         }
@@ -60,16 +63,16 @@ impl EtcdLock {
         if lease == 0 {
             return Ok(Expiry::Never);
         }
-        let reply = self
+        let request = LeaseTimeToLiveRequest {
+            id: lease,
+            keys: false,
+        };
+        let reply: LeaseTimeToLiveResponse = self
             .client
-            .must(
-                "/v3/lease/timetolive",
-                &json!({"ID": lease.to_string()}),
-                deadline,
-            )
+            .must(wire::LEASE_TIME_TO_LIVE, &request, deadline)
             .await?;
         // -1: expired this instant, and its keys about to go.
-        let ttl = int(&reply["TTL"]).max(0) as u64;
+        let ttl = reply.ttl.max(0) as u64;
         Ok(Expiry::In(Duration::from_secs(ttl)))
     }
 
@@ -79,22 +82,18 @@ impl EtcdLock {
         let deadline = Instant::now() + self.client.connect_timeout();
         let found = match token {
             None => {
-                let reply = self
+                let reply: RangeResponse = self
                     .client
-                    .must("/v3/kv/range", &wire::range_line(&self.prefix), deadline)
+                    .must(wire::RANGE, &wire::range_line(&self.prefix), deadline)
                     .await?;
-                line::holders(&kvs(&reply)).1.to_vec()
+                line::holders(&kvs(Some(&reply))).1.to_vec()
             }
             Some(key) if key.starts_with(&self.prefix) => {
-                let reply = self
+                let reply: RangeResponse = self
                     .client
-                    .must(
-                        "/v3/kv/txn",
-                        &wire::txn(&[], &[wire::get(key)], &[]),
-                        deadline,
-                    )
+                    .must(wire::RANGE, &wire::one(key), deadline)
                     .await?;
-                kvs(wire::txn_range(&reply, 0))
+                kvs(Some(&reply))
             }
             Some(key) => {
                 return Err(BackendError::Refused(format!(
@@ -106,11 +105,13 @@ impl EtcdLock {
         let mut holders = Vec::with_capacity(found.len());
         for kv in &found {
             let delete = wire::txn(
-                &[wire::created_at(&kv.key, kv.create_revision)],
-                &[wire::delete(&kv.key)],
-                &[],
+                vec![wire::created_at(&kv.key, kv.create_revision)],
+                vec![wire::delete(&kv.key)],
+                Vec::new(),
             );
-            self.client.must("/v3/kv/txn", &delete, deadline).await?;
+            self.client
+                .must::<_, TxnResponse>(wire::TXN, &delete, deadline)
+                .await?;
             // Its holder's next keep-alive then finds the lease gone.
             if kv.lease != 0 {
                 self.revoke(kv.lease, deadline).await?;

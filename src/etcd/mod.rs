@@ -1,51 +1,65 @@
 //! The consensus backend, `etcd://host:port[,host:port...]`: the lock in an etcd v3 cluster,
 //! where every write is committed through Raft, so the fence (a create revision) never
-//! repeats, also across a failover of etcd's leader.
+//! repeats, also across a failover of etcd's leader. Spoken in etcd's gRPC API (`grpc`,
+//! `client`), one HTTP/2 connection a run.
 //!
 //! The lock is etcd's own recipe (`client/v3/concurrency/mutex.go`), so that `locked-run` and
 //! `etcdctl lock NAME` exclude each other on the same NAME:
 //!
-//! - Each run grants itself a lease (TTL: `--ttl` rounded up to whole seconds; etcd may raise
-//!   it to its minimum) and creates the key `NAME/<lease id in hex>` on it, only if absent,
-//!   with its holder's metadata and mode as the value (JSON, for `status` and the other runs;
-//!   etcdctl's value is empty: an exclusive run's).
+//! - A run's key is `NAME/<lease id in hex>`, created only if absent, with its holder's
+//!   metadata and mode as the value (JSON, for `status` and the other runs; etcdctl's value is
+//!   empty: an exclusive run's).
 //! - The key under `NAME/` with the lowest create revision holds the lock (with `--shared`
 //!   and `--holders N`, the keys `line` says). Its create revision is the fence: etcd's
 //!   cluster-wide revision, strictly increasing.
 //! - A waiter keeps its key and watches the key just before its own (the highest create
 //!   revision below its own) for a delete (`line` says what else, in the other modes):
-//!   arrival order, one wake-up per handoff. Woken, it keeps its lease alive and reads the
-//!   first key in the same instant, on two connections: the lease clock counts from that
-//!   keep-alive, and the fence (its key's create revision) is known already, so the command
-//!   starts one round trip after the wake-up. Between wake-ups the session asks again while
-//!   the waiter holds a place ([`Backend::queues`]); with its watch standing, that costs
-//!   etcd nothing but a keep-alive and a read every [`FRESH`] (less with a lease shorter than
-//!   three times that). A waiter whose lease lapsed
-//!   anyway queues again, at the end.
-//! - Release, give-back and a `-n` run that found the lock held all revoke the lease, which
-//!   deletes the key with it: an attempt still on its way then finds its lease gone and takes
-//!   nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
+//!   arrival order, one wake-up per handoff.
 //!
-//! Every request may be sent twice (on a kept-alive connection found closed): a second grant
-//! leaves a lease with no key, which lapses; a second create finds the key there and reads it
-//! back as ours; keep-alive, revoke and reads change nothing twice.
+//! Two leases a run, so that a waiter that is gone holds nobody up for long (DESIGN, "Fair
+//! waiting"): the holding lease (TTL `--ttl` rounded up to whole seconds; etcd may raise it to
+//! its minimum), on which the lease clock runs, and, for a run that waits, a queue lease of
+//! [`KEEP_ALIVE`] (etcd's shortest lease, 2 s, unless the cluster's is longer), kept alive on
+//! every heartbeat (`KEEP_ALIVE / 3`). A waiter's key lives on its queue lease: a waiter
+//! SIGKILLed stops keeping it alive, and etcd deletes its key once it lapses, about 2 s later,
+//! waking the one behind. The grant's mark is the move of the key to the holding lease: the
+//! woken waiter rewrites its key (value and create revision kept, the holder's metadata
+//! renewed) onto its holding lease in the same transaction that confirms it is first (etcd
+//! compares a whole key range: every key under `NAME/` was created at its revision or later),
+//! so no key is on a holding lease that did not hold, and a holder's key, once moved, is never
+//! deleted before its lease, whatever its keep-alives do (the lease clock stops its command
+//! before that). A run that finds NAME free creates its key on the holding lease in one
+//! transaction whose comparison is that `NAME/` is empty. `how-it-works.md` gives the argument.
+//!
+//! Release, give-back and a `-n` run that found the lock held revoke their leases, which
+//! deletes the key with them: an attempt still on its way then finds its lease gone and takes
+//! nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
+//!
+//! Every request may be sent twice (on a connection found closed): a second grant leaves a
+//! lease with no key, which lapses; a second create finds the key there and reads it back as
+//! ours; a second mark finds the key on the holding lease already (its comparison fails, its
+//! reads say so); keep-alive, revoke and reads change nothing twice.
 
 mod client;
 mod declare;
 mod doctor;
+mod grpc;
 mod history;
 mod inspect;
+mod keepalive;
 mod lease;
 mod line;
+mod members;
 mod name;
 mod open;
-mod reply;
+mod proto;
+mod round;
 mod url;
 mod view;
 mod watch;
 mod wire;
 
-use std::cell::{Cell, RefCell};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::json;
@@ -56,19 +70,16 @@ pub use declare::BACKEND;
 pub use name::check as check_name;
 pub use open::client;
 
-pub use wire::prefix_end;
-
 use crate::backend::{
-    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, History, Mode, Report, Run, Tenure,
-    View, Wakeups, hostname, wall_clock_ms,
+    Attempt, Backend, BackendError, Busy, Check, Expiry, Freed, History, KEEP_ALIVE, Mode, Report,
+    Run, Tenure, View, Wakeups, hostname, wall_clock_ms,
 };
 use crate::lease::Timings;
 use crate::name::LockName;
-use client::NOT_FOUND;
 use inspect::holder_of;
-use line::{Awaited, Standing, standing};
+use line::Awaited;
+use round::Round;
 use watch::{EtcdWakeups, Predecessor, Watch};
-use wire::{Kv, kvs, txn_range};
 
 /// A lock on one NAME in one etcd cluster.
 pub struct EtcdLock {
@@ -81,47 +92,58 @@ pub struct EtcdLock {
     /// The holder's metadata stored in the key (JSON), less the time.
     host: String,
     command: String,
-    /// This run's lease and key, once granted; `None` once revoked or lost.
-    place: Cell<Option<Place>>,
-    /// The key before ours at the last attempt, for the waiter's watch.
-    wait_on: RefCell<Option<Predecessor>>,
-    /// The key held, for `LOCKED_RUN_KEY` (see [`Backend::key`]).
-    held_key: RefCell<Option<String>>,
-    /// What was said once with `-v` about the lease's length.
-    said: Cell<bool>,
-    /// The send instant of the last grant or keep-alive that etcd answered with a live lease.
-    kept_alive: Cell<Option<Instant>>,
-    /// The TTL etcd granted this run's lease, in seconds.
-    granted: Cell<u64>,
-    /// What the last attempt of a waiter answered, while its standing holds (see `unchanged`).
-    last_busy: RefCell<Option<Attempt>>,
-    /// The watch confirmed and not fired yet, by its number, and what it awaits.
-    watching: RefCell<Option<(u64, Awaited)>>,
-    /// The number of the last watch opened.
-    watches: Cell<u64>,
-    /// The revision of the event that woke this waiter, until the next attempt reads the line.
-    woken_at: Cell<i64>,
+    /// What the run has of the lock; never held across an await.
+    state: Mutex<State>,
 }
 
-/// The longest a waiter's heartbeat between wake-ups may go without asking etcd (see
-/// `unchanged`): as long as a place lasts on Redis, so that a member that stopped answering
-/// (its watch silent, its connection open) is found out as soon there. A shorter lease is
-/// kept alive every third of it, as etcd's own sessions do (see `EtcdLock::fresh`).
-const FRESH: Duration = crate::backend::KEEP_ALIVE;
-
-/// A lease of this run and its key `NAME/<lease hex>`.
+/// One of the run's leases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Place {
-    lease: i64,
-    /// The key's create revision, once it exists.
-    created: Option<i64>,
+struct Lease {
+    id: i64,
+    /// The TTL etcd granted it, in seconds.
+    granted: u64,
+    /// The send instant of the last grant or keep-alive that etcd answered with it alive.
+    kept: Instant,
 }
 
-/// What one round of an attempt found.
-enum Round {
-    Done(Attempt),
-    /// Our key vanished between two reads (a `release --force`, a lapsed lease): once more.
-    Again,
+/// The run's key `NAME/<lease hex>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Place {
+    key: String,
+    created: i64,
+    /// On the holding lease: the grant's mark (a key made there, or moved there by the
+    /// transaction that found it first).
+    marked: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// The lease the lock is held on, once granted; `None` once revoked or lost.
+    hold: Option<Lease>,
+    /// The lease of a waiter's place in the line; `None` before it queued, once it lapsed,
+    /// and after a give-back.
+    queue: Option<Lease>,
+    place: Option<Place>,
+    /// The key before ours at the last attempt, for the waiter's watch.
+    wait_on: Option<Predecessor>,
+    /// The key held, for `LOCKED_RUN_KEY` (see [`Backend::key`]).
+    held_key: Option<String>,
+    /// What was said once with `-v` about a lease's length.
+    said: bool,
+    /// What the last attempt of a waiter answered, while its standing holds.
+    last_busy: Option<Attempt>,
+    /// The watch confirmed and not fired yet: its number, what it awaits, and the connection
+    /// it is on.
+    watching: Option<(u64, Awaited, u64)>,
+    /// When the last attempt read where the waiter stands.
+    settled: Option<Instant>,
+    /// The key an exclusive waiter waits on was the first when it read the line: once that
+    /// key goes, no key is before its own (keys before it only go, never come).
+    behind_first: bool,
+    /// The number of the last watch opened.
+    watches: u64,
+    /// The revision of the event that woke this waiter, until the next attempt reads the line.
+    woken_at: i64,
 }
 
 impl EtcdLock {
@@ -134,16 +156,7 @@ impl EtcdLock {
             name,
             host: hostname(),
             command: command.to_owned(),
-            place: Cell::new(None),
-            wait_on: RefCell::new(None),
-            held_key: RefCell::new(None),
-            said: Cell::new(false),
-            kept_alive: Cell::new(None),
-            granted: Cell::new(0),
-            last_busy: RefCell::new(None),
-            watching: RefCell::new(None),
-            watches: Cell::new(0),
-            woken_at: Cell::new(0),
+            state: Mutex::new(State::default()),
         }
     }
 
@@ -153,13 +166,17 @@ impl EtcdLock {
         self
     }
 
+    fn st(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn key_of(&self, lease: i64) -> String {
         format!("{}{lease:x}", self.prefix)
     }
 
     /// The key a waiter waits on, as the last attempt found it.
     fn waits_on(&self) -> Option<Predecessor> {
-        self.wait_on.borrow().clone()
+        self.st().wait_on.clone()
     }
 
     /// The value of our key: who holds (or waits), for `status` and the waiters' messages.
@@ -177,184 +194,20 @@ impl EtcdLock {
         .into_bytes()
     }
 
-    /// The key that holds the lock now, if any.
-    async fn holder_key(&self, deadline: Instant) -> Result<Option<wire::Kv>, BackendError> {
-        let reply = self
-            .client
-            .must("/v3/kv/range", &wire::range_first(&self.prefix), deadline)
-            .await?;
-        Ok(kvs(&reply).into_iter().next())
-    }
-
-    fn acquired(&self, key: String, created: i64) -> Attempt {
-        *self.held_key.borrow_mut() = Some(key);
+    fn acquired(&self, place: &Place) -> Attempt {
+        let mut st = self.st();
+        st.held_key = Some(place.key.clone());
+        st.wait_on = None;
+        st.last_busy = None;
         Attempt::Acquired {
-            fence: created as u64,
-        }
-    }
-
-    async fn round(
-        &self,
-        timings: &Timings,
-        listen: bool,
-        deadline: Instant,
-    ) -> Result<Round, BackendError> {
-        if let Some(attempt) = self.unchanged() {
-            return Ok(Round::Done(attempt));
-        }
-        self.wait_on.replace(None);
-        self.last_busy.replace(None);
-        // 1. A live lease: ours kept alive, or a new one. A waiter whose key exists reads the
-        // line in the same instant (its key, on this lease, needs no write: nothing to fsync
-        // on the way to a handoff), each request on a connection of its own.
-        let (lease, known) = match self.place.get() {
-            Some(Place {
-                lease,
-                created: Some(created),
-            }) => {
-                let key = self.key_of(lease);
-                // Woken by the key before ours going, an exclusive waiter is most likely the
-                // first now: the first key alone says so (one range, etcdctl's read).
-                let woken = self.woken_at.get();
-                if woken > 0 && self.mode == Mode::Exclusive {
-                    let (alive, first) = tokio::join!(
-                        self.keep_alive(lease, deadline),
-                        self.first_is(&key, created, woken, deadline)
-                    );
-                    if !alive? {
-                        self.woken_at.set(0);
-                        (self.lapsed(timings, deadline).await?, None)
-                    } else if first? {
-                        self.woken_at.set(0);
-                        return Ok(Round::Done(self.acquired(key, created)));
-                    } else {
-                        let view = self.view(&key, created, true, deadline).await?;
-                        (lease, Some((created, view)))
-                    }
-                } else {
-                    let (alive, view) = tokio::join!(
-                        self.keep_alive(lease, deadline),
-                        self.view(&key, created, true, deadline)
-                    );
-                    match alive? {
-                        true => (lease, Some((created, view?))),
-                        false => (self.lapsed(timings, deadline).await?, None),
-                    }
-                }
-            }
-            Some(place) if self.keep_alive(place.lease, deadline).await? => (place.lease, None),
-            Some(_) => (self.lapsed(timings, deadline).await?, None),
-            None => {
-                // -n: a run that will not wait does not queue, even for an instant.
-                if !listen {
-                    if let Some(attempt) = self.refused_at_once(deadline).await? {
-                        return Ok(Round::Done(attempt));
-                    }
-                }
-                (self.grant(timings, deadline).await?, None)
-            }
-        };
-        let key = self.key_of(lease);
-        let line = match known {
-            Some((created, view)) => self.standing_in(&key, created, view, deadline).await?,
-            None => {
-                // 2. Our key, created if absent, in one transaction with what decides our
-                // standing: the first key, and the keys before ours (an exclusive run: the
-                // key just before ours, the one it would watch, as the second of the last
-                // two; a line has ours last, as it was just made).
-                let before = match self.mode {
-                    Mode::Exclusive => wire::last_created(&self.prefix, 2),
-                    _ => json!({ "request_range": wire::range_line(&self.prefix) }),
-                };
-                let first = wire::first_created(&self.prefix);
-                let create = wire::txn(
-                    &[wire::absent(&key)],
-                    &[wire::put(&key, &self.value(), lease), first.clone(), before],
-                    &[wire::get(&key), first],
-                );
-                let reply = match self.client.call("/v3/kv/txn", &create, deadline).await? {
-                    Ok(reply) => reply,
-                    // The lease lapsed between the keep-alive and the put.
-                    Err(status) if status.code == NOT_FOUND => {
-                        self.place.set(None);
-                        return Ok(Round::Again);
-                    }
-                    Err(status) => return Err(self.client.refused(&status)),
-                };
-                let made = reply["succeeded"] == true;
-                let created = match made {
-                    true => wire::revision(&reply),
-                    false => match kvs(txn_range(&reply, 0)).first() {
-                        Some(kv) => kv.create_revision,
-                        None => return Ok(Round::Again),
-                    },
-                };
-                self.place.set(Some(Place {
-                    lease,
-                    created: Some(created),
-                }));
-                let Some(first) = kvs(txn_range(&reply, 1)).into_iter().next() else {
-                    return Ok(Round::Again);
-                };
-                // An exclusive run knows from the first key alone whether it holds.
-                if self.mode == Mode::Exclusive && first.create_revision == created {
-                    return Ok(Round::Done(self.acquired(key, created)));
-                }
-                match made {
-                    true => {
-                        let before = kvs(txn_range(&reply, 2))
-                            .into_iter()
-                            .filter(|kv| kv.create_revision < created);
-                        let before: Vec<Kv> = match self.mode {
-                            Mode::Exclusive => {
-                                std::iter::once(first).chain(before.take(1)).collect()
-                            }
-                            _ => before.collect(),
-                        };
-                        Some((created, before, created))
-                    }
-                    // Our key was there already (a create whose reply was lost): read.
-                    false => {
-                        let view = self.view(&key, created, true, deadline).await?;
-                        self.standing_in(&key, created, view, deadline).await?
-                    }
-                }
-            }
-        };
-        let Some((created, before, revision)) = line else {
-            return Ok(Round::Again);
-        };
-        match standing(self.mode, &before) {
-            Standing::Holds => {
-                if matches!(self.mode, Mode::Holders(_)) && revision > created {
-                    self.tell_the_next(&key, lease, created, deadline).await;
-                }
-                Ok(Round::Done(self.acquired(key, created)))
-            }
-            Standing::Mismatch(theirs) => {
-                self.step_aside(lease, created, deadline).await;
-                Ok(Round::Done(Attempt::Mismatch { theirs }))
-            }
-            Standing::Waits(awaited) => {
-                let busy = busy(&before[0]);
-                if !listen {
-                    self.step_aside(lease, created, deadline).await;
-                } else {
-                    self.wait_on.replace(Some(Predecessor {
-                        awaited,
-                        from: revision + 1,
-                    }));
-                    self.last_busy.replace(Some(busy.clone()));
-                }
-                Ok(Round::Done(busy))
-            }
+            fence: place.created as u64,
         }
     }
 }
 
 /// Held by the key `holder`: its end is its holder's business (a release or a lapse, seen by
 /// the watch), not a time to sleep until.
-pub(super) fn busy(holder: &wire::Kv) -> Attempt {
+fn busy(holder: &wire::Kv) -> Attempt {
     Attempt::Busy(Busy {
         holder: holder_of(holder),
         expiry: Expiry::WithHolder,
@@ -367,24 +220,23 @@ impl Backend for EtcdLock {
         Tenure::Lease
     }
 
-    /// While it has a key, a waiter asks again every [`crate::backend::KEEP_ALIVE`]`/3`; an
-    /// attempt keeps its lease alive and reads the line unless its watch stands and it did
-    /// both within [`FRESH`] or a third of its lease (see `view`).
+    /// While it has a place in the line, a waiter asks again every
+    /// [`KEEP_ALIVE`]`/3`: its queue lease is kept alive then (see `round`).
     fn queues(&self) -> bool {
-        self.place.get().is_some()
+        self.st().place.as_ref().is_some_and(|p| !p.marked)
     }
 
     /// `NAME/<lease hex>` once held; `NAME/` before.
     fn key(&self) -> String {
-        self.held_key
-            .borrow()
+        self.st()
+            .held_key
             .clone()
             .unwrap_or_else(|| self.prefix.clone())
     }
 
     /// The key is the token: an operator frees a holder by it.
     fn token(&self) -> String {
-        self.key().to_owned()
+        self.key()
     }
 
     async fn give_back(&self, timeout: Duration) -> Result<bool, BackendError> {
@@ -392,9 +244,10 @@ impl Backend for EtcdLock {
     }
 
     async fn try_acquire(&self, timings: &Timings, listen: bool) -> Result<Attempt, BackendError> {
-        let deadline = Instant::now() + self.client.connect_timeout().min(timings.ttl / 2);
+        let started = Instant::now();
+        let deadline = started + self.client.connect_timeout().min(timings.ttl / 2);
         for _ in 0..3 {
-            if let Round::Done(attempt) = self.round(timings, listen, deadline).await? {
+            if let Round::Done(attempt) = self.round(timings, listen, started, deadline).await? {
                 return Ok(attempt);
             }
         }
@@ -404,49 +257,45 @@ impl Backend for EtcdLock {
         )))
     }
 
-    /// Keeps the lease alive, and checks that our key is still there: a `release --force` or
-    /// a hand delete leaves the lease. The session counts the lease from the instant this was
-    /// sent, with `--ttl`, which is at most what etcd granted.
+    /// Keeps the holding lease alive, and checks that our key is still there: a `release
+    /// --force` or a hand delete leaves the lease. The session counts the lease from the
+    /// instant this was sent, with `--ttl`, which is at most what etcd granted.
     async fn renew(&self, _timings: &Timings, timeout: Duration) -> Result<bool, BackendError> {
-        let Some(Place {
-            lease,
-            created: Some(created),
-        }) = self.place.get()
-        else {
+        let (Some(hold), Some(place)) = ({
+            let st = self.st();
+            (st.hold, st.place.clone())
+        }) else {
             return Ok(false);
         };
         let deadline = Instant::now() + timeout;
-        if !self.keep_alive(lease, deadline).await? {
+        let read = wire::txn(Vec::new(), vec![wire::get(&place.key)], Vec::new());
+        let (alive, reply) = tokio::join!(
+            self.keep_alive_hold(hold, deadline),
+            self.client
+                .must::<_, proto::etcdserverpb::TxnResponse>(wire::TXN, &read, deadline)
+        );
+        if !alive? {
             return Ok(false);
         }
-        let key = self.key_of(lease);
-        let reply = self
-            .client
-            .must(
-                "/v3/kv/txn",
-                &wire::txn(&[], &[wire::get(&key)], &[]),
-                deadline,
-            )
-            .await?;
-        let still = kvs(txn_range(&reply, 0))
+        let still = wire::kvs(wire::txn_range(&reply?, 0))
             .first()
-            .is_some_and(|kv| kv.create_revision == created);
+            .is_some_and(|kv| kv.create_revision == place.created);
         if !still {
-            tracing::info!("the key {key} of lock {} was deleted", self.name);
+            tracing::info!("the key {} of lock {} was deleted", place.key, self.name);
         }
         Ok(still)
     }
 
-    /// Revokes the lease, which deletes the key in the same step. `Ok(false)` when the lease
-    /// was gone already. With `keep_for` (`--min-hold`), the key is first moved to a lease of
-    /// its own that lasts that long (whole seconds, at least etcd's minimum): it keeps its
-    /// create revision, so it holds the lock until that lease ends, and its waiters wake then.
-    /// `run` goes in the history: a history that cannot be written is a warning, never a
-    /// failed release. Without `keep_for`, its record is sent with the revoke, on a connection
-    /// of its own, in a transaction that also deletes our key (if still ours): etcd commits
-    /// the two together as a rule (one fsync), and neither waits for the other, so the
-    /// history adds no round trip to the release nor to the run's end. The revoke alone says
-    /// whether the release went through.
+    /// Revokes the holding lease, which deletes the key in the same step. `Ok(false)` when
+    /// the lease was gone already. With `keep_for` (`--min-hold`), the key is first moved to
+    /// a lease of its own that lasts that long (whole seconds, at least etcd's minimum): it
+    /// keeps its create revision, so it holds the lock until that lease ends, and its waiters
+    /// wake then. `run` goes in the history: a history that cannot be written is a warning,
+    /// never a failed release. Without `keep_for`, its record is sent with the revoke, in a
+    /// transaction that also deletes our key (if still ours): etcd commits the two together
+    /// as a rule (one fsync), and neither waits for the other, so the history adds no round
+    /// trip to the release nor to the run's end. The revoke alone says whether the release
+    /// went through.
     async fn release(
         &self,
         keep_for: Option<Duration>,
@@ -457,19 +306,12 @@ impl Backend for EtcdLock {
         // The history gets a deadline of its own: a release that used up its time still
         // leaves its run in it.
         let by = Instant::now() + self.client.connect_timeout();
-        let (released, remembered) = match (keep_for, run, self.place.get()) {
-            (
-                None,
-                Some(run),
-                Some(Place {
-                    lease,
-                    created: Some(created),
-                }),
-            ) => {
-                let key = self.key_of(lease);
+        let place = self.st().place.clone();
+        let (released, remembered) = match (keep_for, run, place) {
+            (None, Some(run), Some(place)) => {
                 tokio::join!(
                     self.let_go(None, deadline),
-                    self.remember(run, Some((&key, created)), by)
+                    self.remember(run, Some((&place.key, place.created)), by)
                 )
             }
             _ => {
@@ -485,8 +327,8 @@ impl Backend for EtcdLock {
         released
     }
 
-    /// A watch on the key before ours, from the revision after the read that found it: it
-    /// covers the time since that attempt.
+    /// A watch on what the last attempt awaits, from the revision after the read that found
+    /// it: it covers the time since that attempt.
     async fn subscribe(&self) -> Result<(Box<dyn Wakeups + '_>, bool), BackendError> {
         let Some(on) = self.waits_on() else {
             let none = EtcdWakeups {
@@ -500,11 +342,6 @@ impl Backend for EtcdLock {
             lock: self,
             watch: Some(watch),
         };
-        // The connections the wake-up's requests go on, opened now, while nothing waits on
-        // them.
-        self.client
-            .warm(Instant::now() + self.client.connect_timeout())
-            .await;
         Ok((Box::new(wakeups), true))
     }
 }
@@ -529,5 +366,37 @@ impl View for EtcdLock {
 
     async fn checks(&self) -> Vec<Check> {
         doctor::check_etcd(&self.client, &self.name).await
+    }
+}
+
+/// How long a waiter's place lasts unless kept alive: the queue lease asks for this.
+const QUEUE_TTL: Duration = KEEP_ALIVE;
+
+/// The longest a waiter trusts its watch without reading where it stands: a safety net for a
+/// watch that went silent where no request of the waiter's shows it (its connection given up
+/// closes it, which breaks the watch at once). The read costs etcd the line's keys (sorted by
+/// revision): rare enough that 300 waiters ask it 10 times a second.
+const RESETTLE: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library's `Lock` moves into `tokio::spawn` on a multi-thread runtime: the lock
+    /// must be shared by its tasks (`Sync`), and what its attempts await must be `Send`.
+    #[test]
+    fn the_lock_is_send_and_sync_and_so_are_its_attempts() {
+        fn sync<T: Send + Sync>(_: &T) {}
+        fn send<T: Send>(_: T) {}
+        let url = url::parse("etcd://127.0.0.1:1").unwrap();
+        let client = Client::new(url, None, Duration::from_secs(1));
+        let lock = EtcdLock::on(client, LockName::new("job").unwrap(), "true");
+        sync(&lock);
+        let timings = Timings::new(Duration::from_secs(30), None, None).unwrap();
+        let deadline = Instant::now();
+        send(lock.round(&timings, true, deadline, deadline));
+        send(lock.leave(deadline));
+        send(lock.let_go(None, deadline));
+        send(lock.report());
     }
 }

@@ -1,7 +1,8 @@
-//! A waiter's wake-up: a watch on what its standing in the line awaits (see `line`: the key
-//! before its own, or any key of the line), covering everything since the read that found
-//! it, so that a change between that read and the watch is still seen. Each attempt says what
-//! to await: a watch on something else is replaced.
+//! A waiter's wake-up: a watch (a `Watch` stream on the client's connection) on what its
+//! standing in the line awaits (see `line`: the key before its own, or any key of the line),
+//! covering everything since the read that found it, so that a change between that read and
+//! the watch is still seen. Each attempt says what to await: a watch on something else is
+//! replaced.
 //!
 //! etcd serves a watch that starts at a revision it has already reached (anything at all was
 //! written in the cluster since the read) from its history, in a loop that runs every 100 ms:
@@ -11,15 +12,18 @@
 //! once after the watch is confirmed: gone (or, where a write is awaited, written) since the
 //! read, it wakes the waiter at once.
 
-use http_body_util::BodyExt;
-use serde_json::{Value, json};
-use tokio::time::Instant;
+use tokio::time::{Instant, timeout_at};
 
 use super::EtcdLock;
-use super::client::{Status, Stream};
+use super::client::Client;
+use super::grpc::frame::decode;
+use super::grpc::stream::Duplex;
+use super::grpc::{Failed, Status};
 use super::line::Awaited;
-use super::reply::{MAX_REPLY_BYTES, within_values};
-use super::wire::{b64, int, prefix_end};
+use super::proto::etcdserverpb::watch_create_request::FilterType;
+use super::proto::etcdserverpb::watch_request::RequestUnion;
+use super::proto::etcdserverpb::{RangeResponse, WatchCreateRequest, WatchRequest, WatchResponse};
+use super::wire::{self, prefix_end};
 use crate::backend::{BackendError, Wakeup, Wakeups};
 
 /// What a waiter waits for, and the revision its watch starts from.
@@ -34,15 +38,11 @@ pub struct Watch {
     awaited: Awaited,
     /// The key watched (`NAME/` for the whole line), for messages.
     key: String,
-    stream: Stream,
-    /// Bytes received and not yet parsed: the gateway writes each message as one line of
-    /// JSON, and a line may come in pieces.
-    buf: Vec<u8>,
-    /// Where in `buf` the unread part starts: lines before it were taken.
-    start: usize,
-    /// How much of `buf` is known to hold no line's end: each byte is searched once.
-    searched: usize,
-    /// A delete came with the confirmation: the revision of its message.
+    stream: Duplex,
+    /// The endpoint it is on, for messages.
+    at: String,
+    watch_id: i64,
+    /// What is awaited came with the confirmation: the revision etcd said so at.
     seen: Option<i64>,
     /// Its number, for [`EtcdLock`]'s note of the watch standing (see `EtcdLock::unchanged`).
     number: u64,
@@ -59,44 +59,41 @@ impl Watch {
             Awaited::Key { key, puts } => (key.clone(), *puts, 0),
             Awaited::AnyDelete => (lock.prefix.clone(), false, on.from),
         };
-        let mut request = json!({"start_revision": from.to_string()});
+        let mut create = WatchCreateRequest {
+            key: key.clone().into_bytes().into(),
+            start_revision: from,
+            ..WatchCreateRequest::default()
+        };
         if on.awaited == Awaited::AnyDelete {
-            request["range_end"] = json!(b64(&prefix_end(lock.prefix.as_bytes())));
+            create.range_end = prefix_end(lock.prefix.as_bytes()).into();
         }
-        request["key"] = json!(b64(key.as_bytes()));
         if !puts {
-            request["filters"] = json!(["NOPUT"]);
+            create.filters = vec![FilterType::Noput as i32];
         }
-        let request = json!({ "create_request": request });
-        let stream = lock.client.stream("/v3/watch", &request, deadline).await?;
-        let number = lock.watches.get() + 1;
-        lock.watches.set(number);
+        let (stream, at, created) = lock.client.watch(create, deadline).await?;
+        let number = {
+            let mut st = lock.st();
+            st.watches += 1;
+            st.watches
+        };
         let mut watch = Watch {
             awaited: on.awaited.clone(),
             key,
             stream,
-            buf: Vec::new(),
-            start: 0,
-            searched: 0,
+            at,
+            watch_id: created.watch_id,
             seen: None,
             number,
         };
-        loop {
-            let message = tokio::time::timeout_at(deadline, watch.message())
-                .await
-                .map_err(|_| watch.broke("no confirmation in time"))??;
-            if message["result"]["created"] == true {
-                watch.seen = has_events(&message).then(|| revision(&message));
-                let at = revision(&message);
-                if watch.seen.is_none() && from == 0 && at >= on.from {
-                    watch.seen = gone_since(lock, &watch.key, puts, on.from, at, deadline).await?;
-                }
-                if watch.seen.is_none() {
-                    lock.watching.replace(Some((number, watch.awaited.clone())));
-                }
-                return Ok(watch);
-            }
+        let revision = revision_of(&created);
+        watch.seen = (!created.events.is_empty()).then_some(revision);
+        if watch.seen.is_none() && from == 0 && revision >= on.from {
+            watch.seen = gone_since(lock, &watch.key, puts, on.from, revision, deadline).await?;
         }
+        if watch.seen.is_none() {
+            lock.st().watching = Some((number, watch.awaited.clone(), watch.stream.conn));
+        }
+        Ok(watch)
     }
 
     /// Resolves when what is awaited happens (the filters keep every other event out), with
@@ -107,84 +104,25 @@ impl Watch {
         }
         loop {
             let message = self.message().await?;
-            if has_events(&message) {
-                return Ok(revision(&message));
+            if message.watch_id == self.watch_id && !message.events.is_empty() {
+                return Ok(revision_of(&message));
             }
         }
     }
 
     /// The next message of the stream; an error etcd sent, or a watch it cancelled
-    /// (compacted past its start), is an error. A message is parsed once its line has ended
-    /// (the gateway's delimiter is a newline), not again after each piece of it, and one
-    /// longer than [`MAX_REPLY_BYTES`] is refused: a stream that never ends a line must not
-    /// fill the memory.
-    async fn message(&mut self) -> Result<Value, BackendError> {
-        let mut blank = 0u32;
-        loop {
-            let unsearched = &self.buf[self.searched..];
-            if let Some(at) = unsearched.iter().position(|&b| b == b'\n') {
-                let end = self.searched + at + 1;
-                let line = &self.buf[self.start..end];
-                let empty = line.trim_ascii().is_empty();
-                let result = if empty {
-                    None
-                } else if let Err(what) = within_values(line) {
-                    Some(Err(self.broke(&format!("a message too large: {what}"))))
-                } else {
-                    Some(self.read(line))
-                };
-                // Lines are taken from the front by moving a mark, and the buffer is cut
-                // only once most of it is read: a piece of many short lines costs linear time.
-                self.start = end;
-                self.searched = end;
-                if self.start * 2 > self.buf.len() {
-                    self.buf.drain(..self.start);
-                    self.searched -= self.start;
-                    self.start = 0;
-                }
-                if let Some(result) = result {
-                    return result;
-                }
-                // The gateway sends no blank lines; a server that sends them without end must
-                // not keep this task from letting a signal or a deadline in.
-                blank += 1;
-                if blank % 256 == 0 {
-                    tokio::task::yield_now().await;
-                }
-                continue;
-            }
-            self.searched = self.buf.len();
-            if self.buf.len() - self.start > MAX_REPLY_BYTES {
-                return Err(self.broke(&format!(
-                    "a message too large: more than the {} MiB this client reads",
-                    MAX_REPLY_BYTES >> 20
-                )));
-            }
-            match self.stream.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        self.buf.extend_from_slice(data);
-                    }
-                }
-                Some(Err(e)) => return Err(self.broke(&e.to_string())),
-                None => return Err(self.broke("the stream ended")),
-            }
-        }
-    }
-
-    /// One message, from its line.
-    fn read(&self, line: &[u8]) -> Result<Value, BackendError> {
-        let message: Value = serde_json::from_slice(line)
-            .map_err(|e| self.broke(&format!("a malformed message: {e}")))?;
-        if let Some(status) = Status::of(&message) {
-            return Err(self.broke(&status.message));
-        }
-        if message["result"]["canceled"] == true {
-            let why = match int(&message["result"]["compact_revision"]) {
-                0 => message["result"]["cancel_reason"]
-                    .as_str()
-                    .unwrap_or("no reason given")
-                    .to_owned(),
+    /// (compacted past its start), is an error.
+    async fn message(&mut self) -> Result<WatchResponse, BackendError> {
+        let bytes = self
+            .stream
+            .next()
+            .await
+            .map_err(|f| self.broke(&failure(&f)))?;
+        let message: WatchResponse = decode(bytes).map_err(|f| self.broke(&failure(&f)))?;
+        if message.canceled && message.watch_id == self.watch_id {
+            let why = match message.compact_revision {
+                0 if message.cancel_reason.is_empty() => "no reason given".to_owned(),
+                0 => message.cancel_reason.clone(),
                 r => format!("its history was compacted up to revision {r}"),
             };
             return Err(self.broke(&format!("etcd cancelled the watch: {why}")));
@@ -193,10 +131,74 @@ impl Watch {
     }
 
     fn broke(&self, why: &str) -> BackendError {
-        BackendError::Transient(format!(
+        BackendError::Transient(crate::text::message!(
             "the watch on {} at etcd {} broke: {why}",
-            self.key, self.stream.at
+            self.key,
+            self.at
         ))
+    }
+}
+
+/// A failed read of the watch stream, in words.
+fn failure(failed: &Failed) -> String {
+    match failed {
+        Failed::TooLarge(what) => format!("a message too large: {what}"),
+        Failed::Malformed(what) => format!("a malformed message: {what}"),
+        Failed::Http(e) => e.to_string(),
+        Failed::Ended(Ok(())) => "the stream ended".into(),
+        Failed::Ended(Err(status)) => status.message.clone(),
+    }
+}
+
+impl Client {
+    /// A watch created with `create`, on the connection, confirmed by `deadline`: its stream,
+    /// the endpoint it is on, and the confirmation (which may carry events already).
+    pub(super) async fn watch(
+        &self,
+        create: WatchCreateRequest,
+        deadline: Instant,
+    ) -> Result<(Duplex, String, WatchResponse), BackendError> {
+        let request = WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(create)),
+        };
+        let mut renewed_token = false;
+        loop {
+            let (conn, _) = self.conn(deadline).await?;
+            let at = self.endpoint(conn.at).to_string();
+            let token = self.token();
+            let opened = timeout_at(deadline, async {
+                let mut stream =
+                    Duplex::open(&conn, wire::WATCH, token.as_deref(), &request).await?;
+                // Progress notices or another watch's messages may come first: the first
+                // that says created is ours.
+                loop {
+                    let message: WatchResponse = decode(stream.next().await?)?;
+                    if message.created {
+                        return Ok::<_, Failed>((stream, message));
+                    }
+                }
+            })
+            .await;
+            return match opened {
+                Ok(Ok((_, created))) if created.canceled => Err(self.refused(&Status {
+                    code: super::grpc::FAILED_PRECONDITION,
+                    message: format!("etcd refused the watch: {}", created.cancel_reason),
+                })),
+                Ok(Ok((stream, created))) => Ok((stream, at, created)),
+                Ok(Err(Failed::Ended(Err(status)))) if self.expired(&status) && !renewed_token => {
+                    renewed_token = true;
+                    continue;
+                }
+                Ok(Err(Failed::Ended(Err(status)))) if !status.transient() => {
+                    Err(self.refused(&status))
+                }
+                Ok(Err(failed)) => Err(BackendError::Transient(crate::text::message!(
+                    "the watch at etcd {at} could not be opened: {}",
+                    failure(&failed)
+                ))),
+                Err(_) => Err(self.lost(&conn, "no confirmation of the watch in time")),
+            };
+        }
     }
 }
 
@@ -211,30 +213,30 @@ async fn gone_since(
     at: i64,
     deadline: Instant,
 ) -> Result<Option<i64>, BackendError> {
-    let mut read = json!({"key": b64(key.as_bytes()), "serializable": true});
-    let mut reply = lock.client.must("/v3/kv/range", &read, deadline).await?;
-    if int(&reply["header"]["revision"]) < at {
+    let mut read = wire::one(key);
+    read.serializable = true;
+    let mut reply: RangeResponse = lock.client.must(wire::RANGE, &read, deadline).await?;
+    if header_revision(&reply) < at {
         // A member behind the one that confirmed the watch: the leader's word.
-        read["serializable"] = json!(false);
-        reply = lock.client.must("/v3/kv/range", &read, deadline).await?;
+        read.serializable = false;
+        reply = lock.client.must(wire::RANGE, &read, deadline).await?;
     }
-    let changed = match reply["kvs"].as_array().and_then(|kvs| kvs.first()) {
+    // A key of that name created since is not the one awaited (a waiter whose queue lease
+    // lapsed queues again under the same name): the awaited one went.
+    let changed = match reply.kvs.first() {
         None => true,
-        Some(kv) => puts && int(&kv["mod_revision"]) >= since,
+        Some(kv) => kv.create_revision >= since || (puts && kv.mod_revision >= since),
     };
-    Ok(changed.then(|| int(&reply["header"]["revision"])))
+    Ok(changed.then(|| header_revision(&reply)))
+}
+
+fn header_revision(reply: &RangeResponse) -> i64 {
+    reply.header.as_ref().map_or(0, |h| h.revision)
 }
 
 /// The revision a watch message was sent at (its header's).
-fn revision(message: &Value) -> i64 {
-    int(&message["result"]["header"]["revision"])
-}
-
-/// Whether a watch message holds an event (the gateway leaves a put's type out).
-fn has_events(message: &Value) -> bool {
-    message["result"]["events"]
-        .as_array()
-        .is_some_and(|events| !events.is_empty())
+fn revision_of(message: &WatchResponse) -> i64 {
+    message.header.as_ref().map_or(0, |h| h.revision)
 }
 
 /// A waiter's wake-ups: what its standing awaits.
@@ -250,14 +252,18 @@ impl Wakeups for EtcdWakeups<'_> {
             // No key before ours at the last attempt: nothing to wait for.
             return std::future::pending().await;
         };
-        if self.watch.as_ref().is_none_or(|w| w.awaited != on.awaited) {
+        // A watch on something else, or on a connection given up since (it hears nothing
+        // more), is replaced.
+        let stale =
+            |w: &Watch| w.awaited != on.awaited || !self.lock.client.is_current(w.stream.conn);
+        if self.watch.as_ref().is_none_or(stale) {
             self.close();
             self.watch = Some(Watch::open(self.lock, &on).await?);
         }
         let watch = self.watch.as_mut().expect("opened above");
         let happened = watch.happened().await;
         self.close();
-        self.lock.woken_at.set(happened?);
+        self.lock.st().woken_at = happened?;
         Ok(Wakeup::Anyone)
     }
 }
@@ -266,9 +272,13 @@ impl EtcdWakeups<'_> {
     /// Ends the watch (fired, broken or replaced): the lock no longer counts on it.
     fn close(&mut self) {
         if let Some(watch) = self.watch.take() {
-            let mut watching = self.lock.watching.borrow_mut();
-            if watching.as_ref().is_some_and(|(n, _)| *n == watch.number) {
-                *watching = None;
+            let mut st = self.lock.st();
+            if st
+                .watching
+                .as_ref()
+                .is_some_and(|(n, _, _)| *n == watch.number)
+            {
+                st.watching = None;
             }
         }
     }

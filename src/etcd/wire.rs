@@ -1,35 +1,26 @@
-//! The JSON of etcd's gateway: keys and values in base64, int64 fields as strings, fields at
-//! their zero value left out (a `false` `succeeded`, a `PUT` event's type); the requests this
-//! backend sends and the key-values it reads back.
+//! The requests this backend sends etcd, as protobuf messages, and the key-values it reads
+//! back; the paths of the gRPC methods it calls.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use serde_json::{Value, json};
+use bytes::Bytes;
 
-pub fn b64(bytes: &[u8]) -> String {
-    STANDARD.encode(bytes)
-}
+use super::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use super::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
+use super::proto::etcdserverpb::request_op::Request;
+use super::proto::etcdserverpb::response_op::Response;
+use super::proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
+    TxnResponse,
+};
+use super::proto::mvccpb::KeyValue;
 
-/// A base64 field's bytes (empty when missing or not base64).
-pub fn bytes_of(v: &Value) -> Vec<u8> {
-    v.as_str()
-        .and_then(|s| STANDARD.decode(s).ok())
-        .unwrap_or_default()
-}
-
-/// An int64 field (a JSON string; 0 when left out, as the gateway does for zero).
-pub fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// The revision a reply was read at (its header's).
-pub fn revision(reply: &Value) -> i64 {
-    int(&reply["header"]["revision"])
-}
+pub const RANGE: &str = "/etcdserverpb.KV/Range";
+pub const TXN: &str = "/etcdserverpb.KV/Txn";
+pub const LEASE_GRANT: &str = "/etcdserverpb.Lease/LeaseGrant";
+pub const LEASE_REVOKE: &str = "/etcdserverpb.Lease/LeaseRevoke";
+pub const LEASE_TIME_TO_LIVE: &str = "/etcdserverpb.Lease/LeaseTimeToLive";
+pub const WATCH: &str = "/etcdserverpb.Watch/Watch";
+pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
+pub const MEMBER_LIST: &str = "/etcdserverpb.Cluster/MemberList";
 
 /// The first key after every key that starts with `prefix` (the `range_end` of a prefix).
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
@@ -44,6 +35,10 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+fn bytes(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
 /// A key-value as a range or a watch event gives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kv {
@@ -54,176 +49,183 @@ pub struct Kv {
 }
 
 impl Kv {
-    fn of(v: &Value) -> Kv {
+    pub fn of(kv: &KeyValue) -> Kv {
         Kv {
-            key: String::from_utf8_lossy(&bytes_of(&v["key"])).into_owned(),
-            create_revision: int(&v["create_revision"]),
-            lease: int(&v["lease"]),
-            value: bytes_of(&v["value"]),
+            key: String::from_utf8_lossy(&kv.key).into_owned(),
+            create_revision: kv.create_revision,
+            lease: kv.lease,
+            value: kv.value.to_vec(),
         }
     }
 }
 
 /// The key-values of a range response.
-pub fn kvs(range: &Value) -> Vec<Kv> {
-    range["kvs"]
-        .as_array()
-        .map(|kvs| kvs.iter().map(Kv::of).collect())
-        .unwrap_or_default()
+pub fn kvs(range: Option<&RangeResponse>) -> Vec<Kv> {
+    range.map_or_else(Vec::new, |r| r.kvs.iter().map(Kv::of).collect())
 }
 
-/// The `i`th response of a transaction, as a range response.
-pub fn txn_range(reply: &Value, i: usize) -> &Value {
-    &reply["responses"][i]["response_range"]
+/// The `i`th response of a transaction, if it is a range's.
+pub fn txn_range(reply: &TxnResponse, i: usize) -> Option<&RangeResponse> {
+    match reply.responses.get(i)?.response.as_ref()? {
+        Response::ResponseRange(range) => Some(range),
+        _ => None,
+    }
+}
+
+/// The revision a transaction was read or committed at.
+pub fn revision(reply: &TxnResponse) -> i64 {
+    reply.header.as_ref().map_or(0, |h| h.revision)
+}
+
+fn compare(key: &str, target: CompareTarget, result: CompareResult, with: TargetUnion) -> Compare {
+    Compare {
+        result: result as i32,
+        target: target as i32,
+        key: bytes(key),
+        range_end: Bytes::new(),
+        target_union: Some(with),
+    }
 }
 
 /// Compare: the key does not exist (its create revision is 0).
-pub fn absent(key: &str) -> Value {
-    json!({"target": "CREATE", "result": "EQUAL", "key": b64(key.as_bytes()), "create_revision": "0"})
+pub fn absent(key: &str) -> Compare {
+    created_at(key, 0)
 }
 
 /// Compare: the key is the one created at `revision`.
-pub fn created_at(key: &str, revision: i64) -> Value {
-    json!({"target": "CREATE", "result": "EQUAL", "key": b64(key.as_bytes()), "create_revision": revision.to_string()})
+pub fn created_at(key: &str, revision: i64) -> Compare {
+    let with = TargetUnion::CreateRevision(revision);
+    compare(key, CompareTarget::Create, CompareResult::Equal, with)
 }
 
-pub fn put(key: &str, value: &[u8], lease: i64) -> Value {
-    json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(value), "lease": lease.to_string()}})
+/// Compare: every key under `prefix` was created at `revision` or later (no key is before
+/// the one created then). etcd compares each key of the range; the range is never empty
+/// where this is used (the key created at `revision` is in it).
+pub fn none_before(prefix: &str, revision: i64) -> Compare {
+    let with = TargetUnion::CreateRevision(revision - 1);
+    let mut c = compare(prefix, CompareTarget::Create, CompareResult::Greater, with);
+    c.range_end = Bytes::from(prefix_end(prefix.as_bytes()));
+    c
+}
+
+/// Compare: no key under `prefix` (an empty range compares as one key of revision 0).
+pub fn empty(prefix: &str) -> Compare {
+    let mut c = absent(prefix);
+    c.range_end = Bytes::from(prefix_end(prefix.as_bytes()));
+    c
+}
+
+pub fn put(key: &str, value: &[u8], lease: i64) -> RequestOp {
+    op(Request::RequestPut(PutRequest {
+        key: bytes(key),
+        value: Bytes::copy_from_slice(value),
+        lease,
+        ..PutRequest::default()
+    }))
 }
 
 /// Moves the key to another lease, its value and create revision unchanged.
-pub fn move_to(key: &str, lease: i64) -> Value {
-    json!({"request_put": {"key": b64(key.as_bytes()), "lease": lease.to_string(), "ignore_value": true}})
+pub fn move_to(key: &str, lease: i64) -> RequestOp {
+    op(Request::RequestPut(PutRequest {
+        key: bytes(key),
+        lease,
+        ignore_value: true,
+        ..PutRequest::default()
+    }))
 }
 
-pub fn get(key: &str) -> Value {
-    json!({"request_range": {"key": b64(key.as_bytes())}})
+/// The one key `key`.
+pub fn one(key: &str) -> RangeRequest {
+    RangeRequest {
+        key: bytes(key),
+        ..RangeRequest::default()
+    }
 }
 
-pub fn delete(key: &str) -> Value {
-    json!({"request_delete_range": {"key": b64(key.as_bytes())}})
+pub fn get(key: &str) -> RequestOp {
+    read(one(key))
 }
 
-/// The key under `prefix` with the lowest create revision (the holder), and how many there are.
-pub fn first_created(prefix: &str) -> Value {
-    json!({"request_range": range_first(prefix)})
+pub fn delete(key: &str) -> RequestOp {
+    op(Request::RequestDeleteRange(DeleteRangeRequest {
+        key: bytes(key),
+        ..DeleteRangeRequest::default()
+    }))
 }
 
-/// A range request for [`first_created`], on its own.
-pub fn range_first(prefix: &str) -> Value {
-    json!({
-        "key": b64(prefix.as_bytes()),
-        "range_end": b64(&prefix_end(prefix.as_bytes())),
-        "sort_target": "CREATE",
-        "sort_order": "ASCEND",
-        "limit": "1",
-    })
+pub fn read(range: RangeRequest) -> RequestOp {
+    op(Request::RequestRange(range))
 }
 
-/// The `limit` keys under `prefix` with the highest create revisions (the last to queue), the
-/// last first, their keys only.
-pub fn last_created(prefix: &str, limit: u32) -> Value {
-    json!({"request_range": {
-        "key": b64(prefix.as_bytes()),
-        "range_end": b64(&prefix_end(prefix.as_bytes())),
-        "sort_target": "CREATE",
-        "sort_order": "DESCEND",
-        "limit": limit.to_string(),
-        "keys_only": true,
-    }})
+fn op(request: Request) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
 }
 
-/// The key under `prefix` with the highest create revision at most `max` (the one a waiter
-/// waits on: the key just before its own).
-pub fn last_created_up_to(prefix: &str, max: i64) -> Value {
-    json!({"request_range": {
-        "key": b64(prefix.as_bytes()),
-        "range_end": b64(&prefix_end(prefix.as_bytes())),
-        "sort_target": "CREATE",
-        "sort_order": "DESCEND",
-        "limit": "1",
-        "keys_only": true,
-        "max_create_revision": max.to_string(),
-    }})
+/// Every key under `prefix`, in arrival order (the whole line).
+pub fn range_line(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        key: bytes(prefix),
+        range_end: Bytes::from(prefix_end(prefix.as_bytes())),
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        ..RangeRequest::default()
+    }
+}
+
+/// The key under `prefix` with the lowest create revision (the holder).
+pub fn range_first(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        limit: 1,
+        ..range_line(prefix)
+    }
+}
+
+/// The `limit` keys under `prefix` with the highest create revisions, created at `max` or
+/// before (0: any), the last first, their keys only: the key just before a waiter's own is
+/// the first of them.
+pub fn last_created(prefix: &str, limit: i64, max: i64) -> RangeRequest {
+    RangeRequest {
+        limit,
+        sort_order: SortOrder::Descend as i32,
+        keys_only: true,
+        max_create_revision: max,
+        ..range_line(prefix)
+    }
 }
 
 /// Every key under `prefix` created at revision `max` or before, in arrival order.
-pub fn created_up_to(prefix: &str, max: i64) -> Value {
-    let mut range = range_line(prefix);
-    range["max_create_revision"] = json!(max.to_string());
-    json!({ "request_range": range })
+pub fn created_up_to(prefix: &str, max: i64) -> RangeRequest {
+    RangeRequest {
+        max_create_revision: max,
+        ..range_line(prefix)
+    }
 }
 
-/// A range request for every key under `prefix`, in arrival order (the whole line).
-pub fn range_line(prefix: &str) -> Value {
-    json!({
-        "key": b64(prefix.as_bytes()),
-        "range_end": b64(&prefix_end(prefix.as_bytes())),
-        "sort_target": "CREATE",
-        "sort_order": "ASCEND",
-    })
+pub fn txn(compare: Vec<Compare>, success: Vec<RequestOp>, failure: Vec<RequestOp>) -> TxnRequest {
+    TxnRequest {
+        compare,
+        success,
+        failure,
+    }
 }
 
-pub fn txn(compare: &[Value], success: &[Value], failure: &[Value]) -> Value {
-    json!({"compare": compare, "success": success, "failure": failure})
-}
-
-/// A transaction of reads `reads` that the member asked answers from what it has applied,
-/// without confirming first with the leader that nothing newer was committed (etcd's
-/// serializable read): no wait for a write in flight, such as its fsync. What it may miss is
-/// recent: a key created after the revision it answers at, or deleted since.
-pub fn serializable(reads: &[Value]) -> Value {
-    let reads: Vec<Value> = reads
-        .iter()
-        .map(|read| {
-            let mut read = read.clone();
-            read["request_range"]["serializable"] = json!(true);
-            read
+/// A transaction of reads that the member asked answers from what it has applied, without
+/// confirming first with the leader that nothing newer was committed (etcd's serializable
+/// read): no wait for a write in flight, such as its fsync. What it may miss is recent: a key
+/// created after the revision it answers at, or deleted since.
+pub fn serializable(reads: Vec<RangeRequest>) -> TxnRequest {
+    let reads = reads
+        .into_iter()
+        .map(|range| {
+            read(RangeRequest {
+                serializable: true,
+                ..range
+            })
         })
         .collect();
-    txn(&[], &reads, &[])
-}
-
-/// gRPC status codes etcd answers with.
-pub const INVALID_ARGUMENT: i64 = 3;
-pub const NOT_FOUND: i64 = 5;
-pub const FAILED_PRECONDITION: i64 = 9;
-pub const UNAUTHENTICATED: i64 = 16;
-
-/// An error etcd answered with that retrying will not mend (transient ones are
-/// `BackendError::Transient`): its gRPC code and message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub code: i64,
-    pub message: String,
-}
-
-impl Status {
-    /// An error as the gateway writes it: `{"code":5,"message":...}` for a call, or
-    /// `{"error":{"grpc_code":5,"message":...}}` inside a stream (a watch, a keep-alive).
-    pub fn of(reply: &Value) -> Option<Status> {
-        let (error, code) = match &reply["error"] {
-            Value::Object(_) => (&reply["error"], &reply["error"]["grpc_code"]),
-            _ => (reply, &reply["code"]),
-        };
-        let code = code.as_i64().filter(|&c| c != 0)?;
-        let message = error["message"]
-            .as_str()
-            .or_else(|| reply["error"].as_str())
-            .unwrap_or("")
-            .to_owned();
-        Some(Status { code, message })
-    }
-
-    /// Unavailable (no leader, leader changed, timed out), Aborted, DeadlineExceeded,
-    /// Canceled, Unknown, and too many requests: worth trying again, on another member.
-    pub fn transient(&self) -> bool {
-        match self.code {
-            1 | 2 | 4 | 10 | 14 => true,
-            8 => !self.message.contains("space"),
-            _ => false,
-        }
-    }
+    txn(Vec::new(), reads, Vec::new())
 }
 
 #[cfg(test)]
@@ -238,39 +240,11 @@ mod tests {
     }
 
     #[test]
-    fn key_values_as_the_gateway_writes_them() {
-        let range: Value = serde_json::from_str(
-            r#"{"kvs":[{"key":"am9iLzIwNDBhMjQxOGVjNjdmMGE=","create_revision":"2","mod_revision":"2","version":"1","value":"e30=","lease":"2324035810175123210"}],"count":"1"}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            kvs(&range),
-            [Kv {
-                key: "job/2040a2418ec67f0a".into(),
-                create_revision: 2,
-                lease: 2324035810175123210,
-                value: b"{}".to_vec(),
-            }]
-        );
-        assert_eq!(int(&range["count"]), 1);
-        assert_eq!(int(&range["missing"]), 0);
-    }
-
-    #[test]
-    fn errors_as_the_gateway_writes_them() {
-        let call: Value = serde_json::from_str(
-            r#"{"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":5}"#,
-        )
-        .unwrap();
-        let status = Status::of(&call).unwrap();
-        assert_eq!(status.code, NOT_FOUND);
-        assert_eq!(status.message, "etcdserver: requested lease not found");
-        let stream: Value = serde_json::from_str(
-            r#"{"error":{"grpc_code":14,"http_code":503,"message":"etcdserver: no leader","http_status":"Service Unavailable"}}"#,
-        )
-        .unwrap();
-        let status = Status::of(&stream).unwrap();
-        assert!(status.transient(), "{status:?}");
-        assert_eq!(Status::of(&json!({"result": {"TTL": "2"}})), None);
+    fn none_before_compares_the_whole_prefix_with_the_revision_before() {
+        let c = none_before("job/", 10);
+        assert_eq!(&c.key[..], b"job/");
+        assert_eq!(&c.range_end[..], b"job0");
+        assert_eq!(c.result, CompareResult::Greater as i32);
+        assert_eq!(c.target_union, Some(TargetUnion::CreateRevision(9)));
     }
 }

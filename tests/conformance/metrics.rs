@@ -1,10 +1,13 @@
 //! `--metrics-dir`: node_exporter's textfile after every run: a held run moves the `last_*`
 //! gauges (its status, its fence, a success's time), a skip (75), an unreachable store (69)
 //! and a `--max-run` (124) are counted by outcome, a skip and a 69 leave the gauges alone, and
-//! only the file and its lock stay in the directory.
+//! only the file and its lock stay in the directory; a run a SIGTERM ends is counted, whether
+//! it held the lock (ended by the signal) or waited for it (143).
 
 use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::time::Duration;
 
 use super::backends::Backend;
 use crate::support::*;
@@ -116,4 +119,32 @@ pub fn check(backend: &dyn Backend) {
         .collect();
     names.sort();
     assert_eq!(names, [".locked_run_job.lock", "locked_run_job.prom"]);
+
+    // A SIGTERM ends a run that counts, however it comes: to a run that holds the lock it is
+    // forwarded, and the run ends by it once its command has (counted as ran, its status the
+    // signal's); to one that waits, it ends the wait with 143 (counted as failed). Only a
+    // process that SIGTERM kills before it could handle any signal (as it starts) counts
+    // nothing, and it never logged that it acquired the lock: the fault harness tells the two
+    // apart so.
+    let holder = Holder::with(store.lr().args(["--metrics-dir", dir]), "job");
+    let waiter = store
+        .lr()
+        .args(["--metrics-dir", dir])
+        .job(["true"])
+        .spawn();
+    store.wait_for_waiters(1);
+    signal(waiter.pid(), libc::SIGTERM);
+    waiter
+        .wait_for(Duration::from_secs(10))
+        .expect(128 + libc::SIGTERM);
+    assert_eq!(runs(&samples(metrics.path()), "failed"), 1.0);
+    signal(holder.pid(), libc::SIGTERM);
+    let killed = holder.running.wait_for(Duration::from_secs(10));
+    assert_eq!(killed.status.signal(), Some(libc::SIGTERM), "{killed:?}");
+    let last = samples(metrics.path());
+    assert_eq!(runs(&last, "ran"), 3.0, "{last:?}");
+    assert_eq!(
+        gauge(&last, "locked_run_last_exit_status"),
+        Some(f64::from(128 + libc::SIGTERM))
+    );
 }

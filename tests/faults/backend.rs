@@ -43,6 +43,11 @@ pub enum Fault {
     /// `file://`: another user of the sticky directory swaps the lock files it owns for fresh
     /// ones (see `files.rs`).
     ForeignSwap,
+    /// A cluster's leader (whichever member leads then) SIGKILLed and restarted with its data.
+    KillLeader,
+    /// A cluster's leader SIGSTOPped for a while: the others elect another, and the old one
+    /// finds itself a follower when it resumes.
+    PauseLeader,
     /// Every backend: a hostile user of the metrics directory holds a NAME's metrics lock, or
     /// swaps its files for a FIFO, a link or a huge file (see `hostile.rs`).
     Neighbour,
@@ -71,6 +76,8 @@ impl Fault {
             Fault::RestartEmpty => "server restarted EMPTY",
             Fault::Hostile => "a hostile reply on one connection",
             Fault::ForeignSwap => "another user swapped its lock files",
+            Fault::KillLeader => "the leader killed, restarted with data",
+            Fault::PauseLeader => "the leader SIGSTOPped",
             Fault::Neighbour => "another user in the metrics directory",
             Fault::HistoryJunk => "another user wrote junk into a history",
             Fault::FarSince => "another user set a holder's since past year 9999",
@@ -116,7 +123,8 @@ pub trait Backend: Send + Sync {
 /// Opens the backend named `label` (`redis`, `file`, `redlock`, `etcd`).
 pub fn open(label: &str) -> Option<Box<dyn Backend>> {
     match label {
-        "etcd" => Some(Box::new(crate::etcd::EtcdMember::start())),
+        "etcd" => Some(Box::new(crate::etcd::Etcds::start(1))),
+        "etcd3" => Some(Box::new(crate::etcd::Etcds::start(3))),
         "redis" => Some(Box::new(Servers::start("redis", 1))),
         "redlock" => Some(Box::new(Servers::start("redlock", 3))),
         "file" => Some(Box::new(Files::start())),
@@ -125,7 +133,7 @@ pub fn open(label: &str) -> Option<Box<dyn Backend>> {
     }
 }
 
-pub const ALL: &[&str] = &["redis", "file", "redlock", "etcd", "postgres"];
+pub const ALL: &[&str] = &["redis", "file", "redlock", "etcd", "etcd3", "postgres"];
 
 /// Why backend `label` cannot run here (its server is not installed), if it cannot: such a
 /// backend is skipped with a printed line, not failed.
@@ -135,10 +143,17 @@ pub fn missing(label: &str) -> Option<String> {
             .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(bin).is_file()))
     };
     match label {
-        "etcd" => ["etcd", "etcdctl"]
-            .into_iter()
-            .find(|bin| !on_path(bin))
-            .map(|bin| format!("{bin} is not on PATH")),
+        "etcd" | "etcd3" => {
+            let etcd = crate::support::etcd::etcd_binary();
+            let found = |bin: &str| match bin.contains('/') {
+                true => std::path::Path::new(bin).is_file(),
+                false => on_path(bin),
+            };
+            [etcd.as_str(), "etcdctl"]
+                .into_iter()
+                .find(|bin| !found(bin))
+                .map(|bin| format!("{bin} is not found"))
+        }
         "postgres" => std::fs::read_dir("/usr/lib/postgresql")
             .is_err()
             .then(|| "PostgreSQL is not installed (/usr/lib/postgresql)".to_owned()),
@@ -374,7 +389,7 @@ impl Backend for Servers {
     }
 }
 
-/// A thread that lives as long as the backend and starts its etcd member: the fixture gives a
+/// A thread that lives as long as the backend and starts its etcd members: the fixture gives a
 /// member PDEATHSIG, which fires when the *thread* that spawned it exits, and the nemesis's
 /// thread, which restarts it, ends with each pass, before the leftovers are read.
 pub struct Keeper {

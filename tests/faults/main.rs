@@ -18,8 +18,10 @@
 //! ```
 //!
 //! Knobs: `LOCKED_RUN_FAULTS_SEED` (replay), `LOCKED_RUN_FAULTS_SECS` (per backend, default 45),
-//! `LOCKED_RUN_FAULTS_BACKENDS` (`redis,file,redlock,etcd,postgres`; etcd and postgres are skipped, with a line saying
-//! so, when `etcd` or `etcdctl` is not on PATH), `LOCKED_RUN_FAULTS_CLIENTS` (default 6),
+//! `LOCKED_RUN_FAULTS_BACKENDS` (`redis,file,redlock,etcd,etcd3,postgres`; `etcd3` is a
+//! cluster of three whose leader is killed and stopped among the faults; etcd and postgres are
+//! skipped, with a line saying so, when the etcd binary (`LOCKED_RUN_TEST_ETCD`, else `etcd`)
+//! or `etcdctl` is not found), `LOCKED_RUN_FAULTS_CLIENTS` (default 6),
 //! `LOCKED_RUN_FAULTS_BIN` (another `locked-run` binary), `LOCKED_RUN_FAULTS_NESTED=0` (no
 //! nested runs), `LOCKED_RUN_FAULTS_KEEP=1` (keep each pass's history, SQLite file and the
 //! wrappers' stderr), `LOCKED_RUN_FAULTS_VERBOSE=1` (print the excused violations too). The same seed replays the same schedule of choices: each client's plans and

@@ -10,7 +10,8 @@
 //! - no command starts past its kill point: a start later than V - D of the grant;
 //! - no command outlives its lease on the store: a job alive when the key it ran under may
 //!   have lapsed (T after its last answered grant or renewal);
-//! - no kill signal comes past the kill point (V - D of the last answered renewal before it).
+//! - no kill signal comes past the kill point (V - D of the last answered renewal before it),
+//!   but for a busy machine's timer lateness, which stays within D.
 //!
 //! And against every backend model's fence: fences strictly increase in the real-time order
 //! of their grants, in every mode (`--holders N` and `--shared` too, where the start-order
@@ -35,6 +36,13 @@ const K_NS: u64 = KILL_AFTER_MS * MS;
 /// The log's instants are whole milliseconds (cut, not rounded), and read against the
 /// monotonic clock through an offset sampled within microseconds.
 const SLACK_NS: u64 = 2 * MS;
+/// How late a timer may fire on this machine when it is busy (two cores, six client loops, the
+/// servers and the harness): a SIGKILL due at V - D was said 16 ms past it in a pass on
+/// PostgreSQL (seed 1796675215875719554, the command ended and its leftovers being swept when
+/// the renewals failed). Less than D (22 ms at T = 2 s), so a kill within it still comes
+/// before V; a kill signal sent at the wrong point (at V - D instead of V - D - K, or a whole
+/// renewal late) is later by far more.
+const TIMER_NS: u64 = 20 * MS;
 
 /// What one run's wrapper said of its lease, on the history's clock (CLOCK_MONOTONIC).
 #[derive(Debug, Default)]
@@ -128,7 +136,7 @@ fn lease_clock(h: &History, s: &Section, l: &Lease, out: &mut Vec<Violation>) {
     for (at, signal) in &l.kills {
         let last = l.answered_by(*at).unwrap_or(granted);
         let kill_point = last + T_NS - 2 * D_NS + SLACK_NS;
-        if *at > kill_point {
+        if *at > kill_point + TIMER_NS {
             out.push(Violation {
                 invariant: "model: a kill signal past the kill point",
                 name: s.name.clone(),

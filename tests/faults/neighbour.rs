@@ -182,6 +182,24 @@ fn said_it_could_not_count(w: &Wrapper, name: &str) -> bool {
     })
 }
 
+/// Whether `w` died of the SIGTERM it was sent before it had handlers for it: SIGTERM's
+/// default action ended it as it started (within a few milliseconds of its spawn, before its
+/// first lock attempt), so it neither ran nor ended by itself, and counted nothing. Its status
+/// (-15) is also that of a run whose command the forwarded SIGTERM killed (`locked-run` then
+/// ends itself by the command's signal, once counted); but such a run took the lock first, and
+/// its log says so (an `acquired` line), while a SIGTERM that comes after the handlers are in
+/// and before the lock is taken ends the wait with 143, never -15.
+fn killed_at_its_start(w: &Wrapper) -> bool {
+    if w.sent.map(|(sig, _)| sig) != Some(libc::SIGTERM) || w.status != -i64::from(libc::SIGTERM) {
+        return false;
+    }
+    let text = std::fs::read_to_string(&w.stderr).unwrap_or_default();
+    !text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|l| l["lock"] == w.plan.name && l["event"] == "acquired")
+}
+
 /// `locked_run_runs_total`'s samples for NAME in its file, added up (all of them, wherever
 /// in the file: a run that read only its first MiB lost the ones after); none when the file is
 /// not a regular file of samples (the neighbour's last act left something else there, or a
@@ -203,7 +221,8 @@ fn counted(dir: &Path, name: &str) -> Option<f64> {
 }
 
 /// Every NAME's counters add up to the runs that wrote them since the neighbour last replaced
-/// its file: at least the runs spawned after that that ended by themselves, at most every run
+/// its file: at least the runs spawned after that that ended by themselves (not SIGKILLed, not
+/// hung, not killed by a SIGTERM as they started: [`killed_at_its_start`]), at most every run
 /// that ended after it began. Fewer is a violation but for two counts for each of those runs
 /// that said it could not count with the others (it wrote without the lock: a run ending beside
 /// it may lose a count). The inner NAME of nested runs is left out: a nested run may be killed
@@ -238,6 +257,7 @@ pub fn check_counts(
                 && !w.hung
                 && w.status != -9
                 && w.sent.is_none_or(|(sig, _)| sig != libc::SIGKILL)
+                && !killed_at_its_start(w)
         };
         let least = runs.iter().filter(whole).count() as f64;
         let most = runs.len() as f64;

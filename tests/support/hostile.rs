@@ -1,10 +1,10 @@
 //! Hostile fake servers, for the tests that every reply is bounded: a listener on 127.0.0.1
-//! whose every connection is served by a script in a thread of its own (a body announced as
-//! 40 GB, an endless chunked one, bytes that are not HTTP, an endless RESP bulk string, a
-//! `$-5`, a PostgreSQL message of 4 GiB, a port that hangs up on anything but HTTP, a JSON
-//! gateway whose watch or keep-alive never ends), and `locked-run` run with its peak memory
-//! measured and its address space capped, so that an unbounded read fails visibly (and cannot
-//! eat the shared machine); and a run on a host whose name another party chose.
+//! whose every connection is served by a script in a thread of its own (an endless RESP bulk
+//! string or array, a `$-5`, a PostgreSQL message of 4 GiB, a port that hangs up on anything
+//! but HTTP; HTTP/2 that breaks its rules: a frame of 16 MiB, headers that never end, no HTTP/2
+//! at all), and `locked-run` run with its peak memory measured and its address space capped, so
+//! that an unbounded read fails visibly (and cannot eat the shared machine); and a run on a host
+//! whose name another party chose. The fake etcd that speaks gRPC is `grpc_fake`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
+use std::time::Duration;
 
 use super::BIN;
 use super::process::{Output, locked_run, spawn, without_our_settings};
@@ -126,6 +127,54 @@ pub fn run_measured(args: &[&str]) -> (Output, Option<u64>) {
     (out, peak)
 }
 
+/// Each request's deadline: a read bounded only by time ends here.
+pub const TIMEOUT: &str = "5s";
+/// Well within it.
+pub const PROMPTLY: Duration = Duration::from_millis(2500);
+/// Some 30 MB with a 16 MiB reply buffered; an unbounded read reaches gigabytes.
+pub const PEAK_KIB: u64 = 96 << 10;
+
+/// `locked-run ARGS` against `url` (a run, or `status`), measured and capped: its output and
+/// its peak resident memory in KiB, if measured.
+pub fn measured(url: &str, args: &[&str]) -> (Output, Option<u64>) {
+    let (subcommand, rest) = match args.first() {
+        Some(&"status") => (&args[..1], &args[1..]),
+        _ => (&args[..0], args),
+    };
+    let mut all = subcommand.to_vec();
+    all.extend(["-u", url, "--connect-timeout", TIMEOUT]);
+    all.extend(rest);
+    run_measured(&all)
+}
+
+/// Within the memory bound, when measured (the address-space cap holds either way).
+#[track_caller]
+pub fn bounded(peak: Option<u64>, what: &str) {
+    if let Some(peak) = peak {
+        assert!(peak < PEAK_KIB, "{what} peaked at {peak} KiB");
+    }
+}
+
+/// A run and `status` against `server` both end with 69, promptly, in one line that says
+/// `what`, within the memory bound.
+#[track_caller]
+pub fn both_refuse(url: &str, what: &str) {
+    for args in [&["-n", "job", "--", "true"][..], &["status", "job"]] {
+        let (out, peak) = measured(url, args);
+        let out = out.expect_one_line(69, what);
+        assert!(!out.stderr.contains("in time"), "not late: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("did not answer"),
+            "not late: {}",
+            out.stderr
+        );
+        assert!(out.elapsed < PROMPTLY, "{args:?} took {:?}", out.elapsed);
+        bounded(peak, &format!("{args:?}"));
+        let shown = (out.elapsed, peak, out.stderr.trim());
+        println!("{args:?}: {shown:?} (time, peak KiB, line)");
+    }
+}
+
 /// Caps the address space of what `cmd` runs at `bytes`: past it an allocation fails (and a
 /// Rust program aborts) instead of taking the machine's memory.
 pub fn cap_address_space(cmd: &mut Command, bytes: u64) {
@@ -174,83 +223,50 @@ fn request(conn: &mut TcpStream) -> Option<String> {
     head.split_whitespace().nth(1).map(str::to_owned)
 }
 
-/// A 200 whose head announces a 40 GB body, then an endless body.
-pub fn huge_content_length(mut conn: TcpStream) {
-    if request(&mut conn).is_some() {
-        let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
-                     Content-Length: 40000000000\r\n\r\n";
-        if conn.write_all(head).is_ok() {
-            forever(&mut conn, &[b'x'; 64 << 10]);
-        }
+/// Reads HTTP/2's client preface (24 bytes) and answers with an empty SETTINGS frame: the
+/// stream is then HTTP/2 as far as the client knows.
+fn h2_opened(conn: &mut TcpStream) -> bool {
+    let mut preface = [0u8; 24];
+    conn.read_exact(&mut preface).is_ok()
+        && preface.starts_with(b"PRI * HTTP/2.0")
+        && conn.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).is_ok()
+}
+
+/// HTTP/2 opened, then a DATA frame announced as 16 MiB (a client allows 16 KiB unless it
+/// says otherwise), then its bytes for ever.
+pub fn h2_frame_too_large(mut conn: TcpStream) {
+    if h2_opened(&mut conn)
+        && conn
+            .write_all(&[0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 1])
+            .is_ok()
+    {
+        forever(&mut conn, &[b'x'; 64 << 10]);
     }
 }
 
-/// A 200 with a chunked body that never ends (it announces nothing).
-pub fn endless_chunked(mut conn: TcpStream) {
-    if request(&mut conn).is_some() {
-        endless_json(&mut conn);
+/// HTTP/2 opened, then the headers of a reply on the first stream that never end: a HEADERS
+/// frame without END_HEADERS, then CONTINUATION frames of header fields for ever.
+pub fn h2_endless_headers(mut conn: TcpStream) {
+    // An HPACK literal header field without indexing: a name of 1 byte, a value of 100.
+    let mut field = vec![0x00, 0x01, b'x', 100];
+    field.extend([b'y'; 100]);
+    let fields = field.repeat(150);
+    let frame = |kind: u8, payload: &[u8]| {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], kind, 0, 0, 0, 0, 1];
+        f.extend_from_slice(payload);
+        f
+    };
+    if h2_opened(&mut conn) && conn.write_all(&frame(1, &fields)).is_ok() {
+        forever(&mut conn, &frame(9, &fields));
     }
 }
 
-/// A chunked 200 whose body opens a JSON message and never ends it: a string that goes on for
-/// ever (no newline either), so a reader waiting for the message's end reads on.
-fn endless_json(conn: &mut TcpStream) {
-    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
-                 Transfer-Encoding: chunked\r\n\r\n";
-    let opening = br#"{"result":{"created":true,"events":""#;
-    let mut first = format!("{:x}\r\n", opening.len()).into_bytes();
-    first.extend_from_slice(opening);
-    first.extend_from_slice(b"\r\n");
-    if conn.write_all(head).is_ok() && conn.write_all(&first).is_ok() {
-        let mut chunk = b"10000\r\n".to_vec();
-        chunk.resize(chunk.len() + 0x10000, b'x');
-        chunk.extend_from_slice(b"\r\n");
-        forever(conn, &chunk);
-    }
-}
-
-/// A 200 whose body is valid JSON of 16 MiB less a little, every third byte a value
-/// (`[[],[],...]`): within the byte limit, some 420 MB once parsed into a tree.
-pub fn json_bomb(mut conn: TcpStream) {
-    if request(&mut conn).is_some() {
-        let mut body = b"[".to_vec();
-        body.extend(b"[],".repeat(((16 << 20) - 64) / 3));
-        *body.last_mut().unwrap() = b']';
-        let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let _ = conn.write_all(head.as_bytes());
-        let _ = conn.write_all(&body);
-        let _ = conn.read(&mut [0u8; 1]);
-    }
-}
-
-/// A chunked 200 whose body comes one byte a chunk, for ever: a reader that keeps a frame for
-/// each chunk pays some 40 bytes of memory for every byte of the body.
-pub fn tiny_chunks(mut conn: TcpStream) {
-    if request(&mut conn).is_some() {
-        let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
-                     Transfer-Encoding: chunked\r\n\r\n";
-        if conn.write_all(head).is_ok() {
-            forever(&mut conn, &b"1\r\n \r\n".repeat(8 << 10));
-        }
-    }
-}
-
-/// A chunked 200 head, then nothing: a watch that is never confirmed.
-pub fn head_then_silence(conn: &mut TcpStream) {
-    let head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
-                 Transfer-Encoding: chunked\r\n\r\n";
-    if conn.write_all(head).is_ok() {
-        let _ = conn.read(&mut [0u8; 1]);
-    }
-}
-
-/// Bytes that are no HTTP reply, then a hang-up.
-pub fn not_http(mut conn: TcpStream) {
-    if request(&mut conn).is_some() {
-        let _ = conn.write_all(b"\x00\xffSSH-2.0-not-http\r\n\r\n");
+/// Bytes that are no HTTP/2 at all (an HTTP/1.1 reply), then a hang-up.
+pub fn h2_not_at_all(mut conn: TcpStream) {
+    let mut preface = [0u8; 24];
+    if conn.read_exact(&mut preface).is_ok() {
+        let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
     }
 }
 
@@ -316,67 +332,4 @@ pub fn http_only(mut conn: TcpStream) {
         let _ = request(&mut conn);
         let _ = conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
     }
-}
-
-/// Whether this run's key, in the fake gateway's answers, comes first (it holds) or after
-/// another's (it waits).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Standing {
-    Holds,
-    Waits,
-}
-
-/// A fake etcd JSON gateway: a lease granted, a key created that holds or waits, keep-alives
-/// and revokes answered; the request to `hostile_path` (`/v3/watch`, `/v3/lease/keepalive`)
-/// is answered with a JSON message that never ends ([`endless_json`]).
-pub fn gateway(standing: Standing, hostile_path: &'static str) -> impl Fn(TcpStream) {
-    gateway_answering(standing, hostile_path, endless_json)
-}
-
-/// The same fake gateway, answering `hostile_path` with `answer`.
-pub fn gateway_answering(
-    standing: Standing,
-    hostile_path: &'static str,
-    answer: fn(&mut TcpStream),
-) -> impl Fn(TcpStream) {
-    move |mut conn| {
-        while let Some(path) = request(&mut conn) {
-            if path == hostile_path {
-                return answer(&mut conn);
-            }
-            let body = match path.as_str() {
-                "/v3/lease/grant" => r#"{"ID":"7","TTL":"60"}"#.to_owned(),
-                "/v3/lease/keepalive" => r#"{"result":{"ID":"7","TTL":"60"}}"#.to_owned(),
-                "/v3/kv/txn" => txn(standing),
-                _ => "{}".to_owned(),
-            };
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                body.len()
-            );
-            if conn.write_all(head.as_bytes()).is_err() || conn.write_all(body.as_bytes()).is_err()
-            {
-                return;
-            }
-        }
-    }
-}
-
-/// One answer to every transaction the lock sends (the create, then the read of the keys
-/// before ours): ours is `job/7`, created at revision 10; another's, `job/1`, at revision 5
-/// when this run waits.
-fn txn(standing: Standing) -> String {
-    let ours = r#"{"key":"am9iLzc=","create_revision":"10","lease":"7"}"#;
-    let other = r#"{"key":"am9iLzE=","create_revision":"5","lease":"1"}"#;
-    let first = match standing {
-        Standing::Holds => ours,
-        Standing::Waits => other,
-    };
-    let range = |kv: &str| format!(r#"{{"response_range":{{"kvs":[{kv}],"count":"1"}}}}"#);
-    format!(
-        r#"{{"header":{{"revision":"10"}},"succeeded":true,"responses":[{},{},{}]}}"#,
-        range(ours),
-        range(first),
-        range(first)
-    )
 }

@@ -20,6 +20,7 @@ pub mod certs;
 pub mod cluster;
 pub mod cmd;
 pub mod etcd;
+pub mod grpc_fake;
 pub mod holder;
 pub mod hostile;
 pub mod postgres;

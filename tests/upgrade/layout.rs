@@ -176,9 +176,28 @@ pub fn shapes(
                 Some(_) => " expires",
                 None => "",
             };
-            (words(id), format!("{shape}{expiry}"))
+            (
+                words(&named_after_a_lease(id, name)),
+                format!("{shape}{expiry}"),
+            )
         })
         .collect()
+}
+
+/// An etcd key `NAME/<hex>` as `NAME/LEASE`: a key is named after its run's holding lease,
+/// and a waiter's sits on a lease of its own (its queue lease) until it holds, so the name
+/// need not be the id of the lease it is found on; every version reads only its own key by
+/// its name.
+fn named_after_a_lease(id: &str, name: &str) -> String {
+    match id
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(hex) if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!("{name}/LEASE")
+        }
+        _ => id.to_owned(),
+    }
 }
 
 /// `text` with `word` replaced where it stands as a whole word (a host name may be a piece of

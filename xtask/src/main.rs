@@ -1,3 +1,5 @@
+//! `cargo xtask proto`: the types of etcd's gRPC API, from its protos (see `proto.rs`).
+//!
 //! `cargo xtask dist [DIR]`: the man pages (`locked-run.1`, one per subcommand) and bash, zsh
 //! and fish completions, generated from the clap definitions (never written by hand), and the
 //! documentation as the packages install it (`DIR/doc`, see `docs.rs`), into DIR (default
@@ -15,6 +17,7 @@ use locked_run::internals::Cli;
 mod completions;
 mod docs;
 mod pages;
+mod proto;
 
 /// Where a page's closing text (clap's `after_long_help`) puts the examples.
 const EXAMPLES: &str = "\nExamples:\n";
@@ -249,8 +252,17 @@ fn dist(dir: &Path) -> Result<Vec<PathBuf>, Error> {
 fn main() -> std::process::ExitCode {
     let mut args = std::env::args().skip(1);
     let task = args.next().unwrap_or_default();
+    if task == "proto" {
+        return match proto::write() {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     if task != "dist" {
-        eprintln!("usage: cargo xtask dist [DIR]");
+        eprintln!("usage: cargo xtask dist [DIR] | cargo xtask proto");
         return std::process::ExitCode::from(2);
     }
     let dir = args

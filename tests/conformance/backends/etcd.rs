@@ -1,6 +1,6 @@
 //! `etcd://` as the conformance suite runs it: one member.
 
-use super::{Backend, HostileStore, Servers, Store, Supports, TOO_LARGE, one_hostile, url_args};
+use super::{Backend, HostileStore, Servers, Store, Supports, one_hostile, url_args};
 use crate::support::hostile;
 use crate::support::*;
 
@@ -54,13 +54,7 @@ fn fnv(text: &str) -> u64 {
 
 impl Backend for OneEtcd {
     fn supports(&self) -> Supports {
-        Supports {
-            // Its history is in the order of its keys' names, which a writer chooses: issue
-            // 43's review (F6) asks for its store's order (create revisions), which the etcd
-            // backend's rewrite brings.
-            history_order: false,
-            ..Supports::EVERYTHING
-        }
+        Supports::EVERYTHING
     }
 
     fn start(&self) -> Store {
@@ -72,12 +66,13 @@ impl Backend for OneEtcd {
         url_args("etcd://127.0.0.1:1".into())
     }
 
-    /// A server whose answer announces a 40 GB body.
+    /// A server whose first HTTP/2 frame announces 16 MiB (a client takes 16 KiB unless it
+    /// says more).
     fn hostile(&self) -> Option<HostileStore> {
         one_hostile(
-            hostile::huge_content_length,
+            hostile::h2_frame_too_large,
             |port| format!("etcd://127.0.0.1:{port}"),
-            TOO_LARGE,
+            "sent a malformed reply",
         )
     }
 }
