@@ -47,15 +47,15 @@ mod grpc;
 mod history;
 mod inspect;
 mod keepalive;
-mod lease;
+mod leases;
 mod line;
 mod members;
 mod name;
 mod open;
+mod place;
 mod proto;
 mod round;
 mod url;
-mod view;
 mod watch;
 mod wire;
 
