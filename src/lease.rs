@@ -25,7 +25,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::plumbing::clock::Clock;
 use crate::text::show;
 
 /// The shortest TTL accepted.

@@ -3,8 +3,8 @@
 //!
 //! The messages are found in the source, by the markers every error line is built with: the
 //! string given to `Failure::usage/unavailable/new`, `BackendError::Transient/Refused`,
-//! `tracing::error!/warn!`, `Err(...)`, or `message!` (a `format!` for a message built apart
-//! from its constructor). A message's key is its text up to the end of its first clause (the
+//! `tracing::error!/warn!`, `Err(...)`, `message!` (a `format!` for a message built apart
+//! from its constructor), or `says!` (a line a backend's declaration says whole). A message's key is its text up to the end of its first clause (the
 //! first `:`, `;`, `,`, `(` or `. ` after its first word), each `{placeholder}` written `…`:
 //! `"Redis at {address} refused: {error}"` is `## Redis at … refused`. Clap's own lines are
 //! listed below, as the code does not spell them.
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What every message is given to, up to the string it starts with.
-const MARKERS: [&str; 9] = [
+const MARKERS: [&str; 10] = [
     "Failure::usage(",
     "Failure::unavailable(",
     "Failure::new(",
@@ -23,6 +23,7 @@ const MARKERS: [&str; 9] = [
     "tracing::warn!(",
     "Err(",
     "message!(",
+    "says!(",
 ];
 
 /// The lines clap prints for `locked-run` (through `cli::one_line`), as keys.
@@ -210,7 +211,8 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if path.is_dir() && name != "tests" {
+        // The fake backend is the tests' own, never built into what ships.
+        if path.is_dir() && name != "tests" && name != "fake" {
             files.extend(rust_files(&path));
         } else if name.ends_with(".rs") && !name.ends_with("tests.rs") && !name.starts_with("fake")
         {

@@ -1,7 +1,8 @@
-//! `--holders N`: up to N runs hold one NAME at once, on one Redis server and on `file://`;
-//! a run with another N is refused, and a run nested in a holder's command takes its own N,
-//! not the outer run's; `status` lists every holder and `release --force` frees one by its
-//! token, or all.
+//! `--holders N` beyond what the conformance suite's `holders` asks of every backend: the third
+//! run starts within moments of a release and the slot it did not take is free for a fourth, on
+//! one Redis server (no key left behind) and on `file://`; a run nested in a holder's command
+//! takes its own N, not the outer run's; `release --force` frees one holder by its token, or
+//! all.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -101,62 +102,6 @@ fn two_of_three_run_on_redis_and_the_third_starts_at_a_release() {
 fn two_of_three_run_on_file_and_the_third_starts_at_a_release() {
     let locks = scratch();
     two_of_three(&file_url(locks.path()));
-}
-
-/// Every run of a NAME uses one N: another is refused with status 2 and a line naming both,
-/// and nothing is admitted past the limit.
-fn mixed_n_is_refused(url: &str) {
-    let dir = scratch();
-    let d = dir.path();
-    let a = holder(url, "2", d, "a", &[]);
-    started(d, "a");
-    for (n, theirs) in [("3", "2"), ("1", "2")] {
-        let out = lr()
-            .url(url)
-            .args(["--holders", n, "-w", "5s", "job", "true"])
-            .run()
-            .expect(2);
-        assert!(
-            out.stderr
-                .contains(&format!("held by runs with --holders {theirs}"))
-                && out
-                    .stderr
-                    .contains(&format!("this run asks for --holders {n}")),
-            "{}",
-            out.stderr
-        );
-        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    }
-    std::fs::write(d.join("a.go"), "").unwrap();
-    a.wait().expect(0);
-
-    // And the other way round: one holder (N = 1) holds it.
-    let one = holder(url, "1", d, "one", &[]);
-    started(d, "one");
-    let out = lr()
-        .url(url)
-        .args(["--holders", "2", "-n", "job", "true"])
-        .run()
-        .expect(2);
-    assert!(
-        out.stderr.contains("held by runs with --holders 1"),
-        "{}",
-        out.stderr
-    );
-    std::fs::write(d.join("one.go"), "").unwrap();
-    one.wait().expect(0);
-}
-
-#[test]
-fn mixed_n_is_refused_on_redis() {
-    let redis = Redis::start();
-    mixed_n_is_refused(&redis.url());
-}
-
-#[test]
-fn mixed_n_is_refused_on_file() {
-    let locks = scratch();
-    mixed_n_is_refused(&file_url(locks.path()));
 }
 
 // See: commit bce488f. `LOCKED_RUN_HOLDERS`, which a run puts in its command's environment,

@@ -102,7 +102,7 @@ fn a_lease_too_short_to_keep_is_refused() {
         .err()
         .expect("refused");
     assert!(matches!(err, locked_run::Error::Usage(_)), "{err}");
-    assert!(err.to_string().contains("too short"), "{err}");
+    assert!(cause(&err).contains("too short"), "{err}");
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -211,8 +211,106 @@ fn the_library_refuses_what_the_command_line_refuses() {
     let refused = Lock::open(&locked_run::Endpoints::new(urls), "job", &options)
         .err()
         .expect("refused");
+    assert!(matches!(&refused, locked_run::Error::Usage(_)), "{refused}");
+    assert!(cause(&refused).contains("--holders"), "{refused:?}");
+}
+
+/// What an error says of its cause: its source's words.
+fn cause(error: &locked_run::Error) -> String {
+    std::error::Error::source(error)
+        .expect("an error keeps its cause")
+        .to_string()
+}
+
+/// What a Rust user expects of types moved across tasks and threads, checked where it is built.
+#[test]
+fn locks_guards_and_errors_go_across_threads() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<Lock>();
+    send_sync::<locked_run::Guard>();
+    send_sync::<locked_run::Error>();
+}
+
+/// A `Lock` and a `Guard` moved into `tokio::spawn` on a multi-thread runtime hold a real lock
+/// (`file://`): while a spawned task holds it the command line finds it busy (75); once that
+/// task released it, the command line takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_moved_into_a_spawned_task_holds_and_releases() {
+    let dir = scratch();
+    let url = file_url(dir.path());
+    let busy = |url: String| {
+        tokio::task::spawn_blocking(move || lr().url(&url).arg("-n").job(["true"]).run().code())
+    };
+
+    let lock = Lock::new(&url, "job", Duration::from_secs(10)).unwrap();
+    let fence = tokio::spawn(async move {
+        let fence = lock.acquire().await.unwrap();
+        (lock, fence)
+    });
+    let (lock, fence) = fence.await.unwrap();
+    assert!(fence.is_some(), "taken in the spawned task");
+    assert_eq!(busy(url.clone()).await.unwrap(), Some(75), "held meanwhile");
+    let released = tokio::spawn(async move { lock.release().await.unwrap() });
     assert!(
-        matches!(&refused, locked_run::Error::Usage(why) if why.contains("--holders")),
-        "{refused}"
+        released.await.unwrap(),
+        "released from another task: it was ours"
     );
+    assert_eq!(busy(url.clone()).await.unwrap(), Some(0), "free again");
+
+    let guard = Lock::new(&url, "job", Duration::from_secs(10))
+        .unwrap()
+        .hold()
+        .await
+        .unwrap();
+    assert_eq!(
+        busy(url.clone()).await.unwrap(),
+        Some(75),
+        "held by the guard"
+    );
+    let released = tokio::spawn(async move { guard.release().await.unwrap() });
+    assert!(released.await.unwrap());
+    assert_eq!(busy(url).await.unwrap(), Some(0), "free again");
+}
+
+/// Code without a runtime holds the lock too: `hold_blocking` waits, on a plain thread, until a
+/// holder's release lets it in.
+#[test]
+fn a_blocking_hold_waits_for_the_lock_without_a_runtime() {
+    let dir = scratch();
+    let url = file_url(dir.path());
+    let lock = Lock::new(&url, "job", Duration::from_secs(10)).unwrap();
+    let first = lock.hold_blocking().unwrap();
+    let waiter = std::thread::spawn(move || lock.hold_blocking().map(|g| g.fence()));
+    wait_until(
+        "the waiter took its place in the queue",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .any(|e| e.unwrap().file_name().to_string_lossy().contains(".wait."))
+        },
+    );
+    assert!(!waiter.is_finished(), "it waits while the lock is held");
+    drop(first);
+    let second = waiter.join().unwrap().unwrap();
+    assert!(second > 0);
+}
+
+/// An error says its kind and keeps the store's words as its cause.
+#[tokio::test(flavor = "current_thread")]
+async fn an_unreachable_store_is_unavailable_with_its_cause() {
+    let mut options = locked_run::Options::new(Duration::from_secs(5));
+    options.timeout = Duration::from_secs(1);
+    let lock = Lock::open(
+        &locked_run::Endpoints::new(["redis://127.0.0.1:1"]),
+        "job",
+        &options,
+    )
+    .unwrap();
+    let error = lock.acquire().await.expect_err("nothing answers on port 1");
+    assert!(
+        matches!(error, locked_run::Error::Unavailable(_)),
+        "{error:?}"
+    );
+    assert!(cause(&error).contains("127.0.0.1:1"), "{error:?}");
 }

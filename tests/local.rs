@@ -314,7 +314,7 @@ fn file_urls_do_not_mix() {
         (vec!["-u", "file://elsewhere/x", "job", "true"], "localhost"),
         (
             vec!["-u", &url, "--wait-replicas", "1", "job", "true"],
-            "not for file://",
+            "file:// has no server",
         ),
     ] {
         let out = lr().args(&args).run().expect_with(2, format!("{args:?}"));

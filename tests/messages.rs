@@ -188,7 +188,7 @@ fn a_negative_duration_is_our_own_usage_error() {
 fn a_port_that_is_not_a_number_is_said_so() {
     lr().args(["-u", "redis://h:17391x", "job", "true"])
         .run()
-        .expect_opening(2, "\"redis://h:17391x\" has a port that is not a number");
+        .expect_opening(2, "redis://h:17391x has a port that is not a number");
     lr().args(["-u", "redis+sentinel://h:2637x/m", "job", "true"])
         .run()
         .expect_opening(
@@ -216,9 +216,15 @@ fn an_unknown_scheme_lists_every_url_form() {
         "file:///DIR",
         "etcd://",
         "etcds://",
+        "postgres://",
     ] {
         assert!(out.stderr.contains(form), "{form} missing: {}", out.stderr);
     }
+    // See issue 44: a typo of postgres:// was answered with every form but postgres's, from a
+    // list kept apart from the backends.
+    lr().args(["-u", "postgress://db/locks", "job", "true"])
+        .run()
+        .expect_one_line(2, "postgres://[user@]host[:port][,...]/DB");
 }
 
 /// A port that answers HTTP (an etcd's, a web server's), given as a Redis URL.

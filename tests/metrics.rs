@@ -27,10 +27,6 @@ fn runs(samples: &BTreeMap<String, f64>, outcome: &str) -> f64 {
     samples[&format!("locked_run_runs_total{{name=\"job\",outcome=\"{outcome}\"}}")]
 }
 
-fn gauge(samples: &BTreeMap<String, f64>, metric: &str) -> Option<f64> {
-    samples.get(&format!("{metric}{{name=\"job\"}}")).copied()
-}
-
 /// Only the file itself (and its lock) stay in the directory.
 fn only_the_file(dir: &Path) {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -39,78 +35,6 @@ fn only_the_file(dir: &Path) {
         .collect();
     names.sort();
     assert_eq!(names, [".locked_run_job.lock", "locked_run_job.prom"]);
-}
-
-#[test]
-fn a_run_a_skip_and_a_failure_each_count_and_only_a_held_run_moves_the_gauges() {
-    let redis = Redis::start();
-    let metrics = scratch();
-    let dir = path_str(metrics.path());
-    lr().url(&redis.url())
-        .args(["--metrics-dir", dir])
-        .name("job")
-        .sh("exit 3")
-        .run()
-        .expect(3);
-    let after_run = samples(metrics.path());
-    assert_eq!(runs(&after_run, "ran"), 1.0);
-    assert_eq!(gauge(&after_run, "locked_run_last_exit_status"), Some(3.0));
-    assert_eq!(gauge(&after_run, "locked_run_last_fence"), Some(1.0));
-    assert_eq!(
-        gauge(&after_run, "locked_run_last_success_timestamp_seconds"),
-        None,
-        "no success yet"
-    );
-    let ran_at = gauge(&after_run, "locked_run_last_run_timestamp_seconds").unwrap();
-
-    let holder = Holder::start(&redis, "job", &[]);
-    lr().url(&redis.url())
-        .args(["--metrics-dir", dir, "-n"])
-        .job(["true"])
-        .run()
-        .expect(75);
-    let after_skip = samples(metrics.path());
-    assert_eq!(runs(&after_skip, "skipped"), 1.0);
-    assert_eq!(
-        gauge(&after_skip, "locked_run_last_run_timestamp_seconds"),
-        Some(ran_at),
-        "a skip leaves the last held run's gauges as they were"
-    );
-    assert_eq!(gauge(&after_skip, "locked_run_last_exit_status"), Some(3.0));
-    assert!(
-        gauge(&after_skip, "locked_run_last_attempt_timestamp_seconds").unwrap() >= ran_at,
-        "but it was an attempt"
-    );
-    holder.finish();
-
-    lr().args(["-u", "redis://127.0.0.1:1", "--metrics-dir", dir])
-        .job(["true"])
-        .run()
-        .expect(69);
-    let after_failure = samples(metrics.path());
-    assert_eq!(runs(&after_failure, "unreachable"), 1.0);
-    assert_eq!(
-        gauge(&after_failure, "locked_run_last_exit_status"),
-        Some(3.0)
-    );
-
-    lr().url(&redis.url())
-        .env("LOCKED_RUN_METRICS_DIR", dir)
-        .job(["true"])
-        .run()
-        .expect(0);
-    let after_success = samples(metrics.path());
-    assert_eq!(
-        runs(&after_success, "ran"),
-        2.0,
-        "the environment names it too"
-    );
-    assert_eq!(
-        gauge(&after_success, "locked_run_last_exit_status"),
-        Some(0.0)
-    );
-    assert!(gauge(&after_success, "locked_run_last_success_timestamp_seconds").is_some());
-    only_the_file(metrics.path());
 }
 
 /// Twenty runs that end at once, each adding one to the counters: none is lost.

@@ -221,11 +221,13 @@ fn in_the_background_of_a_terminal_the_whole_job_dies_with_a_sigkilled_wrapper()
         wait_pid_exit(grandchild, Duration::from_secs(10)),
         "the background job's grandchild outlived its SIGKILLed wrapper"
     );
-    lr().url(&url)
-        .arg("-n")
-        .job(["true"])
-        .run()
-        .expect_with(0, "the lock is free once the job is gone");
+    // The watcher that killed the job holds the lock's descriptor until it is done: the lock
+    // is free once it exits too, within its bound.
+    wait_until(
+        "the lock free once the job is gone",
+        Duration::from_secs(10),
+        || lr().url(&url).arg("-n").job(["true"]).run().code() == Some(0),
+    );
     assert!(wait_pid_exit(shell.0.id() as i32, Duration::from_secs(10)));
 }
 

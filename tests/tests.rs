@@ -4,6 +4,7 @@
 mod support;
 
 mod cluster;
+mod code_map;
 mod command_line;
 mod conformance;
 mod doctor;

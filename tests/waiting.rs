@@ -1,70 +1,12 @@
-//! Waiting for a held lock: `-n`, `-w`, the wake-up on release, no polling, and signals that
-//! end a wait.
+//! Waiting for a held lock on Redis, beyond what the conformance suite's `busy`,
+//! `wait_runs_out` and `signalled_waiter` ask of every backend: the wake-up on release, no
+//! polling, every signal that ends a wait, a crashed holder's expiry, a server lost while
+//! waiting, servers without RESP3, users who may not subscribe.
 
 use std::time::Duration;
 
 use crate::support::proxy::{Mode, Proxy};
 use crate::support::*;
-
-#[test]
-fn no_wait_on_a_held_lock_is_75_and_silent_unless_verbose() {
-    let redis = Redis::start();
-    let holder = Holder::start(&redis, "job", &[]);
-    for flags in [&["-n"][..], &["-w", "0s"]] {
-        let out = lr()
-            .url(&redis.url())
-            .args(flags)
-            .job(["touch", "/nonexistent-dir/never"])
-            .run()
-            .expect_with(75, format!("{flags:?}"));
-        assert_eq!(out.stderr, "", "cron must not mail a skipped run");
-    }
-    let out = lr()
-        .url(&redis.url())
-        .args(["-n", "-v"])
-        .job(["true"])
-        .run()
-        .expect(75);
-    assert!(out.stderr.contains("lock job is held by"), "{}", out.stderr);
-    assert!(
-        out.stderr.contains("fence 1"),
-        "names the holder's fence: {}",
-        out.stderr
-    );
-
-    lr().url(&redis.url())
-        .args(["-n", "-E", "1"])
-        .job(["true"])
-        .run()
-        .expect_with(1, "-E renumbers the conflict status");
-    holder.finish().expect(0);
-}
-
-#[test]
-fn a_wait_that_runs_out_is_75_with_a_line() {
-    let redis = Redis::start();
-    let holder = Holder::start(&redis, "job", &[]);
-    let out = lr()
-        .url(&redis.url())
-        .args(["-w", "700ms"])
-        .job(["true"])
-        .run()
-        .expect(75);
-    assert!(
-        out.elapsed >= Duration::from_millis(700),
-        "{:?}",
-        out.elapsed
-    );
-    assert!(out.elapsed < Duration::from_secs(5), "{:?}", out.elapsed);
-    assert!(
-        out.stderr
-            .starts_with("locked-run: gave up waiting for lock job after 700ms"),
-        "{}",
-        out.stderr
-    );
-    assert_eq!(out.stderr.lines().count(), 1);
-    holder.finish().expect(0);
-}
 
 #[test]
 fn a_waiter_starts_right_after_the_release() {

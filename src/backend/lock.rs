@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{BackendError, Busy, Mode, Run};
-use crate::exit::Failure;
 use crate::lease::Timings;
+use crate::plumbing::exit::Failure;
 
 /// How long a fair waiter's place in the queue lasts unless it asks again: a waiter that is
 /// SIGKILLed delays those behind it by about this much, at most.

@@ -3,22 +3,27 @@
 //! back, wake-ups), which is all a session needs, and the operator's view ([`View`], in
 //! `view.rs`: what `status`, `release --force` and `doctor` read and do). Both are object-safe
 //! (`dyn Backend`, `dyn View`), so the program holds whichever backend the URLs named without
-//! knowing which; the lock specification a backend is opened for is in `spec.rs`.
+//! knowing which; the lock specification a backend is opened for is in `spec.rs`, and what a
+//! backend declares of itself for the registry (its schemes, modes, NAME rule, how it is
+//! opened) in `declare.rs`.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod declare;
 mod history;
 mod lock;
 mod spec;
 mod view;
 
+pub(crate) use declare::says;
+pub use declare::{Can, Declaration, Modes, Opened, Opening, Queue, Several, Store, any_name};
 pub use history::{
     Ended, History, KEPT, MAX_FENCE, MAX_RECORD, Reader, Run, SCANNED, merged, rfc3339, unrecorded,
 };
 pub use lock::{Attempt, Backend, KEEP_ALIVE, Tenure, Wakeup, Wakeups};
 pub use spec::{LockSpec, Mode};
-pub use view::{Check, Freed, Level, Report, Servers, Slot, View};
+pub use view::{Check, Freed, Level, Report, Servers, Slot, View, last_fence};
 
 /// Who holds a lock, as far as its metadata tells. Every field may be missing: another program
 /// using the plain `SET lock:{NAME} token NX PX` protocol leaves none.

@@ -27,6 +27,16 @@ pub struct Report {
     pub revision: Option<u64>,
 }
 
+/// "last fence N", or "no fence issued yet" for a lock never taken (or taken only by a program
+/// that keeps no counter): "last fence none issued yet" read as a riddle. As `status`,
+/// `release` and `doctor` say it.
+pub fn last_fence(fence: Option<u64>) -> String {
+    fence.map_or_else(
+        || "no fence issued yet".to_owned(),
+        |f| format!("last fence {f}"),
+    )
+}
+
 /// The backend's own part of a report over several servers (Redlock): the quorum, and each
 /// server's report, or why it did not answer.
 #[derive(Clone, Debug, PartialEq, Eq)]

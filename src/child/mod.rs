@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
-use crate::exit::{Exit, Failure};
+use crate::plumbing::exit::{Exit, Failure};
 
 mod spawn;
 mod tree;

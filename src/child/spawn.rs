@@ -12,8 +12,8 @@ use std::time::Duration;
 use nix::unistd::Pid;
 
 use super::{Child, Target};
-use crate::clock::{boot_ns, boot_ns_at};
-use crate::exit::{Exit, Failure};
+use crate::plumbing::clock::{boot_ns, boot_ns_at};
+use crate::plumbing::exit::{Exit, Failure};
 
 /// Spawns the command, in a session of its own unless `interactive`, with PDEATHSIG set.
 ///
@@ -398,7 +398,7 @@ unsafe fn fail(exec: &Exec) -> libc::c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{BootClock, Clock};
+    use crate::plumbing::clock::{BootClock, Clock};
 
     fn touch(marker: &Path, start_by: Duration) -> Result<(Child, Target), SpawnError> {
         let argv = [

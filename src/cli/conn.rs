@@ -10,17 +10,8 @@ use crate::endpoints::{Endpoints, TlsOptions};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ConnArgs {
-    /// Server URL: redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path,
-    /// redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...] (TLS at every
-    /// hop: rediss+sentinel://, rediss+cluster://); three or more
-    /// for Redlock; etcd://[user@]host:port[,host:port...] for an etcd cluster (etcds:// for
-    /// TLS); postgres://[user@]host[:port][,host[:port]...]/DB[?sslmode=verify-full] (also
-    /// postgresql://) for a PostgreSQL database (the primary found among several hosts); or
-    /// file:///DIR for locks on this host only, with no server
-    /// [env: LOCKED_RUN_URL] [default: redis://127.0.0.1:6379]. Give passwords through
-    /// LOCKED_RUN_URL, --password-file or REDISCLI_AUTH (PGPASSWORD or ~/.pgpass for
-    /// PostgreSQL), not on the command line, which `ps` shows.
-    #[arg(short = 'u', long = "url", value_name = "URL", global = true)]
+    /// Server URL (its help, which names every backend's forms, is the registry's)
+    #[arg(short = 'u', long = "url", value_name = "URL", global = true, help = crate::registry::url_help())]
     pub url: Vec<String>,
 
     /// How long one connection attempt may take

@@ -10,11 +10,13 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::Signal;
 
-use crate::config::{Patience, RunConfig};
-use crate::exit::{Codes, Failure};
 use crate::lease::Timings;
 use crate::name::{LockName, RESERVED};
+use crate::plumbing::exit::{Codes, Failure};
+use crate::plumbing::log;
+use crate::session::config::{Patience, RunConfig};
 
+pub mod app;
 mod conn;
 mod placement;
 mod subcommands;
@@ -34,7 +36,7 @@ macro_rules! exit_status {
     () => {
         "Exit status: the command's own; 128+N if it was ended by signal N; 75 \
 not acquired (busy with --no-wait, or --wait ran out); 76 the lease was lost and the command \
-stopped (or never started); 124 --max-run ran out; 69 the server (Redis, etcd) unreachable or refusing; 2 usage error; 126/127 command \
+stopped (or never started); 124 --max-run ran out; 69 the backend unreachable or refusing; 2 usage error; 126/127 command \
 not executable/not found."
     };
 }
@@ -149,11 +151,9 @@ and --force not given (nothing was released), a file:// lock whose holder still 
 usage error; 69 the backend could not be reached or refused."
     )]
     Release(ReleaseArgs),
-    /// Check the setup the URLs name: Redis (reachability, role, memory policy, persistence,
-    /// permissions, clocks), a file:// directory, an etcd cluster, or a PostgreSQL database
-    /// (connection, TLS, primary, tables, privileges, synchronous_commit); exit 1 when a check
-    /// FAILs
+    /// Check the setup the URLs name (what is checked of each backend is the registry's)
     #[command(
+        about = crate::registry::doctor_help(),
         after_help = "Exit status: 0 when no check FAILs (WARN lines allowed); 1 when any check \
 FAILs (an unreachable server is a FAIL); 2 usage error."
     )]
@@ -186,12 +186,26 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// How log lines are written.
+/// How log lines are written, as `--log-format` names it.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+impl LogArgs {
+    /// What these options ask of the log.
+    pub fn logging(&self) -> log::Logging {
+        log::Logging {
+            verbose: self.verbose,
+            quiet: self.quiet,
+            format: match self.log_format {
+                LogFormat::Text => log::LogFormat::Text,
+                LogFormat::Json => log::LogFormat::Json,
+            },
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -225,11 +239,11 @@ pub struct RunArgs {
     pub kill_signal: Signal,
 
     /// Exit status when the lock was not acquired
-    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::CONFLICT)]
+    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::plumbing::exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
     /// Exit status when the lease was lost and the command stopped
-    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::exit::LOST)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value_t = crate::plumbing::exit::LOST)]
     pub lost_exit_code: u8,
 
     /// Redlock (several URLs): how long each server may take to answer an acquire

@@ -1,23 +1,22 @@
-//! What to connect to, described once: the URLs and the kind of store they name, their
-//! printable (password-free) form, the default URL and lists of URLs, where passwords come from
-//! (the URL, files, the environment; the sentinels' own), and TLS settings. The command line,
-//! the library and `doctor` all describe their endpoints here; only `open.rs` turns endpoints
-//! into a backend. Nothing here knows clap or touches the network.
+//! What to connect to, described once: the URLs, each classified at the door by the scheme its
+//! backend declares ([`Endpoint`]), their printable (password-free) form, lists of URLs, where
+//! passwords come from (the URL, files, the environment; the sentinels' own), and TLS settings.
+//! The command line, the library and `doctor` all describe their endpoints here; only the door
+//! (`open.rs`, through the registry) turns endpoints into a backend. Nothing here knows clap,
+//! a backend, or the network.
 
 mod list;
 mod scheme;
 mod secrets;
 pub(crate) mod tls;
 
-pub use scheme::{Scheme, authority, has_password, missing_slashes, printable};
+pub use list::split_checked;
+pub use scheme::{Endpoint, Scheme, authority, has_password, missing_slashes, printable};
 pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};
 pub use tls::{TlsOptions, connector};
 
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// Where the lock lives when no URL is given.
-pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// The password variable `redis-cli` reads, read for Redis and etcd URLs that carry none.
 pub(crate) const PASSWORD_VARIABLE: &str = "REDISCLI_AUTH";
@@ -26,8 +25,8 @@ pub(crate) const PASSWORD_VARIABLE: &str = "REDISCLI_AUTH";
 /// `status`, `release`, `doctor` and the library alike.
 #[derive(Clone, Debug)]
 pub struct Endpoints {
-    /// The URLs given (`--url`, or a library caller's); none: `LOCKED_RUN_URL`, else
-    /// `redis://127.0.0.1:6379`.
+    /// The URLs given (`--url`, or a library caller's); none: `LOCKED_RUN_URL`, else the
+    /// registry's default.
     pub given: Vec<String>,
     /// How long one connection attempt may take.
     pub connect_timeout: Duration,
@@ -50,19 +49,6 @@ impl Default for Endpoints {
     }
 }
 
-/// The store the URLs name, each kind with the URLs it is opened from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Store {
-    /// One Redis server (any topology), or several independent ones: Redlock.
-    Redis(Vec<String>),
-    /// One etcd cluster: one URL listing its endpoints.
-    Etcd(String),
-    /// A directory of this host.
-    Dir(String),
-    /// One PostgreSQL database: one URL (several hosts go in it).
-    Postgres(String),
-}
-
 impl Endpoints {
     /// The URLs `urls` names, with every other setting at its default.
     pub fn new<S: Into<String>>(urls: impl IntoIterator<Item = S>) -> Endpoints {
@@ -70,102 +56,6 @@ impl Endpoints {
             given: urls.into_iter().map(Into::into).collect(),
             ..Endpoints::default()
         }
-    }
-
-    /// The URLs: those given, else `LOCKED_RUN_URL`'s, else [`DEFAULT_URL`]. An error when
-    /// `LOCKED_RUN_URL` does not split into URLs (it never shows the pieces).
-    pub(crate) fn urls(&self) -> Result<Vec<String>, String> {
-        if !self.given.is_empty() {
-            return Ok(self.given.clone());
-        }
-        match std::env::var("LOCKED_RUN_URL") {
-            Ok(value) if !value.trim().is_empty() => list::split_checked(&value),
-            _ => Ok(vec![DEFAULT_URL.to_owned()]),
-        }
-    }
-
-    /// The store the URLs name, once every refusal that concerns them together is made: a
-    /// `file://` or `etcd://` URL with others, TLS files with no URL that speaks TLS, the
-    /// sentinels' password with no sentinel. Each backend checks its own URLs in full when it
-    /// is opened.
-    pub(crate) fn store(&self) -> Result<Store, String> {
-        let urls = self.urls()?;
-        if let Some(line) = urls.iter().find_map(|u| missing_slashes(u)) {
-            return Err(line);
-        }
-        let schemes: Vec<Scheme> = urls.iter().map(|u| Scheme::of(u)).collect();
-        let tls_files =
-            self.tls.ca_cert.is_some() || self.tls.cert.is_some() || self.tls.key.is_some();
-        if let Some(i) = schemes
-            .iter()
-            .position(|s| matches!(s, Scheme::Etcd { .. }))
-        {
-            if urls.len() > 1 {
-                return Err(
-                    "an etcd:// URL names a whole cluster: give one, listing its endpoints \
-                     (etcd://HOST:PORT,HOST:PORT), and no other URL"
-                        .into(),
-                );
-            }
-            if self.sentinel_password_file.is_some() {
-                return Err("--sentinel-password-file is for redis+sentinel:// and \
-                            rediss+sentinel:// URLs, and an etcd:// URL is given"
-                    .into());
-            }
-            if tls_files && !schemes[i].tls() {
-                // Ignoring them would leave a connection believed encrypted in plain text.
-                return Err(
-                    "--tls-ca-cert, --tls-cert and --tls-key are for etcds:// URLs \
-                            (etcd over TLS), and an etcd:// URL is given"
-                        .into(),
-                );
-            }
-            return Ok(Store::Etcd(urls[i].clone()));
-        }
-        if let Some(i) = schemes.iter().position(|s| *s == Scheme::Postgres) {
-            if urls.len() > 1 {
-                return Err(
-                    "a postgres:// URL names one database: give one (several hosts go in it: \
-                     postgres://HOST:PORT,HOST:PORT/DB), and no other URL"
-                        .into(),
-                );
-            }
-            if self.sentinel_password_file.is_some() {
-                return Err("--sentinel-password-file is for redis+sentinel:// and \
-                            rediss+sentinel:// URLs, and a postgres:// URL is given"
-                    .into());
-            }
-            // The --tls-* files apply (sslmode says whether TLS is used).
-            return Ok(Store::Postgres(urls[i].clone()));
-        }
-        if tls_files && !schemes.iter().any(|s| s.tls()) {
-            // Ignoring them would leave a connection believed encrypted in plain text.
-            return Err(
-                "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs (and \
-                 rediss+sentinel://, rediss+cluster://), and none is given (redis+sentinel:// \
-                 and redis+cluster:// connect without TLS)"
-                    .into(),
-            );
-        }
-        let sentinels = schemes
-            .iter()
-            .any(|s| matches!(s, Scheme::Redis { sentinel: true, .. }));
-        if !sentinels && self.sentinel_password_file.is_some() {
-            return Err("--sentinel-password-file is for redis+sentinel:// and \
-                        rediss+sentinel:// URLs, and none is given"
-                .into());
-        }
-        if let Some(i) = schemes.iter().position(|s| *s == Scheme::File) {
-            if urls.len() > 1 {
-                return Err(
-                    "file:// keeps locks on this host only: it cannot be combined with other \
-                     URLs (give one file:// URL, or only Redis URLs)"
-                        .into(),
-                );
-            }
-            return Ok(Store::Dir(urls[i].clone()));
-        }
-        Ok(Store::Redis(urls))
     }
 
     /// The password for URLs that carry none: `--password-file`, else the environment's

@@ -1,82 +1,98 @@
-//! What a URL names, told by its scheme alone, and the URL as it may be printed: without its
-//! password, wherever it is written (the user part, a `pass`/`password` parameter). Each
-//! backend parses its own URLs in full; this is what the door needs before any of them does.
+//! URLs as the door takes them: the scheme a backend declares for its URLs, one URL classified
+//! by it ([`Endpoint`]), and the URL as it may be printed, without its password, wherever it is
+//! written (the user part, a `pass`/`password` parameter): [`printable`], the one function
+//! every message shows a URL through. Each backend parses its own URLs in full; which backend
+//! and scheme a URL names is told once, at the door, from the registry's declarations.
 
-/// The kind of store a URL names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
-    /// A Redis server, or a topology of them: `redis://`, `rediss://`, `redis+unix://`,
-    /// `redis+sentinel://`, `redis+cluster://` and their TLS forms. A scheme no store has is
-    /// taken as Redis's too, whose parser names the schemes it knows.
-    Redis { tls: bool, sentinel: bool },
-    /// An etcd cluster: `etcd://`, `etcds://`.
-    Etcd { tls: bool },
-    /// A directory of this host: `file://`.
-    File,
-    /// A PostgreSQL database: `postgres://`, `postgresql://`.
-    Postgres,
+/// A URL scheme, as the backend whose URLs start with it declares it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Scheme {
+    /// As written before `://`, in lower case (a URL's scheme is compared without case).
+    pub name: &'static str,
+    /// The form the line that refuses an unknown scheme shows it in; empty for another name
+    /// of a scheme shown already (`postgresql`).
+    pub form: &'static str,
+    /// It speaks TLS: the `--tls-*` files apply to it.
+    pub tls: bool,
+    /// Its URLs name sentinels, which may have a password of their own
+    /// (`--sentinel-password-file`, `LOCKED_RUN_SENTINEL_AUTH`).
+    pub sentinels: bool,
+    /// Its URLs name a path on this host, with an empty host (`redis+unix:///path`).
+    pub path: bool,
+    /// It may be written without `//` (`file:/DIR`, as `file:///DIR`).
+    pub bare: bool,
 }
 
 impl Scheme {
-    pub fn of(url: &str) -> Scheme {
-        let scheme = url
-            .split_once("://")
-            .map_or("", |(scheme, _)| scheme)
-            .to_ascii_lowercase();
-        match scheme.as_str() {
-            "etcd" => Scheme::Etcd { tls: false },
-            "etcds" => Scheme::Etcd { tls: true },
-            "file" => Scheme::File,
-            "postgres" | "postgresql" => Scheme::Postgres,
-            _ if url
-                .get(..5)
-                .is_some_and(|s| s.eq_ignore_ascii_case("file:")) =>
-            {
-                Scheme::File
-            }
-            other => Scheme::Redis {
-                tls: matches!(other, "rediss" | "rediss+sentinel" | "rediss+cluster"),
-                sentinel: other.ends_with("+sentinel"),
-            },
+    /// A scheme with no property but its name and form.
+    pub const fn plain(name: &'static str, form: &'static str) -> Scheme {
+        Scheme {
+            name,
+            form,
+            tls: false,
+            sentinels: false,
+            path: false,
+            bare: false,
         }
     }
 
-    /// Whether the URL asks for TLS by its scheme (a PostgreSQL URL says so with `sslmode`).
-    pub fn tls(self) -> bool {
-        match self {
-            Scheme::Redis { tls, .. } | Scheme::Etcd { tls } => tls,
-            Scheme::File | Scheme::Postgres => false,
-        }
+    /// Whether `url` is written with this scheme (`scheme://`, or `scheme:` for a bare one).
+    pub fn starts(&self, url: &str) -> bool {
+        let Some(rest) = url
+            .get(..self.name.len())
+            .filter(|s| s.eq_ignore_ascii_case(self.name))
+            .map(|_| &url[self.name.len()..])
+        else {
+            return false;
+        };
+        rest.starts_with("://") || (self.bare && rest.starts_with(':'))
     }
 }
 
-/// The schemes URLs are written with, as they come before `://`.
-const SCHEMES: [&str; 12] = [
-    "redis",
-    "rediss",
-    "redis+unix",
-    "redis+sentinel",
-    "rediss+sentinel",
-    "redis+cluster",
-    "rediss+cluster",
-    "etcd",
-    "etcds",
-    "postgres",
-    "postgresql",
-    "file",
-];
+/// One URL, classified at the door: the scheme it is written with, as its backend declares it.
+/// Only its backend parses the URL, once; a message shows it through [`printable`].
+pub struct Endpoint {
+    url: String,
+    scheme: &'static Scheme,
+}
+
+impl Endpoint {
+    pub fn new(url: String, scheme: &'static Scheme) -> Endpoint {
+        Endpoint { url, scheme }
+    }
+
+    /// The URL as given, for its backend to parse (never to print as it is).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn scheme(&self) -> &'static Scheme {
+        self.scheme
+    }
+}
+
+/// Shows the URL without its password, even in a debug print.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&printable(&self.url))
+    }
+}
 
 /// The line for a URL whose scheme is one of ours but whose `//` is missing or short
 /// (`redis:/127.0.0.1`, `postgres:db1/locks`): read as it is, it would be a URL with no host,
 /// or no URL at all, and the line would say so without saying why. `None` for any other URL,
-/// and for `file:/DIR`, which names the directory as `file:///DIR` does.
-pub fn missing_slashes(url: &str) -> Option<String> {
+/// and for a scheme that may be written bare (`file:/DIR`, which names the directory as
+/// `file:///DIR` does). `schemes`: every scheme a backend declares.
+pub fn missing_slashes<'a>(
+    url: &str,
+    mut schemes: impl Iterator<Item = &'a Scheme>,
+) -> Option<String> {
     if url.contains("://") {
         return None;
     }
     let (scheme, rest) = url.split_once(':')?;
-    let lower = scheme.to_ascii_lowercase();
-    if !SCHEMES.contains(&lower.as_str()) || lower == "file" {
+    let declared = schemes.find(|s| s.name.eq_ignore_ascii_case(scheme))?;
+    if declared.bare {
         return None;
     }
     let slashes = &rest[..rest.len() - rest.trim_start_matches('/').len()];
@@ -87,7 +103,7 @@ pub fn missing_slashes(url: &str) -> Option<String> {
         return None;
     }
     // A socket's path keeps its own leading `/` after the empty host.
-    let root = if lower == "redis+unix" { "/" } else { "" };
+    let root = if declared.path { "/" } else { "" };
     let fixed = printable(&format!("{scheme}://{root}{rest}"));
     let written = fixed.replacen("://", &format!(":{slashes}"), 1);
     let written = written.replacen(
@@ -117,7 +133,11 @@ pub fn printable(url: &str) -> String {
         }
     }
     let Some((scheme, rest)) = url.split_once("://") else {
-        return format!("{url:?}");
+        // No URL, or not one of ours: where it may hold a password, none of it is shown.
+        return match url.contains('@') {
+            true => "(a URL with credentials, not shown)".to_owned(),
+            false => format!("{url:?}"),
+        };
     };
     let (auth, hosts, tail) = authority(rest);
     let user = auth.map(|auth| auth.split_once(':').map_or(auth, |(user, _)| user));
@@ -185,7 +205,7 @@ fn secret(key: Option<&str>) -> bool {
 }
 
 /// A parsed URL with any password removed, so it can be printed.
-pub fn redact(url: &::url::Url) -> String {
+fn redact(url: &::url::Url) -> String {
     let mut url = url.clone();
     if url.password().is_some() {
         let _ = url.set_password(None);
@@ -208,75 +228,6 @@ pub fn redact(url: &::url::Url) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_scheme_names_its_store() {
-        let redis = |tls, sentinel| Scheme::Redis { tls, sentinel };
-        for (url, scheme) in [
-            ("redis://h", redis(false, false)),
-            ("rediss://h", redis(true, false)),
-            ("redis+unix:///run/redis.sock", redis(false, false)),
-            ("redis+sentinel://h/m", redis(false, true)),
-            ("rediss+sentinel://h/m", redis(true, true)),
-            ("rediss+cluster://h", redis(true, false)),
-            ("etcd://h", Scheme::Etcd { tls: false }),
-            ("etcds://h", Scheme::Etcd { tls: true }),
-            ("file:///var/lib/locks", Scheme::File),
-            ("FILE:///x", Scheme::File),
-            ("postgres://u@h/db", Scheme::Postgres),
-            ("postgresql://h", Scheme::Postgres),
-        ] {
-            assert_eq!(Scheme::of(url), scheme, "{url}");
-        }
-    }
-
-    /// See issue 47: `-u redis:/127.0.0.1` was answered "has no host", which does not say
-    /// what is wrong with it.
-    #[test]
-    fn a_url_without_its_double_slash_is_told_so() {
-        for (url, line) in [
-            (
-                "redis:/127.0.0.1",
-                "redis:/127.0.0.1 has no // after redis: write redis://127.0.0.1",
-            ),
-            (
-                "redis:127.0.0.1:6379/2",
-                "redis:127.0.0.1:6379/2 has no // after redis: write redis://127.0.0.1:6379/2",
-            ),
-            (
-                "postgres:/db1:5432/locks",
-                "postgres:/db1:5432/locks has no // after postgres: write \
-                 postgres://db1:5432/locks",
-            ),
-            (
-                "redis+unix:/run/redis.sock",
-                "redis+unix:/run/redis.sock has no // after redis+unix: write \
-                 redis+unix:///run/redis.sock",
-            ),
-            (
-                "etcds:/e1:2379,e2:2379",
-                "etcds:/e1:2379,e2:2379 has no // after etcds: write etcds://e1:2379,e2:2379",
-            ),
-            // Never its password.
-            (
-                "redis:/app:pw@h:6379",
-                "redis:/app@h:6379 has no // after redis: write redis://app@h:6379",
-            ),
-        ] {
-            assert_eq!(missing_slashes(url).as_deref(), Some(line), "{url}");
-        }
-        for url in [
-            "redis://127.0.0.1",
-            "redis:///x",
-            "file:/var/lib/locks",
-            "http:/example.com",
-            "127.0.0.1:6379",
-            // A host named redis (a container's service) and its port.
-            "redis:6379",
-        ] {
-            assert_eq!(missing_slashes(url), None, "{url}");
-        }
-    }
 
     #[test]
     fn no_password_is_ever_printed() {
@@ -313,6 +264,12 @@ mod tests {
             assert_eq!(printable(url), shown, "{url}");
             assert!(!printable(url).contains("pw"), "{url}");
         }
+        // Not a URL, but it may hold a password all the same.
+        assert_eq!(
+            printable("app:pw@h:6379"),
+            "(a URL with credentials, not shown)"
+        );
+        assert_eq!(printable("h:6379"), "\"h:6379\"");
         assert!(has_password("redis://:pw@h"));
         assert!(has_password("redis://h?password=pw"));
         assert!(has_password("postgres://a:pw@h1,h2/db"));

@@ -41,20 +41,21 @@
 //! reads say so); keep-alive, revoke and reads change nothing twice.
 
 mod client;
+mod declare;
 mod doctor;
 mod grpc;
 mod history;
 mod inspect;
 mod keepalive;
-mod lease;
+mod leases;
 mod line;
 mod members;
 mod name;
 mod open;
+mod place;
 mod proto;
 mod round;
 mod url;
-mod view;
 mod watch;
 mod wire;
 
@@ -65,6 +66,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 pub use client::Client;
+pub use declare::BACKEND;
 pub use name::check as check_name;
 pub use open::client;
 

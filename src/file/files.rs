@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::trust;
 use crate::backend::BackendError;
-use crate::exit::Failure;
 use crate::name::LockName;
+use crate::plumbing::exit::Failure;
 
 /// The mode every file of a lock is created with (less the umask): its owner's and its group's
 /// to write, as a team's 2770 directory needs, and never the world's, whatever the umask: a

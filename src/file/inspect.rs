@@ -275,6 +275,6 @@ pub fn check_files(dir: &Path, name: &LockName) -> Result<String, String> {
     Ok(format!(
         "{} opens for writing; lock {name}: {}",
         paths.lock.display(),
-        crate::status::last_fence(fence)
+        crate::backend::last_fence(fence)
     ))
 }

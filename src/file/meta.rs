@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::backend::{Holder, wall_clock_ms};
-use crate::clock::{BootClock, Clock};
+use crate::plumbing::clock::{BootClock, Clock};
 
 /// A `--min-hold` deadline, on `CLOCK_BOOTTIME` of one boot, with the wall clock as the
 /// fallback across a reboot.

@@ -58,10 +58,12 @@ use std::fs::File;
 use std::time::Duration;
 
 use crate::backend::{Attempt, Backend, BackendError, Busy, Check, Expiry, Holder, hostname};
+use crate::backend::{Can, Declaration, Modes, Queue, Several, any_name, says};
 use crate::backend::{Freed, History, Mode, Report, Run, Tenure, View, Wakeups, wall_clock_ms};
-use crate::exit::Failure;
+use crate::endpoints::Scheme;
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::plumbing::exit::Failure;
 
 use files::{Paths, prepare_dir, refused};
 pub use files::{dir_of, flock as flock_file, remove_stale};
@@ -71,6 +73,39 @@ use queue::Place;
 pub use stem::of as stem;
 pub use trust::check as check_owner;
 pub use wakeups::FileWakeups;
+
+/// A directory of this host (`file:///DIR`), as the registry knows it.
+pub const BACKEND: Declaration = Declaration {
+    called: "file://",
+    schemes: &[Scheme {
+        bare: true,
+        ..Scheme::plain("file", "file:///DIR (this host only)")
+    }],
+    help: "file:///DIR for locks on this host only, with no server",
+    doctor: "a file:// directory",
+    modes: Modes {
+        holders: Can::Yes,
+        shared: Can::Yes,
+        wait_replicas: Can::No("file:// has no server, and so no replicas"),
+        queue: Queue::Fair,
+    },
+    several: Several::Refused(says!(
+        "file:// keeps locks on this host only: it cannot be combined with other URLs (give \
+         one file:// URL, or only Redis URLs)"
+    )),
+    no_tls: Some(says!(
+        "--tls-ca-cert, --tls-cert and --tls-key are for servers that speak TLS, and file:// \
+         has no server"
+    )),
+    name_rule: any_name,
+    open: |store, spec| {
+        Ok(Box::new(
+            FileLock::at(store.url().url(), spec.name.clone(), store.how.command)?
+                .with_holders(spec.mode.holders())
+                .with_shared(spec.mode == Mode::Shared),
+        ))
+    },
+};
 
 /// A lock on one NAME in one directory of this host.
 pub struct FileLock {

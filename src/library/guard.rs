@@ -8,15 +8,16 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use tokio::sync::oneshot::error::RecvError;
 use tokio::sync::{oneshot, watch};
 
-use super::{Error, Options};
+use super::{Error, Opened, Options, on_a_thread};
 use crate::backend::{Backend, Tenure};
-use crate::clock::{BootClock, Clock};
-use crate::config::RunConfig;
 use crate::endpoints::Endpoints;
 use crate::lease::{self, LeaseClock, Stopper, Timings, Why};
 use crate::name::LockName;
+use crate::plumbing::clock::{BootClock, Clock};
+use crate::session::config::Wait;
 use crate::session::{Interrupts, Renewer, acquire};
 
 /// Why the task must stop.
@@ -70,11 +71,11 @@ impl Guard {
     pub async fn release(self) -> Result<bool, Error> {
         let (reply, answer) = oneshot::channel();
         if self.release.send(reply).is_err() {
-            return Err(Error::Unavailable("the guard's thread is gone".into()));
+            return Err(Error::unavailable("the guard's thread is gone"));
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(Error::Unavailable("the guard's thread is gone".into())))
+            .unwrap_or_else(|_| Err(Error::unavailable("the guard's thread is gone")))
     }
 }
 
@@ -84,42 +85,70 @@ struct Held {
     token: String,
 }
 
+/// What the guard's thread will say once it holds the lock, or could not.
+type Said = oneshot::Receiver<Result<Held, Error>>;
+
+/// The guard's thread, started: the guard's ends of its channels.
+struct Started {
+    stop: watch::Receiver<Option<Stop>>,
+    release: oneshot::Sender<oneshot::Sender<Result<bool, Error>>>,
+}
+
+impl Started {
+    /// Starts the guard's thread, which opens a holder of its own and waits for the lock.
+    fn new(
+        endpoints: Endpoints,
+        name: LockName,
+        options: Options,
+    ) -> Result<(Said, Started), Error> {
+        let (held, held_rx) = oneshot::channel::<Result<Held, Error>>();
+        let (stop, stop_rx) = watch::channel(None);
+        let (release, release_rx) = oneshot::channel();
+        on_a_thread("locked-run-guard", move || {
+            on_its_thread(endpoints, name, options, held, stop, release_rx)
+        })?;
+        let started = Started {
+            stop: stop_rx,
+            release,
+        };
+        Ok((held_rx, started))
+    }
+
+    /// The guard, once the thread said it holds the lock (`said`); why not, else.
+    fn guard(self, said: Result<Result<Held, Error>, RecvError>) -> Result<Guard, Error> {
+        match said {
+            Ok(Ok(Held { fence, token })) => Ok(Guard {
+                fence,
+                token,
+                stop: self.stop,
+                release: self.release,
+            }),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(Error::unavailable(
+                "the guard's thread ended before it held the lock",
+            )),
+        }
+    }
+}
+
 /// Starts the guard's thread and waits until it holds the lock, or could not.
 pub(super) async fn hold(
     endpoints: Endpoints,
     name: LockName,
     options: Options,
 ) -> Result<Guard, Error> {
-    let (held, held_rx) = oneshot::channel::<Result<Held, Error>>();
-    let (stop, stop_rx) = watch::channel(None);
-    let (release, release_rx) = oneshot::channel();
-    std::thread::Builder::new()
-        .name("locked-run-guard".into())
-        .spawn(move || {
-            let runtime = match crate::open::runtime() {
-                Ok(runtime) => runtime,
-                Err(failure) => {
-                    let _ = held.send(Err(failure.into()));
-                    return;
-                }
-            };
-            runtime.block_on(on_its_thread(
-                endpoints, name, options, held, stop, release_rx,
-            ));
-        })
-        .map_err(|e| Error::Unavailable(format!("cannot start the guard's thread: {e}")))?;
-    match held_rx.await {
-        Ok(Ok(Held { fence, token })) => Ok(Guard {
-            fence,
-            token,
-            stop: stop_rx,
-            release,
-        }),
-        Ok(Err(error)) => Err(error),
-        Err(_) => Err(Error::Unavailable(
-            "the guard's thread ended before it held the lock".into(),
-        )),
-    }
+    let (said, started) = Started::new(endpoints, name, options)?;
+    started.guard(said.await)
+}
+
+/// [`hold`], blocking the calling thread while it waits.
+pub(super) fn hold_blocking(
+    endpoints: Endpoints,
+    name: LockName,
+    options: Options,
+) -> Result<Guard, Error> {
+    let (said, started) = Started::new(endpoints, name, options)?;
+    started.guard(said.blocking_recv())
 }
 
 /// The guard's thread: opens a holder of its own, waits for the lock, keeps it until released.
@@ -131,32 +160,23 @@ async fn on_its_thread(
     stop: watch::Sender<Option<Stop>>,
     release: oneshot::Receiver<oneshot::Sender<Result<bool, Error>>>,
 ) {
-    let lock = match super::Lock::open(&endpoints, name.as_str(), &options) {
+    let lock = match Opened::new(&endpoints, name.as_str(), &options) {
         Ok(lock) => lock,
         Err(error) => {
             let _ = held.send(Err(error));
             return;
         }
     };
-    let cfg = RunConfig {
-        name: name.clone(),
-        command: Vec::new(),
+    let status_command = endpoints.pasteable("status", name.as_str());
+    let ask = Wait {
+        name: &name,
         timings: lock.timings,
         patience: options.patience(),
-        kill_signal: nix::sys::signal::Signal::SIGTERM,
-        min_hold: None,
-        holders: options.holders,
-        shared: options.shared,
-        max_run: None,
-        fair: options.fair,
-        status_command: endpoints.pasteable("status", name.as_str()),
-        release_timeout: options.timeout.min(options.ttl),
-        codes: crate::exit::Codes::default(),
-        metrics_dir: None,
-        ping: None,
+        mode: options.spec(name.clone()).mode,
+        status_command: &status_command,
     };
     let backend = lock.backend.as_ref();
-    let acquired = acquire(backend, &BootClock, &cfg, &mut Abandoned(&mut held)).await;
+    let acquired = acquire(backend, &BootClock, ask, &mut Abandoned(&mut held)).await;
     let acquired = match acquired {
         Ok(acquired) => acquired,
         Err(failure) => {
@@ -166,12 +186,12 @@ async fn on_its_thread(
     };
     let token = backend.token();
     let fence = acquired.fence;
+    let timeout = options.timeout.min(options.ttl);
     if held.send(Ok(Held { fence, token })).is_err() {
         // Whoever asked is gone.
-        let _ = backend.release(None, cfg.release_timeout, None).await;
+        let _ = backend.release(None, timeout, None).await;
         return;
     }
-    let timeout = cfg.release_timeout;
     keep(
         backend,
         &BootClock,

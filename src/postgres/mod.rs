@@ -43,14 +43,52 @@ use crate::backend::{
     Attempt, Backend, BackendError, Check, Freed, History, Mode, Report, Run, Tenure, View,
     Wakeups, hostname, new_token,
 };
+use crate::backend::{Can, Declaration, Modes, Queue, Several, any_name, says};
+use crate::endpoints::Scheme;
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::plumbing::exit::Failure;
 use client::Client;
 use sql::{Commit, Tx};
 
 /// How long a token given back stays buried: an attempt of it that reaches the server later
 /// than this (held up in a proxy, a stalled network) could still take the lock.
 pub const BURY_FOR: Duration = Duration::from_secs(600);
+
+/// A PostgreSQL database (`postgres://`, `postgresql://`), as the registry knows it.
+pub const BACKEND: Declaration = Declaration {
+    called: "postgres://",
+    schemes: &[
+        Scheme::plain("postgres", "postgres://[user@]host[:port][,...]/DB"),
+        Scheme::plain("postgresql", ""),
+    ],
+    help: "postgres://[user@]host[:port][,host[:port]...]/DB[?sslmode=verify-full] (also \
+           postgresql://) for a PostgreSQL database (the primary found among several hosts)",
+    doctor: "a PostgreSQL database (connection, TLS, primary, tables, privileges, \
+             synchronous_commit)",
+    modes: Modes {
+        holders: Can::Yes,
+        shared: Can::Yes,
+        wait_replicas: Can::No(
+            "on PostgreSQL a grant commits with synchronous_commit = on, and so waits for the \
+             synchronous standbys that synchronous_standby_names lists",
+        ),
+        queue: Queue::Fair,
+    },
+    several: Several::Refused(says!(
+        "a postgres:// URL names one database: give one (several hosts go in it: \
+         postgres://HOST:PORT,HOST:PORT/DB), and no other URL"
+    )),
+    // The --tls-* files apply (sslmode says whether TLS is used).
+    no_tls: None,
+    name_rule: any_name,
+    open: |store, spec| {
+        let client = client(store.endpoints, store.url().url()).map_err(Failure::usage)?;
+        Ok(Box::new(
+            PgLock::on(client, spec.name.clone(), store.how.command).with(spec.mode, spec.fair),
+        ))
+    },
+};
 
 /// A lock on one NAME in one database.
 pub struct PgLock {

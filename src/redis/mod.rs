@@ -40,7 +40,66 @@ pub mod shared;
 
 pub mod url;
 
+use crate::backend::{Can, Declaration, Modes, Queue, Several, any_name, says};
+use crate::endpoints::Scheme;
 use scripts::Script;
+
+/// One Redis server (plain, TLS, a Unix socket, Sentinel, Cluster), or Redlock over several
+/// independent ones, as the registry knows them.
+pub const BACKEND: Declaration = Declaration {
+    called: "one Redis server (plain, Sentinel, Cluster)",
+    schemes: &[
+        Scheme::plain("redis", "redis://[user@]host[:port][/db]"),
+        Scheme {
+            tls: true,
+            ..Scheme::plain("rediss", "rediss:// (TLS)")
+        },
+        Scheme {
+            path: true,
+            ..Scheme::plain("redis+unix", "redis+unix:///path")
+        },
+        Scheme {
+            sentinels: true,
+            ..Scheme::plain("redis+sentinel", "redis+sentinel://host:port[,...]/MASTER")
+        },
+        Scheme {
+            tls: true,
+            sentinels: true,
+            ..Scheme::plain("rediss+sentinel", "rediss+sentinel://")
+        },
+        Scheme::plain("redis+cluster", "redis+cluster://host:port[,...]"),
+        Scheme {
+            tls: true,
+            ..Scheme::plain("rediss+cluster", "rediss+cluster://")
+        },
+    ],
+    help: "redis://[user@]host[:port][/db], rediss:// (TLS), redis+unix:///path, \
+           redis+sentinel://host:port[,...]/MASTER, redis+cluster://host:port[,...] (TLS at every \
+           hop: rediss+sentinel://, rediss+cluster://); three or more for Redlock",
+    doctor: "Redis (reachability, role, memory policy, persistence, permissions, clocks)",
+    modes: Modes {
+        holders: Can::Yes,
+        shared: Can::Yes,
+        wait_replicas: Can::Yes,
+        queue: Queue::Fair,
+    },
+    several: Several::Together {
+        called: "Redlock over several Redis servers",
+        modes: Modes {
+            holders: Can::No("Redlock over several servers holds one lock at a time"),
+            shared: Can::No("Redlock over several servers holds one lock at a time"),
+            wait_replicas: Can::No("Redlock's servers are independent primaries"),
+            queue: Queue::Racing,
+        },
+    },
+    no_tls: Some(says!(
+        "--tls-ca-cert, --tls-cert and --tls-key are for rediss:// URLs (and \
+         rediss+sentinel://, rediss+cluster://), and none is given (redis+sentinel:// and \
+         redis+cluster:// connect without TLS)"
+    )),
+    name_rule: any_name,
+    open: open::open,
+};
 
 /// Every script of the protocol, for the tests that check their SHA1s against their sources
 /// and against a server's `SCRIPT LOAD`.

@@ -1,31 +1,60 @@
-//! Redis servers as the endpoints name them, ready to connect (nothing is connected yet): each
-//! URL a [`Node`], with the password the URL lacks, the TLS set-up for `rediss://` and the
-//! sentinels' own credentials; and the refusals of a Redlock that could not keep its promise.
+//! Redis servers as the door hands them over, opened (nothing is connected yet): each URL a
+//! [`Node`], with the password the URL lacks, the TLS set-up for the schemes that speak it and
+//! the sentinels' own credentials; one node a [`ServerLock`], several a [`Redlock`], once the
+//! refusals of a Redlock that could not keep its promise are made.
 
-use crate::endpoints::{Endpoints, PASSWORD_VARIABLE, Scheme, connector};
-use crate::redis::node::Node;
+use super::lock::ServerLock;
+use super::node::Node;
+use super::redlock::Redlock;
+use crate::backend::{LockSpec, Mode, Opened, Store};
+use crate::endpoints::{PASSWORD_VARIABLE, connector};
+use crate::plumbing::exit::Failure;
+
+/// The lock (and view) the store's URLs name for `spec`.
+pub fn open(store: &Store, spec: &LockSpec) -> Result<Box<dyn Opened>, Failure> {
+    let (name, command, how) = (spec.name.clone(), store.how.command, store.how);
+    let mut nodes = nodes(store).map_err(Failure::usage)?;
+    if nodes.len() == 1 {
+        let node = nodes.pop().expect("one node");
+        let lock = ServerLock::on(node, name, command)
+            .with_holders(spec.mode.holders())
+            .with_shared(spec.mode == Mode::Shared)
+            .with_fair(spec.fair);
+        return Ok(Box::new(match how.wait_replicas {
+            Some((n, wait)) => lock.with_wait_replicas(n, wait),
+            None => lock,
+        }));
+    }
+    if !how.lenient {
+        refuse_redlock(&nodes).map_err(Failure::usage)?;
+    }
+    let locks = nodes
+        .into_iter()
+        .map(|node| ServerLock::on(node, name.clone(), command))
+        .collect();
+    Ok(Box::new(Redlock::new(locks, how.node_timeout)))
+}
 
 /// A [`Node`] for each URL. Certificates are read (and the system's CAs loaded) once, not once
 /// per server.
-pub fn nodes(endpoints: &Endpoints, urls: &[String]) -> Result<Vec<Node>, String> {
+fn nodes(store: &Store) -> Result<Vec<Node>, String> {
+    let endpoints = store.endpoints;
     let (password, from) = endpoints.default_password(PASSWORD_VARIABLE)?.unzip();
     endpoints.warn_about_visible_passwords();
-    let schemes: Vec<Scheme> = urls.iter().map(|u| Scheme::of(u)).collect();
-    let tls = match schemes.iter().any(|s| s.tls()) {
+    let tls = match store.urls.iter().any(|u| u.scheme().tls) {
         true => Some(connector(&endpoints.tls)?),
         false => None,
     };
-    let sentinels = schemes
-        .iter()
-        .any(|s| matches!(s, Scheme::Redis { sentinel: true, .. }));
-    let sentinel_auth = match sentinels {
+    let sentinel_auth = match store.urls.iter().any(|u| u.scheme().sentinels) {
         true => endpoints.sentinel_auth()?,
         false => None,
     };
-    urls.iter()
+    store
+        .urls
+        .iter()
         .map(|url| {
             Node::open_with(
-                url,
+                url.url(),
                 endpoints.connect_timeout,
                 password.as_deref(),
                 tls.as_ref(),

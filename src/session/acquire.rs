@@ -9,11 +9,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{Backend, Tenure, Wakeups};
-use crate::clock::Clock;
-use crate::config::RunConfig;
-use crate::exit::Failure;
-use crate::notify;
-use crate::signals::Signals;
+use crate::observe::notify;
+use crate::plumbing::clock::Clock;
+use crate::plumbing::exit::Failure;
+use crate::plumbing::signals::Signals;
+use crate::session::config::Wait;
 use crate::text::show;
 
 use super::progress::{Progress, Watched};
@@ -33,15 +33,15 @@ impl Interrupts for Signals {
     }
 }
 
-/// Takes the lock, waiting as `cfg.patience` allows. A grant that leaves less of the lease than
+/// Takes the lock, waiting as `ask.patience` allows. A grant that leaves less of the lease than
 /// R + K + D (a server that took that long to answer) is given back and counts as a failure.
 pub async fn acquire<C: Clock, I: Interrupts>(
     backend: &dyn Backend,
     clock: &C,
-    cfg: &RunConfig,
+    ask: Wait<'_>,
     interrupts: &mut I,
 ) -> Result<Acquired, Failure> {
-    acquire_with(backend, clock, cfg, interrupts, || {}).await
+    acquire_with(backend, clock, ask, interrupts, || {}).await
 }
 
 /// [`acquire`], calling `while_waiting` once, as the run first sleeps on a busy lock: what the
@@ -50,17 +50,17 @@ pub async fn acquire<C: Clock, I: Interrupts>(
 pub async fn acquire_with<C: Clock, I: Interrupts>(
     backend: &dyn Backend,
     clock: &C,
-    cfg: &RunConfig,
+    ask: Wait<'_>,
     interrupts: &mut I,
     while_waiting: impl FnOnce(),
 ) -> Result<Acquired, Failure> {
     let mut while_waiting = Some(while_waiting);
-    let mut waiter = Waiter::new(cfg, clock.now());
+    let mut waiter = Waiter::new(ask, clock.now());
     let mut progress = Watched::now().map(|w| Progress::new(clock.now(), w));
     let acquired = wait(
         backend,
         clock,
-        cfg,
+        &ask,
         interrupts,
         &mut waiter,
         &mut while_waiting,
@@ -68,7 +68,7 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
     )
     .await;
     if progress.is_some_and(|p| p.said && p.watched == Watched::Terminal) {
-        crate::log::progress_done();
+        crate::plumbing::log::progress_done();
     }
     acquired
 }
@@ -77,7 +77,7 @@ pub async fn acquire_with<C: Clock, I: Interrupts>(
 async fn wait<C: Clock, I: Interrupts>(
     backend: &dyn Backend,
     clock: &C,
-    cfg: &RunConfig,
+    ask: &Wait<'_>,
     interrupts: &mut I,
     waiter: &mut Waiter<'_>,
     while_waiting: &mut Option<impl FnOnce()>,
@@ -87,20 +87,7 @@ async fn wait<C: Clock, I: Interrupts>(
     let mut next = Next::Try;
     loop {
         next = match next {
-            Next::Try => {
-                waiter.sending(clock.now());
-                tokio::select! {
-                    biased;
-                    // The attempt in flight may have been granted.
-                    signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, true)),
-                    attempt = backend.try_acquire(&cfg.timings, waiter.listens()) => {
-                        let facts = Facts { lease: backend.tenure() == Tenure::Lease, queued: backend.queues() };
-                        waiter.answered(clock.now(), attempt, facts)
-                    }
-                    // A server that stopped answering must not stretch `--wait`.
-                    () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight(clock.now())),
-                }
-            }
+            Next::Try => attempt(backend, clock, ask, interrupts, waiter).await,
             Next::Subscribe => tokio::select! {
                 biased;
                 signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, false)),
@@ -117,7 +104,7 @@ async fn wait<C: Clock, I: Interrupts>(
                 if let Err(e) = backend.give_back(GIVE_BACK_TIMEOUT).await {
                     tracing::info!(
                         "could not give back lock {} granted too late: {e}",
-                        cfg.name
+                        ask.name
                     );
                 }
                 waiter.gave_back(clock.now())
@@ -137,8 +124,8 @@ async fn wait<C: Clock, I: Interrupts>(
                     () = clock.sleep_until(until) => Woke::Time,
                     () = until_some(clock, said_at) => {
                         if let Some(p) = progress.as_mut() {
-                            let line = p.line(clock.now(), &cfg.name, waiter.last_busy());
-                            crate::log::progress(&line, p.watched == Watched::Terminal);
+                            let line = p.line(clock.now(), ask.name, waiter.last_busy());
+                            crate::plumbing::log::progress(&line, p.watched == Watched::Terminal);
                         }
                         next = Next::Sleep(until);
                         continue;
@@ -147,7 +134,7 @@ async fn wait<C: Clock, I: Interrupts>(
                 waiter.woke(clock.now(), why)
             }
             Next::Hold(acquired) => return Ok(acquired),
-            Next::Fail(failure) => return Err(give_back(backend, cfg, waiter, failure).await),
+            Next::Fail(failure) => return Err(give_back(backend, ask, waiter, failure).await),
         };
         // Said as soon as the waiter decides it, before its next step is carried out.
         if let Some(status) = waiter.unit_status() {
@@ -156,6 +143,29 @@ async fn wait<C: Clock, I: Interrupts>(
         if !waiter.listening() {
             wakeups = None;
         }
+    }
+}
+
+/// One attempt, and what the waiter makes of its answer; unless a signal, or the `--wait`
+/// deadline, ends the wait while it is in flight.
+async fn attempt<C: Clock, I: Interrupts>(
+    backend: &dyn Backend,
+    clock: &C,
+    ask: &Wait<'_>,
+    interrupts: &mut I,
+    waiter: &mut Waiter<'_>,
+) -> Next {
+    waiter.sending(clock.now());
+    tokio::select! {
+        biased;
+        // The attempt in flight may have been granted.
+        signal = interrupts.next_ending_wait() => Next::Fail(waiter.interrupted(signal, true)),
+        attempt = backend.try_acquire(&ask.timings, waiter.listens()) => {
+            let facts = Facts { lease: backend.tenure() == Tenure::Lease, queued: backend.queues() };
+            waiter.answered(clock.now(), attempt, facts)
+        }
+        // A server that stopped answering must not stretch `--wait`.
+        () = until(clock, waiter.deadline()) => Next::Fail(waiter.ran_out_in_flight(clock.now())),
     }
 }
 
@@ -195,13 +205,13 @@ async fn next_for_me(backend: &dyn Backend, wakeups: &mut Option<Box<dyn Wakeups
 /// buried, so an attempt still on its way takes nothing.
 async fn give_back(
     backend: &dyn Backend,
-    cfg: &RunConfig,
+    ask: &Wait<'_>,
     waiter: &Waiter<'_>,
     mut failure: Failure,
 ) -> Failure {
     if waiter.must_give_back() {
         match backend.give_back(GIVE_BACK_TIMEOUT).await {
-            Ok(true) => tracing::info!("released lock {} taken by an unanswered attempt", cfg.name),
+            Ok(true) => tracing::info!("released lock {} taken by an unanswered attempt", ask.name),
             // Nothing was held, and the token is buried: nothing can be taken any more. A
             // first contact that failed says so, as one with nothing to give back does.
             Ok(false) if failure.message.ends_with("; nothing was run") => {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::exit::{Exit, Failure};
 use crate::lease::Why;
 use crate::name::LockName;
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::show;
 
 use super::stop::{Cause, Stopping};

@@ -10,10 +10,10 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, BackendError, Tenure, Wakeup, Wakeups};
-use crate::clock::Clock;
-use crate::config::{Patience, RunConfig};
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::plumbing::clock::Clock;
+use crate::session::config::{Patience, RunConfig};
 
 use super::acquire::Interrupts;
 
@@ -315,7 +315,7 @@ pub fn config(patience: Patience) -> RunConfig {
         fair: true,
         status_command: "locked-run status job".into(),
         release_timeout: Duration::from_secs(5),
-        codes: crate::exit::Codes::default(),
+        codes: crate::plumbing::exit::Codes::default(),
         metrics_dir: None,
         ping: None,
     }

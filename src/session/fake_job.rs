@@ -14,8 +14,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::clock::Clock;
-use crate::signals::{Event, Incoming};
+use crate::plumbing::clock::Clock;
+use crate::plumbing::signals::{Event, Incoming};
 
 use super::fake::TestClock;
 use super::job::Job;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use crate::backend::{Backend, Run, Tenure};
 use crate::child::{self, Child, SpawnError, Target};
-use crate::clock::{BootClock, Clock};
-use crate::config::RunConfig;
-use crate::exit::{Exit, Failure};
+use crate::plumbing::clock::{BootClock, Clock};
+use crate::plumbing::exit::{Exit, Failure};
+use crate::session::config::RunConfig;
 use crate::text::show;
 use crate::watcher::Watcher;
 

@@ -12,17 +12,26 @@
 //! - [`ending`]: how the run ends, as a pure function of the stop, the status and the lock.
 
 pub mod acquire;
+pub mod config;
+#[cfg(feature = "cli")]
 pub mod ending;
+#[cfg(feature = "cli")]
 pub mod job;
 mod progress;
+#[cfg(feature = "cli")]
 mod record;
+#[cfg(feature = "cli")]
 pub mod run;
+#[cfg(feature = "cli")]
 pub mod stop;
+#[cfg(feature = "cli")]
 pub mod supervised;
+#[cfg(feature = "cli")]
 pub mod sweep;
 pub mod waiter;
 
 pub use acquire::{Interrupts, acquire};
+#[cfg(feature = "cli")]
 pub use run::run;
 
 use crate::backend::Backend;
@@ -42,9 +51,9 @@ impl Renew for Renewer<'_> {
 
 #[cfg(test)]
 pub(crate) mod fake;
-#[cfg(test)]
+#[cfg(all(test, feature = "cli"))]
 mod fake_job;
-#[cfg(test)]
+#[cfg(all(test, feature = "cli"))]
 mod supervisor_tests;
 #[cfg(test)]
 mod tests;

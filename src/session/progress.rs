@@ -28,7 +28,7 @@ impl Watched {
     /// How this run is watched, if it is: stderr a terminal, else `CI` set; never with `-q` or
     /// JSON logs.
     pub fn now() -> Option<Watched> {
-        if !crate::log::progress_allowed() {
+        if !crate::plumbing::log::progress_allowed() {
             return None;
         }
         if nix::unistd::isatty(std::io::stderr()).unwrap_or(false) {

@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
 use crate::backend::{Backend, Ended, Mode, Run, hostname, wall_clock_ms};
-use crate::config::RunConfig;
+use crate::session::config::RunConfig;
 
 use super::ending::{Context, ending};
 use super::stop::{Cause, Stopping};

@@ -8,12 +8,12 @@ use std::pin::pin;
 use std::process::ExitStatus;
 
 use crate::backend::{Backend, Run, Tenure, user_name, wall_clock_ms};
-use crate::clock::{BootClock, Clock};
-use crate::config::RunConfig;
-use crate::exit::{Exit, Failure};
 use crate::lease::{self, LeaseClock, Stopper, Why};
-use crate::notify;
-use crate::signals::{Event, Signals};
+use crate::observe::notify;
+use crate::plumbing::clock::{BootClock, Clock};
+use crate::plumbing::exit::{Exit, Failure};
+use crate::plumbing::signals::{Event, Signals};
+use crate::session::config::RunConfig;
 use crate::text::show;
 use crate::watcher::Watcher;
 
@@ -55,7 +55,7 @@ async fn run_recording(
     // must copy the lock's descriptor, which exists once the lock is taken).
     let mut early = None;
     let lease_backed = backend.tenure() == Tenure::Lease;
-    let acquired = acquire_with(backend, &clock, cfg, &mut signals, || {
+    let acquired = acquire_with(backend, &clock, cfg.wait(), &mut signals, || {
         if lease_backed {
             early = Watcher::start(None, false, 0).ok();
         }

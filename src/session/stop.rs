@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 
 use crate::child::Target;
 use crate::lease::{Stopper, Why};
-use crate::notify;
+use crate::observe::notify;
 
 use super::supervised::Kill;
 

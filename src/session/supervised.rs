@@ -13,7 +13,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::child::{Child, Target};
-use crate::signals::{Event, Signals};
+use crate::plumbing::signals::{Event, Signals};
 use crate::watcher::Watcher;
 
 /// Where the job's signals go, and what is left of it (the real one: [`Target`]).

@@ -10,9 +10,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal::{SIGINT, SIGKILL, SIGTERM};
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder};
-use crate::config::{Patience, RunConfig};
-use crate::exit::{Exit, Failure};
 use crate::lease::LeaseClock;
+use crate::plumbing::exit::{Exit, Failure};
+use crate::session::config::{Patience, RunConfig};
 
 use super::fake::{Answer, Fake, TestClock, after, config};
 use super::fake_job::{FakeJob, MAIN, Proc, Sent, WATCHER, Watched};

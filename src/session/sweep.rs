@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::clock::Clock;
-use crate::config::RunConfig;
-use crate::signals::{Event, Incoming};
+use crate::plumbing::clock::Clock;
+use crate::plumbing::signals::{Event, Incoming};
+use crate::session::config::RunConfig;
 
 use super::supervised::{Events, Kill, Reap};
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder, KEEP_ALIVE, Mode, Wakeup};
-use crate::config::Patience;
-use crate::exit::Exit;
+use crate::plumbing::exit::Exit;
+use crate::session::config::Patience;
 
 use super::acquire::acquire;
 use super::fake::{Answer, Fake, Seen, SignalAt, TestClock, after, config};
@@ -32,7 +32,7 @@ async fn a_release_message_wakes_the_waiter_long_before_the_holders_expiry() {
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
     let mut signals = SignalAt::never();
-    let waiting = acquire(&fake, &clock, &cfg, &mut signals);
+    let waiting = acquire(&fake, &clock, cfg.wait(), &mut signals);
     let publish = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         fake.publish(Wakeup::Anyone);
@@ -55,7 +55,7 @@ async fn another_waiters_turn_does_not_wake_this_one() {
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
     let mut signals = SignalAt::never();
-    let waiting = acquire(&fake, &clock, &cfg, &mut signals);
+    let waiting = acquire(&fake, &clock, cfg.wait(), &mut signals);
     let publish = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         fake.publish(Wakeup::Turn("someone-else".into()));
@@ -75,7 +75,7 @@ async fn a_subscription_that_did_not_cover_the_last_attempt_forces_a_retry() {
     let fake = Fake::new(vec![after(1, busy(20_000)), after(1, granted(3))]).covering(&[false]);
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
-    let acquired = acquire(&fake, &clock, &cfg, &mut SignalAt::never()).await;
+    let acquired = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never()).await;
     acquired.expect("acquired");
     let seen = fake.seen.borrow().clone();
     assert!(
@@ -99,7 +99,7 @@ async fn a_queued_waiter_keeps_its_place_alive_with_heartbeats() {
     fake.queued.set(true);
     let cfg = config(Patience::For(Duration::from_secs(3)));
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("gave up");
     assert_eq!(failure.exit, Exit::Conflict);
@@ -130,7 +130,7 @@ async fn a_late_grant_is_given_back_and_the_next_attempt_carries_a_fresh_token()
     ]);
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
-    let acquired = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let acquired = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect("acquired");
     assert_eq!(acquired.fence, 5);
@@ -160,7 +160,7 @@ async fn a_grant_is_taken_only_with_time_to_start_the_command_even_when_r_is_bel
     )
     .expect("valid timings");
     let clock = TestClock::new();
-    let acquired = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let acquired = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect("acquired");
     assert_eq!(acquired.fence, 5);
@@ -172,7 +172,7 @@ async fn a_late_grant_at_the_first_contact_is_unavailable() {
     let fake = Fake::new(vec![after(16_000, granted(1))]);
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("69");
     assert_eq!(failure.exit, Exit::Unavailable);
@@ -197,7 +197,7 @@ async fn a_lost_reply_is_given_back_on_the_way_out() {
     ]);
     let cfg = config(Patience::For(Duration::from_secs(1)));
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("gave up");
     assert_eq!(failure.exit, Exit::Conflict, "{}", failure.message);
@@ -222,7 +222,7 @@ async fn a_first_contact_that_reached_nothing_gives_nothing_back_and_says_nothin
     ] {
         let fake = Fake::new(vec![after(1, Err(answer))]);
         let cfg = config(Patience::Forever);
-        let failure = acquire(&fake, &TestClock::new(), &cfg, &mut SignalAt::never())
+        let failure = acquire(&fake, &TestClock::new(), cfg.wait(), &mut SignalAt::never())
             .await
             .expect_err("unreachable");
         assert_eq!(failure.exit, Exit::Unavailable, "{}", failure.message);
@@ -241,7 +241,7 @@ async fn a_first_contact_that_reached_nothing_gives_nothing_back_and_says_nothin
 async fn a_first_reply_lost_is_given_back_and_then_nothing_was_taken() {
     let fake = Fake::new(vec![after(1, lost())]);
     let cfg = config(Patience::Forever);
-    let failure = acquire(&fake, &TestClock::new(), &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &TestClock::new(), cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("unreachable");
     assert_eq!(
@@ -260,7 +260,7 @@ async fn a_signal_during_an_unanswered_attempt_gives_it_back() {
     let fake = Fake::new(vec![after(1, busy(200)), Answer(granted(9), None)]);
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::after(1_000))
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::after(1_000))
         .await
         .expect_err("interrupted");
     assert_eq!(failure.exit, Exit::Interrupted(libc::SIGTERM));
@@ -275,7 +275,7 @@ async fn a_no_wait_run_that_finds_the_lock_busy_is_a_quiet_conflict_and_gives_no
     let fake = Fake::new(vec![after(1, busy(5_000))]);
     let cfg = config(Patience::NoWait);
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("75");
     assert_eq!(failure.exit, Exit::Conflict);
@@ -300,7 +300,7 @@ async fn lost_contact_is_retried_with_back_off_until_the_deadline() {
     let fake = Fake::new(answers);
     let cfg = config(Patience::For(Duration::from_secs(2)));
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("69");
     assert_eq!(failure.exit, Exit::Unavailable);
@@ -327,7 +327,7 @@ async fn a_run_with_other_holders_is_a_usage_error() {
     )]);
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("2");
     assert_eq!(failure.exit, Exit::Usage);
@@ -339,7 +339,7 @@ async fn a_run_with_other_holders_is_a_usage_error() {
 async fn start_failing(
     program: &str,
     start_by: Option<Duration>,
-) -> (crate::exit::Failure, Vec<Seen>) {
+) -> (crate::plumbing::exit::Failure, Vec<Seen>) {
     let fake = Fake::new(vec![]);
     let cfg = config(Patience::Forever);
     let acquired = super::waiter::Acquired {
@@ -394,7 +394,7 @@ async fn a_broken_subscription_is_made_again_at_once_the_first_time() {
     let cfg = config(Patience::Forever);
     let clock = TestClock::new();
     let mut signals = SignalAt::never();
-    let waiting = acquire(&fake, &clock, &cfg, &mut signals);
+    let waiting = acquire(&fake, &clock, cfg.wait(), &mut signals);
     let faults = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         fake.break_subscription();
@@ -421,7 +421,7 @@ async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
     let fake = Fake::new(vec![after(0, busy(100)), Answer(lost(), None)]);
     let cfg = config(Patience::For(Duration::from_secs(2)));
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("69");
     assert_eq!(failure.exit, Exit::Unavailable);
@@ -433,7 +433,10 @@ async fn a_wait_ends_at_its_deadline_though_an_attempt_is_unanswered() {
         failure.message
     );
     // At the deadline, not at the attempt's own timeout; what it may have taken is given back.
-    assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(
+        crate::plumbing::clock::Clock::now(&clock),
+        Duration::from_secs(2)
+    );
     assert_eq!(fake.gave_back().len(), 1);
 }
 
@@ -447,7 +450,7 @@ async fn an_attempt_sent_just_before_the_deadline_leaves_the_wait_busy() {
     let fake = Fake::new(vec![after(20, busy(1_900)), Answer(lost(), None)]);
     let cfg = config(Patience::For(Duration::from_secs(2)));
     let clock = TestClock::new();
-    let failure = acquire(&fake, &clock, &cfg, &mut SignalAt::never())
+    let failure = acquire(&fake, &clock, cfg.wait(), &mut SignalAt::never())
         .await
         .expect_err("75");
     assert_eq!(failure.exit, Exit::Conflict, "{}", failure.message);
@@ -456,6 +459,9 @@ async fn an_attempt_sent_just_before_the_deadline_leaves_the_wait_busy() {
         "{}",
         failure.message
     );
-    assert_eq!(crate::clock::Clock::now(&clock), Duration::from_secs(2));
+    assert_eq!(
+        crate::plumbing::clock::Clock::now(&clock),
+        Duration::from_secs(2)
+    );
     assert_eq!(fake.gave_back().len(), 1);
 }

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, KEEP_ALIVE};
-use crate::config::{Patience, RunConfig};
-use crate::exit::{Exit, Failure};
+use crate::plumbing::exit::{Exit, Failure};
+use crate::session::config::{Patience, Wait};
 use crate::text::show;
 
 /// A lock just taken.
@@ -72,7 +72,7 @@ const ON_ITS_WAY: Duration = Duration::from_millis(50);
 
 /// The state of one wait for one lock.
 pub struct Waiter<'a> {
-    cfg: &'a RunConfig,
+    ask: Wait<'a>,
     start: Duration,
     deadline: Option<Duration>,
     /// The send instant of the attempt in flight (or the last one).
@@ -97,11 +97,11 @@ pub struct Waiter<'a> {
 }
 
 impl<'a> Waiter<'a> {
-    pub fn new(cfg: &'a RunConfig, now: Duration) -> Waiter<'a> {
+    pub fn new(ask: Wait<'a>, now: Duration) -> Waiter<'a> {
         Waiter {
-            cfg,
+            ask,
             start: now,
-            deadline: match cfg.patience {
+            deadline: match ask.patience {
                 Patience::For(d) => Some(now + d),
                 _ => None,
             },
@@ -123,7 +123,7 @@ impl<'a> Waiter<'a> {
 
     /// Whether an attempt asks to listen for release messages in the same round trip.
     pub fn listens(&self) -> bool {
-        self.cfg.patience != Patience::NoWait
+        self.ask.patience != Patience::NoWait
     }
 
     /// Whether the driver's subscription is still wanted (dropped after lost contact).
@@ -183,7 +183,7 @@ impl<'a> Waiter<'a> {
             Exit::Interrupted(signal as i32),
             format!(
                 "{signal} while waiting for lock {}: nothing was run and nothing is held",
-                self.cfg.name
+                self.ask.name
             ),
         )
     }
@@ -197,7 +197,7 @@ impl<'a> Waiter<'a> {
     ) -> Next {
         self.queued = facts.queued;
         self.round_trip = now.saturating_sub(self.sent);
-        let (name, timings) = (&self.cfg.name, self.cfg.timings);
+        let (name, timings) = (&self.ask.name, self.ask.timings);
         match attempt {
             Ok(Attempt::Acquired { fence }) => {
                 let left = timings.valid_until(self.sent).saturating_sub(now);
@@ -229,7 +229,7 @@ impl<'a> Waiter<'a> {
                  plain SET NX protocol, counts as 1), and --shared only goes with --holders 1; \
                  nothing was run",
                 theirs.options(),
-                self.cfg.spec().mode.options(),
+                self.ask.mode.options(),
             ))),
             Err(error) => self.failed(now, error),
         }
@@ -303,9 +303,9 @@ impl<'a> Waiter<'a> {
         self.answered = true;
         self.retries = 0;
         self.last_error = None;
-        if self.cfg.patience == Patience::NoWait {
+        if self.ask.patience == Patience::NoWait {
             let message =
-                crate::text::message!("lock {} is {busy}; not waiting (--no-wait)", self.cfg.name);
+                crate::text::message!("lock {} is {busy}; not waiting (--no-wait)", self.ask.name);
             return Next::Fail(Failure::new(Exit::Conflict, message).quiet());
         }
         self.last_busy = Some(busy.clone());
@@ -335,7 +335,7 @@ impl<'a> Waiter<'a> {
                     tracing::info!(
                         "lock {} is held with no expiry (set by another tool?); checking again \
                          with back-off",
-                        self.cfg.name
+                        self.ask.name
                     );
                 }
                 self.no_expiry_retries += 1;
@@ -352,12 +352,12 @@ impl<'a> Waiter<'a> {
             event = "waiting",
             holder_fence = busy.holder.fence,
             "lock {} is {busy}; sleeping up to {}",
-            self.cfg.name,
+            self.ask.name,
             show(nap)
         );
         self.unit_status = Some(format!(
             "waiting for lock {} ({})",
-            self.cfg.name,
+            self.ask.name,
             holder_words(busy)
         ));
         self.sleep(now, nap)
@@ -369,7 +369,7 @@ impl<'a> Waiter<'a> {
             // Sent but unanswered: the server may have granted it all the same.
             self.maybe_held = true;
         }
-        if !self.answered || !error.is_transient() || self.cfg.patience == Patience::NoWait {
+        if !self.answered || !error.is_transient() || self.ask.patience == Patience::NoWait {
             // With nothing to give back, the line says so, and the give-back is skipped: it
             // would only fail again, for the same reason, and talk of what was never held.
             let taken = match self.must_give_back() {
@@ -382,7 +382,7 @@ impl<'a> Waiter<'a> {
         }
         tracing::info!(
             "lost contact while waiting for lock {}: {error}; retrying",
-            self.cfg.name
+            self.ask.name
         );
         self.listening = false;
         self.last_error = Some(error);
@@ -399,8 +399,8 @@ impl<'a> Waiter<'a> {
     }
 
     fn gave_up(&mut self) -> Failure {
-        let name = &self.cfg.name;
-        let waited = match self.cfg.patience {
+        let name = &self.ask.name;
+        let waited = match self.ask.patience {
             Patience::For(d) => show(d),
             _ => "the wait".into(),
         };
@@ -413,7 +413,7 @@ impl<'a> Waiter<'a> {
                 format!(
                     "gave up waiting for lock {name} after {waited}: it is {busy}; raise --wait, \
                      or see `{}`",
-                    self.cfg.status_command
+                    self.ask.status_command
                 ),
             ),
             (None, None) => Failure::new(
@@ -465,7 +465,7 @@ mod tests {
     #[test]
     fn settling_down_to_wait_names_the_holder_for_the_unit_status_once() {
         let cfg = crate::session::fake::config(Patience::Forever);
-        let mut waiter = Waiter::new(&cfg, Duration::ZERO);
+        let mut waiter = Waiter::new(cfg.wait(), Duration::ZERO);
         waiter.sending(Duration::ZERO);
         let holder = crate::backend::Holder {
             host: Some("web-3".into()),

@@ -123,7 +123,7 @@ impl Watcher {
                 session: AtomicI32::new(session),
                 pre_exec: AtomicI32::new(0),
                 killed_before_exec: AtomicBool::new(false),
-                start_by_ns: AtomicU64::new(crate::clock::boot_ns_at(start_by)),
+                start_by_ns: AtomicU64::new(crate::plumbing::clock::boot_ns_at(start_by)),
                 read_fd: read.as_raw_fd(),
                 write_fd: write.as_raw_fd(),
                 keep_descriptors,
@@ -168,7 +168,7 @@ impl Watcher {
         let reaped = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG | libc::__WALL) }
             == self.pid;
         if !reaped {
-            let ns = crate::clock::boot_ns_at(start_by);
+            let ns = crate::plumbing::clock::boot_ns_at(start_by);
             self.shared.start_by_ns.store(ns, Ordering::SeqCst);
             let write = self.write.as_ref().map_or(-1, AsRawFd::as_raw_fd);
             // SAFETY: one byte from the stack to our own pipe; a pipe with room never blocks.
@@ -341,7 +341,7 @@ unsafe fn watch(shared: &Shared) {
         let start_by = shared.start_by_ns.load(Ordering::SeqCst);
         let mut timeout = -1;
         if start_by > 0 && !guarded {
-            let now = crate::clock::boot_ns();
+            let now = crate::plumbing::clock::boot_ns();
             if now >= start_by {
                 let pid = shared.pre_exec.load(Ordering::SeqCst);
                 if pid > 0 {

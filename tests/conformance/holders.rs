@@ -1,10 +1,12 @@
 //! `--holders N`: two of three runs hold at once, each with a fence of its own and
 //! `LOCKED_RUN_HOLDERS`; the third is 75 with `-n` and otherwise waits, and starts when one of
 //! the two ends, with a larger fence; a run with another N is refused (2, one line naming
-//! both). A backend that cannot keep it refuses the option.
+//! both), a run without `--holders` (N = 1) too, even one that would wait, and a lone
+//! holder's lock refuses runs with `--holders 2`. A backend that cannot keep it refuses the
+//! option.
 
 use super::backends::Backend;
-use super::store::{gated, go, logged, refused, started};
+use super::store::{gated, go, logged, one_line, refused, started};
 use crate::support::*;
 
 pub fn check(backend: &dyn Backend) {
@@ -45,6 +47,15 @@ pub fn check(backend: &dyn Backend) {
         "names both: {line}"
     );
     assert_eq!(env.stderr.lines().count(), 1, "{}", env.stderr);
+    // A run without --holders is N = 1: refused too, at once, though it would wait.
+    let plain = store.lr().args(["-w", "5s"]).job(["true"]).run();
+    assert_eq!(plain.code(), Some(2), "N = 1 is refused: {plain:?}");
+    let line = one_line(&plain.stderr);
+    assert!(
+        line.contains("held by runs with --holders 2")
+            && line.contains("this run asks for --holders 1"),
+        "names both: {line}"
+    );
 
     let c = gated(&store, d, "c", &two);
     store.wait_for_waiters(1);
@@ -66,4 +77,20 @@ pub fn check(backend: &dyn Backend) {
     go(d, "c");
     c.wait().expect(0);
     assert_eq!(store.status()["held"], false);
+
+    // And the other way round: a lone holder (N = 1) refuses runs with --holders 2.
+    let one = store.holder(&[]);
+    let out = store
+        .lr()
+        .args(two)
+        .args(["-n"])
+        .job(["true"])
+        .run()
+        .expect(2);
+    assert!(
+        one_line(&out.stderr).contains("held by runs with --holders 1"),
+        "{}",
+        out.stderr
+    );
+    one.finish().expect(0);
 }

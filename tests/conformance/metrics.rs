@@ -74,6 +74,7 @@ pub fn check(backend: &dyn Backend) {
         Some(ran_at),
         "a skip leaves the last held run's gauges as they were"
     );
+    assert_eq!(gauge(&after_skip, "locked_run_last_exit_status"), Some(3.0));
     assert!(gauge(&after_skip, "locked_run_last_attempt_timestamp_seconds").unwrap() >= ran_at);
     holder.finish().expect(0);
 
@@ -84,6 +85,11 @@ pub fn check(backend: &dyn Backend) {
         .expect(69);
     let after_failure = samples(metrics.path());
     assert_eq!(runs(&after_failure, "unreachable"), 1.0);
+    assert_eq!(
+        gauge(&after_failure, "locked_run_last_exit_status"),
+        Some(3.0),
+        "an unreachable store leaves the last held run's gauges as they were"
+    );
 
     store
         .lr()

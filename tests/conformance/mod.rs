@@ -178,3 +178,9 @@ mod etcd {
 mod postgres {
     every_promise!(backends::OnePostgres);
 }
+
+/// The fake backend: `cargo test --features fake-backend --test integration conformance::fake`.
+#[cfg(feature = "fake-backend")]
+mod fake {
+    every_promise!(backends::Fake);
+}

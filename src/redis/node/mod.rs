@@ -73,7 +73,7 @@ impl Node {
         tls: Option<&tokio_rustls::TlsConnector>,
     ) -> Result<Node, String> {
         let target = super::url::parse(url, default_password, tls)?;
-        let password_from = match (&target.password, super::url::url_has_password(url)) {
+        let password_from = match (&target.password, target.password_in_url) {
             (None, _) => None,
             (Some(_), true) => Some(PasswordFrom::Url),
             // The library's default; the command line says which of its sources it used.

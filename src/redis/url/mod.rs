@@ -1,6 +1,6 @@
 //! Redis URLs: what each scheme names (one server, the sentinels of a primary, the seeds of a
-//! Cluster), every part checked before anything connects, and the URL as it may be printed:
-//! without its password.
+//! Cluster), parsed once and every part checked before anything connects; every message shows
+//! the URL as `endpoints::printable` does, without its password.
 //!
 //! - `redis://[user[:password]@]host[:port][/db]`, `rediss://...` (TLS);
 //! - `redis+unix:///path[?db=N&user=U&pass=P]`;
@@ -19,8 +19,8 @@ use percent_encoding::percent_decode_str;
 use super::cluster::Cluster;
 use super::resp::Addr;
 use super::sentinel::Sentinel;
-use crate::endpoints::TlsOptions;
-use refusals::{bad_port, bad_url, port_out_of_range, shown};
+use crate::endpoints::{TlsOptions, printable};
+use refusals::{bad_port, bad_url, port_out_of_range};
 
 /// What a URL names: where the server is found, as whom, in which database.
 pub struct Target {
@@ -28,6 +28,8 @@ pub struct Target {
     pub address: String,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// The password is the URL's own (not the default one given for URLs that carry none).
+    pub password_in_url: bool,
     pub db: i64,
     pub topology: Topology,
 }
@@ -80,10 +82,10 @@ pub fn parse(
     }
     let parsed = ::url::Url::parse(url).map_err(|e| match e {
         ::url::ParseError::InvalidPort => bad_port(url),
-        ::url::ParseError::EmptyHost => crate::text::message!("{} has no host", shown(url)),
+        ::url::ParseError::EmptyHost => crate::text::message!("{} has no host", printable(url)),
         _ => bad_url(url),
     })?;
-    let address = redact(&parsed);
+    let address = printable(url);
     let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
     let query = |names: &[&str]| {
         parsed
@@ -140,6 +142,7 @@ pub fn parse(
             )
         })?,
     };
+    let password_in_url = password.is_some();
     if password.is_none() {
         password = default_password.map(str::to_owned);
     }
@@ -151,6 +154,7 @@ pub fn parse(
         address,
         user,
         password,
+        password_in_url,
         db,
         topology: Topology::Direct { addr, tls },
     })
@@ -229,12 +233,12 @@ fn parse_multi(
         if is_cluster {
             crate::text::message!(
                 "{} is not a cluster URL: use redis{s}+cluster://[user[:password]@]host[:port][,host[:port]...]",
-                redact_multi(url)
+                printable(url)
             )
         } else {
             crate::text::message!(
                 "{} is not a sentinel URL: use redis{s}+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]",
-                redact_multi(url)
+                printable(url)
             )
         }
     };
@@ -243,14 +247,14 @@ fn parse_multi(
     if path.unwrap_or(hosts_part).contains(['?', '#']) {
         return Err(format!(
             "{}: sentinel and cluster URLs take no ?parameters",
-            redact_multi(url)
+            printable(url)
         ));
     }
     let path = if is_cluster {
         if path.is_some_and(|p| !p.is_empty()) {
             return Err(format!(
                 "{}: a Redis Cluster has only database 0",
-                redact_multi(url)
+                printable(url)
             ));
         }
         "cluster"
@@ -268,7 +272,7 @@ fn parse_multi(
     let mut hosts = Vec::new();
     for host in hosts_part.split(',') {
         if host.is_empty() {
-            return Err(format!("{}: an empty host in the list", redact_multi(url)));
+            return Err(format!("{}: an empty host in the list", printable(url)));
         }
         let (name, port) = match host.rsplit_once(':') {
             Some((name, port))
@@ -280,14 +284,14 @@ fn parse_multi(
                     _ if number => {
                         return Err(format!(
                             "{}: port {port} is out of range: use 1 to 65535",
-                            redact_multi(url)
+                            printable(url)
                         ));
                     }
                     _ if !port.is_empty() && !port.contains(']') => {
                         return Err(format!(
                             "{}: port {port:?} is not a number: write the port in digits, 1 to \
                              65535",
-                            redact_multi(url)
+                            printable(url)
                         ));
                     }
                     _ => return Err(usage()),
@@ -296,7 +300,7 @@ fn parse_multi(
             _ => (host, if is_cluster { 6379 } else { 26379 }),
         };
         if name.is_empty() || name == "[]" {
-            return Err(format!("{}: an empty host in the list", redact_multi(url)));
+            return Err(format!("{}: an empty host in the list", printable(url)));
         }
         hosts.push((
             name.trim_start_matches('[')
@@ -316,7 +320,7 @@ fn parse_multi(
         Some(db) => database(db).ok_or_else(|| {
             crate::text::message!(
                 "{} names database {db:?}: a database is a number, 0 or more",
-                redact_multi(url)
+                printable(url)
             )
         })?,
     };
@@ -326,6 +330,7 @@ fn parse_multi(
     if hosts.is_empty() {
         return Err(usage());
     }
+    let password_in_url = password.is_some();
     if password.is_none() {
         password = default_password.map(str::to_owned);
     }
@@ -339,9 +344,10 @@ fn parse_multi(
         Topology::Sentinel(Sentinel::new(hosts, master).with_tls(tls))
     };
     Ok(Target {
-        address: redact_multi(url),
+        address: printable(url),
         user,
         password,
+        password_in_url,
         db,
         topology,
     })
@@ -373,23 +379,6 @@ fn known_parameters(parsed: &::url::Url, address: &str, known: &[&str]) -> Resul
     }
 }
 
-/// A sentinel or cluster URL (several hosts) without its password.
-fn redact_multi(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (auth, hosts, path) = split_multi(rest);
-    let hosts = match auth {
-        Some(auth) => match auth.split_once(':') {
-            Some((user, _)) if !user.is_empty() => format!("{user}@{hosts}"),
-            None if !auth.is_empty() => format!("{auth}@{hosts}"),
-            _ => hosts.to_owned(),
-        },
-        None => hosts.to_owned(),
-    };
-    format!("{scheme}://{hosts}/{}", path.unwrap_or_default())
-}
-
 /// Splits what follows `scheme://` in a sentinel or cluster URL into the user part, the hosts
 /// and the path. The user part ends at the last `@`: a password may hold a `/` (a URL should
 /// percent-encode it, but secrets get pasted as they are), and it must never be taken for the
@@ -403,42 +392,6 @@ fn split_multi(rest: &str) -> (Option<&str>, &str, Option<&str>) {
         Some((hosts, path)) => (auth, hosts, Some(path)),
         None => (auth, after, None),
     }
-}
-
-/// Whether `url` carries a password (in its user part or a `pass`/`password` parameter).
-pub fn url_has_password(url: &str) -> bool {
-    if let Some(rest) = url
-        .split_once("://")
-        .map(|(_, rest)| rest)
-        .filter(|_| multi_scheme(url).is_some())
-    {
-        let (auth, _, _) = split_multi(rest);
-        return auth.is_some_and(|auth| auth.split_once(':').is_some_and(|(_, p)| !p.is_empty()));
-    }
-    ::url::Url::parse(url).is_ok_and(|u| {
-        u.password().is_some() || u.query_pairs().any(|(k, _)| k == "pass" || k == "password")
-    })
-}
-
-/// The URL with any password removed, so it can be printed.
-pub fn redact(url: &::url::Url) -> String {
-    let mut url = url.clone();
-    if url.password().is_some() {
-        let _ = url.set_password(None);
-    }
-    if url.query().is_some() {
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .filter(|(k, _)| k != "pass" && k != "password")
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        if pairs.is_empty() {
-            url.set_query(None);
-        } else {
-            url.query_pairs_mut().clear().extend_pairs(pairs);
-        }
-    }
-    url.to_string()
 }
 
 mod refusals;

@@ -7,11 +7,15 @@
 use crate::support::hostile::Hostile;
 
 mod etcd;
+#[cfg(feature = "fake-backend")]
+mod fake;
 mod file;
 mod postgres;
 mod redis;
 
 pub use etcd::OneEtcd;
+#[cfg(feature = "fake-backend")]
+pub use fake::Fake;
 pub use file::File;
 pub use postgres::OnePostgres;
 pub use redis::{OneRedis, RedisCluster, Redlock, Sentinel};

@@ -5,16 +5,20 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::backend::Opening;
 use crate::backend::View;
 use crate::backend::{Ended, Run};
 use crate::cli::{Cli, Command, ConnArgs};
-use crate::config::RunConfig;
-use crate::exit::{Codes, Exit, Failure};
 use crate::name::LockName;
-use crate::open::{Opening, look, open, runtime};
-use crate::ping::Pinger;
+use crate::observe::metrics;
+use crate::observe::ping::Pinger;
+use crate::open::{look, open, runtime};
+use crate::plumbing::exit::{Codes, Exit, Failure};
+use crate::plumbing::log;
+use crate::session::config::RunConfig;
+use crate::subcommands::{doctor, history, release, status};
 use crate::text::show;
-use crate::{child, cli, doctor, history, log, metrics, release, session, status};
+use crate::{child, cli, session};
 
 /// How a `locked-run` invocation ended, before it is turned into a process exit.
 pub struct Outcome {
@@ -58,9 +62,9 @@ pub fn execute(cli: Cli) -> Outcome {
             )
         }
         Command::Doctor(args) => {
-            log::init(&args.log);
+            log::init(&args.log.logging());
             Outcome {
-                result: doctor::doctor(&args),
+                result: doctor::doctor(&args.conn.endpoints(), &args.name, args.json),
                 codes: Codes::default(),
                 verbose: args.log.verbose > 0,
             }
@@ -76,7 +80,7 @@ fn inspecting(
     what: &str,
     act: impl AsyncFnOnce(&dyn View, &LockName) -> Result<Exit, Failure>,
 ) -> Outcome {
-    log::init(log);
+    log::init(&log.logging());
     let endpoints = conn.endpoints();
     let result = LockName::new(name)
         .map_err(Failure::usage)
@@ -92,7 +96,7 @@ fn inspecting(
 }
 
 fn run_command(args: cli::RunArgs, explicit: bool) -> Outcome {
-    log::init(&args.log);
+    log::init(&args.log.logging());
     let verbose = args.log.verbose > 0;
     let codes = args.codes();
     let result = args.config(explicit).and_then(|cfg| {

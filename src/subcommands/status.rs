@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::backend::{Expiry, Holder, KEPT, Report, Run, Slot, Tenure, View};
-use crate::exit::{Exit, Failure};
 use crate::name::LockName;
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::{out, printable, show};
 
 /// Prints the lock's state on stdout and returns the status to exit with: 0 held, 1 free.
@@ -18,7 +18,10 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
     // (the ACL) leaves the line out, not the status.
     let runs = history_for(backend, &report).await.map(|history| {
         if history.skipped > 0 {
-            tracing::info!("{}", crate::history::skipped_line(name, history.skipped));
+            tracing::info!(
+                "{}",
+                crate::subcommands::history::skipped_line(name, history.skipped)
+            );
         }
         history.runs
     });
@@ -111,7 +114,7 @@ pub async fn status(backend: &dyn View, name: &LockName, as_json: bool) -> Resul
     }
     if !as_json {
         match &last {
-            Ok(Some(run)) => out!("  last run: {}", crate::history::line(run)),
+            Ok(Some(run)) => out!("  last run: {}", crate::subcommands::history::line(run)),
             Ok(None) if report.held.is_none() && report.fence.is_none() => {
                 out!("  never taken (no run in its history: is the NAME right?)")
             }
@@ -210,15 +213,6 @@ fn holder_json(h: &Holder) -> Value {
     })
 }
 
-/// "last fence N", or "no fence issued yet" for a lock never taken (or taken only by a program
-/// that keeps no counter): "last fence none issued yet" read as a riddle.
-pub fn last_fence(fence: Option<u64>) -> String {
-    fence.map_or_else(
-        || "no fence issued yet".to_owned(),
-        |f| format!("last fence {f}"),
-    )
-}
-
 /// The lock's state in one line; `kept[i]`: holder i's run is over, and only its `--min-hold`
 /// keeps the lock (see [`kept`]).
 pub fn to_text(name: &str, report: &Report, kept: &[bool]) -> String {
@@ -226,7 +220,7 @@ pub fn to_text(name: &str, report: &Report, kept: &[bool]) -> String {
         (None, Some(revision)) => {
             format!("no last fence kept; the next is above revision {revision}")
         }
-        (fence, _) => last_fence(fence),
+        (fence, _) => crate::backend::last_fence(fence),
     };
     let left = |expiry: Expiry| match expiry {
         Expiry::In(d) | Expiry::Queued { retry_in: d, .. } => format!("{} left", show(d)),

@@ -7,21 +7,22 @@ mod cron_path;
 
 use serde_json::json;
 
+use crate::backend::Opening;
 use crate::backend::{Check, Level};
-use crate::cli::DoctorArgs;
-use crate::exit::{Exit, Failure};
+use crate::endpoints::Endpoints;
 use crate::name::LockName;
-use crate::open::{Opening, look, runtime};
+use crate::open::{look, runtime};
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::out;
 
-/// Runs the checks and prints them; exit 1 when any FAILed.
-pub fn doctor(args: &DoctorArgs) -> Result<Exit, Failure> {
-    let name = LockName::new(&args.name).map_err(Failure::usage)?;
-    let endpoints = args.conn.endpoints();
-    let view = look(&endpoints, &name, &Opening::to_look(&endpoints, "doctor"))?;
+/// Runs the checks of what `endpoints` name, for lock `name`, and prints them (`json`: as one
+/// object); exit 1 when any FAILed.
+pub fn doctor(endpoints: &Endpoints, name: &str, json: bool) -> Result<Exit, Failure> {
+    let name = LockName::new(name).map_err(Failure::usage)?;
+    let view = look(endpoints, &name, &Opening::to_look(endpoints, "doctor"))?;
     let mut checks = runtime()?.block_on(view.checks());
     checks.push(cron_path::check());
-    Ok(report(&checks, args.json))
+    Ok(report(&checks, json))
 }
 
 /// Prints the checks; exit 1 when any FAILed.

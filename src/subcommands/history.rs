@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::backend::{Ended, History, Run, View, rfc3339};
-use crate::exit::{Exit, Failure};
 use crate::name::LockName;
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::{out, printable, show};
 
 /// Prints the last `limit` runs of NAME; says on stderr how many records it skipped.

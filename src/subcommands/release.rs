@@ -3,9 +3,9 @@
 //! shows the holder. Exit 0 when something was released, 1 when the lock was free.
 
 use crate::backend::{Freed, Holder, Tenure, View};
-use crate::exit::{Exit, Failure};
 use crate::file;
 use crate::name::LockName;
+use crate::plumbing::exit::{Exit, Failure};
 use crate::text::say;
 
 /// Shows the holder and refuses (2) without `force`; with it, frees the lock. `token`: of
@@ -24,14 +24,14 @@ pub async fn release(
         };
         // The first holder whose run goes on; none: only --min-hold keeps the lock.
         let tenure = backend.tenure();
-        let runs = crate::status::history_for(backend, &report)
+        let runs = crate::subcommands::status::history_for(backend, &report)
             .await
             .map(|history| history.runs)
             .unwrap_or_default();
         let live = match report
             .holders
             .iter()
-            .find(|slot| !crate::status::kept(tenure, slot, &runs))
+            .find(|slot| !crate::subcommands::status::kept(tenure, slot, &runs))
         {
             Some(slot) => Some(slot.busy.clone()),
             None if report.holders.is_empty() => Some(busy.clone()),
@@ -60,7 +60,7 @@ pub async fn release(
 }
 
 fn said(name: &LockName, holders: &[Holder], fence: Option<u64>) -> Exit {
-    let fence = crate::status::last_fence(fence);
+    let fence = crate::backend::last_fence(fence);
     match holders {
         [holder] => {
             say(format_args!(

@@ -7,9 +7,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::backend::{LockSpec, Mode};
-use crate::exit::Codes;
 use crate::lease::Timings;
 use crate::name::LockName;
+use crate::plumbing::exit::Codes;
 
 /// Everything a run needs besides the backend.
 #[derive(Clone, Debug)]
@@ -40,7 +40,31 @@ pub struct RunConfig {
     pub ping: Option<String>,
 }
 
+/// What a wait for the lock reads: the lock, its timings, how long to wait and in which mode.
+/// A run of the command line gives it ([`RunConfig::wait`]), and so does the library's guard,
+/// which has no command.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait<'a> {
+    pub name: &'a LockName,
+    pub timings: Timings,
+    pub patience: Patience,
+    pub mode: Mode,
+    /// `locked-run status ...` for this lock, as the user can paste it into a shell.
+    pub status_command: &'a str,
+}
+
 impl RunConfig {
+    /// What the wait for this run's lock reads.
+    pub fn wait(&self) -> Wait<'_> {
+        Wait {
+            name: &self.name,
+            timings: self.timings,
+            patience: self.patience,
+            mode: self.spec().mode,
+            status_command: &self.status_command,
+        }
+    }
+
     /// The lock this run asks a backend for.
     pub fn spec(&self) -> LockSpec {
         LockSpec {

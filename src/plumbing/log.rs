@@ -16,11 +16,13 @@ use serde_json::{Map, Value, json};
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::{Event, Level, Metadata, Subscriber, span};
+#[cfg(feature = "cli")]
 use tracing_subscriber::EnvFilter;
+#[cfg(feature = "cli")]
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+#[cfg(feature = "cli")]
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::cli::{LogArgs, LogFormat};
 use crate::text::line_form;
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
@@ -30,9 +32,27 @@ static LOCK: OnceLock<String> = OnceLock::new();
 /// Log lines not written because stderr was full or the queue to it was (see `write_line`).
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-/// Installs the stderr logger for the process.
-pub fn init(args: &LogArgs) {
-    let format = args.log_format;
+/// How log lines are written: as text, or as one JSON object each (for log shippers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// What the log is asked for: `-v` (a count), `-q`, `--log-format`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Logging {
+    pub verbose: u8,
+    pub quiet: bool,
+    pub format: LogFormat,
+}
+
+/// Installs the stderr logger for the process (the binary's: a library leaves that to its
+/// program).
+#[cfg(feature = "cli")]
+pub fn init(args: &Logging) {
+    let format = args.format;
     let _ = FORMAT.set(format);
     QUIET.store(args.quiet, Ordering::Relaxed);
     let level = match (args.quiet, args.verbose, format) {
@@ -116,8 +136,10 @@ impl Subscriber for Leveled {
 }
 
 /// The same printing, as a layer under `LOCKED_RUN_LOG`'s filter.
+#[cfg(feature = "cli")]
 struct Lines;
 
+#[cfg(feature = "cli")]
 impl<S: Subscriber> Layer<S> for Lines {
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         print(event);
