@@ -17,6 +17,7 @@ use tokio_rustls::TlsConnector;
 use super::grpc::call::unary;
 use super::grpc::conn::{self, Conn};
 use super::grpc::frame::{decode, encode};
+use super::grpc::stream::Duplex;
 use super::grpc::{FAILED_PRECONDITION, Failed, INVALID_ARGUMENT, Status, UNAUTHENTICATED};
 use super::proto::etcdserverpb::{AuthenticateRequest, AuthenticateResponse};
 use super::url::{Endpoint, EtcdUrl};
@@ -39,6 +40,13 @@ struct Shared {
     authenticated: bool,
 }
 
+/// The open keep-alive stream, which `keepalive.rs` speaks on.
+pub struct KeepAlive {
+    pub(super) duplex: Duplex,
+    /// Keep-alives sent on it and not answered yet.
+    pub(super) unanswered: usize,
+}
+
 /// One etcd cluster, as the URL names it.
 pub struct Client {
     url: EtcdUrl,
@@ -49,7 +57,7 @@ pub struct Client {
     /// being opened rather than open one each.
     connecting: tokio::sync::Mutex<()>,
     /// The lease's keep-alive stream (see `keepalive.rs`).
-    pub(super) keepalive: tokio::sync::Mutex<Option<super::keepalive::KeepAlive>>,
+    pub(super) keepalive: tokio::sync::Mutex<Option<KeepAlive>>,
 }
 
 impl Client {

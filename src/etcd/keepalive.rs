@@ -8,7 +8,7 @@
 
 use tokio::time::{Instant, timeout_at};
 
-use super::client::Client;
+use super::client::{Client, KeepAlive};
 use super::grpc::Failed;
 use super::grpc::conn::Conn;
 use super::grpc::frame::decode;
@@ -17,13 +17,6 @@ use super::proto::etcdserverpb::{LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use crate::backend::BackendError;
 
 const PATH: &str = "/etcdserverpb.Lease/LeaseKeepAlive";
-
-/// The open keep-alive stream.
-pub struct KeepAlive {
-    duplex: Duplex,
-    /// Keep-alives sent on it and not answered yet.
-    unanswered: usize,
-}
 
 impl Client {
     /// Keeps each of `leases` alive, by `deadline`: the TTL etcd answered for each, in the
