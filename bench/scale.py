@@ -189,6 +189,8 @@ def holds(tools, name, how):
         out = subprocess.run(["redis-cli", "-p", str(tools.servers.redis_port), "EXISTS", f"lock:{{{name}}}"],
                              capture_output=True, text=True).stdout.strip()
         return out == "1"
+    if how == "etcd":
+        return queued(tools, name, how, 0)
     # flock and file://: a granted (not blocked) flock on the lock file.
     held = [inode for inode, waits in proc_locks() if not waits]
     lock = tools.scratch / (f"{name}.flock" if how == "flock" else f"locks/{name}.lock")
