@@ -219,8 +219,7 @@ fn etcds_history_is_cut_to_the_newest_hundred_once_twice_as_long() {
         assert_eq!(out.code(), Some(0), "{out:?}");
     };
     let records = || etcd.keys("locked-run/history/job/");
-    // The keys of one transaction share its revision: the hundredth newest falls on the
-    // first key of a batch, so that the newest hundred are a whole number of revisions.
+    // Batches of 101 and 49 keys, each one transaction (one revision), then the run.
     older(0, 101);
     older(101, 150);
     lr().url(&url).job(["true"]).run().expect(0);

@@ -4,7 +4,7 @@
 //! that also deletes the run's key while it is still ours (see `Backend::release`); a
 //! `--min-hold` release writes it once the key was moved. Trimmed to the newest runs there,
 //! as `file://` trims its history: once it is twice as long (a record and a count in one
-//! transaction at every run, the trim's reads and deletes once in a hundred runs); never a
+//! transaction at every run, the trim's read and delete once in a hundred runs); never a
 //! reason for a release to fail. Newest is by the store's own order, the keys' create
 //! revisions: the time in a key's name only keeps names apart.
 
@@ -88,23 +88,13 @@ impl EtcdLock {
         }
         // The newest KEPT in the store's order stay; what is older goes, in one transaction
         // of at most 128 deletes (etcd's default limit of operations in one), any rest at the
-        // next run.
-        let kept: RangeResponse = self
+        // next run: one read of the newest KEPT + 128 keys says both.
+        let line: RangeResponse = self
             .client
-            .must(wire::RANGE, &newest(&prefix, KEPT, true, 0), deadline)
+            .must(wire::RANGE, &newest(&prefix, KEPT + 128, true, 0), deadline)
             .await?;
-        let Some(oldest_kept) = kvs(Some(&kept)).get(KEPT - 1).map(|kv| kv.create_revision) else {
-            return Ok(());
-        };
-        let older: RangeResponse = self
-            .client
-            .must(
-                wire::RANGE,
-                &newest(&prefix, 128, true, oldest_kept - 1),
-                deadline,
-            )
-            .await?;
-        let drop: Vec<_> = kvs(Some(&older)).iter().map(|kv| delete(&kv.key)).collect();
+        let keys = kvs(Some(&line));
+        let drop: Vec<_> = keys.iter().skip(KEPT).map(|kv| delete(&kv.key)).collect();
         if !drop.is_empty() {
             self.client
                 .must::<_, TxnResponse>(wire::TXN, &txn(Vec::new(), drop, Vec::new()), deadline)
