@@ -286,16 +286,17 @@ impl Backend for EtcdLock {
         Ok(still)
     }
 
-    /// Revokes the holding lease, which deletes the key in the same step. `Ok(false)` when
-    /// the lease was gone already. With `keep_for` (`--min-hold`), the key is first moved to
-    /// a lease of its own that lasts that long (whole seconds, at least etcd's minimum): it
-    /// keeps its create revision, so it holds the lock until that lease ends, and its waiters
-    /// wake then. `run` goes in the history: a history that cannot be written is a warning,
-    /// never a failed release. Without `keep_for`, its record is sent with the revoke, in a
-    /// transaction that also deletes our key (if still ours): etcd commits the two together
-    /// as a rule (one fsync), and neither waits for the other, so the history adds no round
-    /// trip to the release nor to the run's end. The revoke alone says whether the release
-    /// went through.
+    /// Deletes our key (if still ours) in one transaction with the run's history record, the
+    /// way `etcdctl lock`'s release is one delete: the leases, holding nothing then, are left
+    /// to lapse by themselves (a waiter's queue lease is, too), so a handoff costs etcd this
+    /// transaction and the next holder's grant. `Ok(false)` when the key was no longer ours:
+    /// the leases are revoked then (a `release --force` may have left the lease), as they are
+    /// when the transaction went unanswered (the key may still be there) or without a record
+    /// to send. With `keep_for` (`--min-hold`), the key is first moved to a lease of its own
+    /// that lasts that long (whole seconds, at least etcd's minimum): it keeps its create
+    /// revision, so it holds the lock until that lease ends, and its waiters wake then; the
+    /// record goes on its own. A history that cannot be written is a warning, never a failed
+    /// release.
     async fn release(
         &self,
         keep_for: Option<Duration>,
@@ -309,16 +310,24 @@ impl Backend for EtcdLock {
         let place = self.st().place.clone();
         let (released, remembered) = match (keep_for, run, place) {
             (None, Some(run), Some(place)) => {
-                tokio::join!(
-                    self.let_go(None, deadline),
-                    self.remember(run, Some((&place.key, place.created)), by)
-                )
+                let by = by.max(deadline);
+                match self
+                    .remember(run, Some((&place.key, place.created)), by)
+                    .await
+                {
+                    Ok(true) => {
+                        self.forget();
+                        (Ok(true), Ok(true))
+                    }
+                    Ok(false) => (self.let_go(None, deadline).await, Ok(false)),
+                    Err(e) => (self.let_go(None, deadline).await, Err(e)),
+                }
             }
             _ => {
                 let released = self.let_go(keep_for, deadline).await;
                 let remembered = match run {
                     Some(run) => self.remember(run, None, by).await,
-                    None => Ok(()),
+                    None => Ok(false),
                 };
                 (released, remembered)
             }
