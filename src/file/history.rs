@@ -26,10 +26,11 @@ impl Paths {
 /// Appends `run`'s record, in one `write` (O_APPEND: holders that share the lock append whole
 /// lines beside each other), on a line of its own: after a file whose last byte is no newline
 /// (another writer's line cut short), a newline first, or the record would end that line and
-/// be read as part of it. With `alone` (the lock held exclusively), a history past twice what
-/// is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file renamed over
-/// it.
-pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError> {
+/// be read as part of it. With `may_trim` (no other run appends meanwhile: the lock held
+/// exclusively, or the flock on DIR that holders sharing it append under), a history past
+/// twice what is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file
+/// renamed over it.
+pub fn append(paths: &Paths, run: &Run, may_trim: bool) -> Result<(), BackendError> {
     let path = paths.history();
     let mut line = format!("{}\n", run.to_line());
     // Read too: `ends_a_line` reads the last byte (on a file opened only to append, the read
@@ -51,7 +52,7 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
     let long = file
         .metadata()
         .is_ok_and(|m| m.len() > TAIL.min(2 * KEPT as u64 * line.len() as u64));
-    if alone && long {
+    if may_trim && long {
         trim(paths).map_err(|e| refused(&path, "trim", &e))?;
     }
     Ok(())
