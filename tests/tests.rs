@@ -13,6 +13,7 @@ mod errors;
 mod etcd;
 mod etcd_doctor;
 mod etcd_hostile;
+mod etcd_late;
 mod etcd_modes;
 mod etcd_waiting;
 mod fair;
