@@ -76,6 +76,8 @@ pub struct Fake {
     tokens: Cell<u32>,
     pub lease: bool,
     pub queued: Cell<bool>,
+    /// What a give-back answers: whether it found something to give back.
+    pub gives_back: Cell<bool>,
 }
 
 impl Fake {
@@ -92,6 +94,7 @@ impl Fake {
             tokens: Cell::new(0),
             lease: true,
             queued: Cell::new(false),
+            gives_back: Cell::new(false),
         }
     }
 
@@ -209,7 +212,7 @@ impl Backend for Fake {
         });
         self.tokens.set(self.tokens.get() + 1);
         self.token.replace(format!("t{}", self.tokens.get()));
-        Ok(false)
+        Ok(self.gives_back.get())
     }
 
     fn key(&self) -> String {
