@@ -297,10 +297,11 @@ impl Backend for EtcdLock {
     /// transaction and the next holder's grant. They are revoked all the same (which deletes
     /// whatever is on them) when the transaction found the key no longer ours (a `release
     /// --force` may have left the lease), went unanswered (the key may still be there: the
-    /// revoke gets a deadline of its own, and the line says why the transaction failed), or
-    /// when a request of this run went unanswered before: that one, a take landing late, would
-    /// otherwise make a key on a lease nobody keeps nor revokes, and NAME stay held by a run
-    /// that has ended until the lease lapsed. Without a record to send, as before: revoked.
+    /// revoke gets a deadline of its own, half the release's, and the line says why the
+    /// transaction failed), or when a request of this run went unanswered before: that one, a
+    /// take landing late, would otherwise make a key on a lease nobody keeps nor revokes, and
+    /// NAME stay held by a run that has ended until the lease lapsed. Without a record to
+    /// send, as before: revoked.
     /// With `keep_for` (`--min-hold`), the key is first moved to a lease of its own that lasts
     /// that long (whole seconds, at least etcd's minimum): it keeps its create revision, so it
     /// holds the lock until that lease ends, and its waiters wake then; the record goes on its
@@ -320,7 +321,10 @@ impl Backend for EtcdLock {
             (None, Some(run), Some(place)) => {
                 let sent = self.remember(run, Some((&place.key, place.created)), by.max(deadline));
                 let remembered = sent.await;
-                let again = || self.let_go(None, Instant::now() + timeout);
+                // Half the release's time again, at most: enough for a new connection to a
+                // member that answers, and a dead one (whose lease lapses meanwhile anyway)
+                // holds the run's end up that much longer, not twice.
+                let again = || self.let_go(None, Instant::now() + timeout / 2);
                 match remembered {
                     Ok(true) if !self.client.unanswered() => {
                         self.forget();
