@@ -319,7 +319,9 @@ impl Backend for EtcdLock {
         let place = self.st().place.clone();
         let (released, remembered) = match (keep_for, run, place) {
             (None, Some(run), Some(place)) => {
-                let sent = self.remember(run, Some((&place.key, place.created)), by.max(deadline));
+                // The release's own time: after a lost lease the session gives it no longer
+                // than the lease may live on.
+                let sent = self.remember(run, Some((&place.key, place.created)), deadline);
                 let remembered = sent.await;
                 // Half the release's time again, at most: enough for a new connection to a
                 // member that answers, and a dead one (whose lease lapses meanwhile anyway)
