@@ -2,74 +2,20 @@
 //! value the run's record. Outside the lock's prefix (`NAME/`), where `etcdctl lock` would count
 //! a history key as a holder. A release sends the record in the transaction that deletes the
 //! run's key while it is still ours, the release itself (see `Backend::release`); a
-//! `--min-hold` release writes it once the key was moved. Kept to the newest twice [`KEPT`]
-//! keys (records, and whatever else users of the lock wrote there: the newest [`KEPT`] runs
-//! among them are what `history` shows) with no request of its own: the transaction that
-//! grants the lock also reads how many keys there are and the oldest few ([`Oldest`]), and
-//! the release deletes as many of those as its own record takes past twice [`KEPT`]. Runs
-//! that held together and deleted the same ones, or a grant whose read was lost, can leave
-//! more: a release that finds more than twice [`KEPT`] cuts them to the newest [`KEPT`] with
-//! a read and a delete of their own. Never a reason for a release to fail. Newest and oldest
-//! are by the store's own order, the keys' create revisions: the time in a key's name only
-//! keeps names apart.
+//! `--min-hold` release writes it once the key was moved. Trimmed to the newest runs there,
+//! as `file://` trims its history: once it is twice as long (a record and a count in one
+//! transaction at every run, the trim's read and delete once in a hundred runs); never a
+//! reason for a release to fail. Newest is by the store's own order, the keys' create
+//! revisions: the time in a key's name only keeps names apart.
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::EtcdLock;
 use super::proto::etcdserverpb::range_request::{SortOrder, SortTarget};
-use super::proto::etcdserverpb::{RangeRequest, RangeResponse, RequestOp, TxnResponse};
+use super::proto::etcdserverpb::{RangeRequest, RangeResponse, TxnResponse};
 use super::wire::{self, created_at, delete, kvs, prefix_end, put, read, txn, txn_range};
 use crate::backend::{BackendError, History, KEPT, Reader, Run, SCANNED};
-
-/// How many of the oldest records a grant reads, for its release to delete.
-const OLDEST: usize = 8;
-
-/// What a grant read of NAME's history: the number of records then, and the oldest
-/// [`OLDEST`] keys (as etcd has them: bytes, whatever a user of the lock wrote).
-#[derive(Clone, Debug, Default)]
-pub struct Oldest {
-    count: i64,
-    keys: Vec<Bytes>,
-}
-
-/// The read a grant's transaction adds for the history: how many records, and the oldest
-/// [`OLDEST`] keys (etcd counts every key of the range, whatever the limit).
-pub fn oldest_read(lock: &EtcdLock) -> RequestOp {
-    read(RangeRequest {
-        sort_target: SortTarget::Create as i32,
-        sort_order: SortOrder::Ascend as i32,
-        limit: OLDEST as i64,
-        keys_only: true,
-        ..all(&prefix(lock))
-    })
-}
-
-impl Oldest {
-    /// What the `i`th response of a grant's transaction read (see [`oldest_read`]).
-    pub fn of(reply: &TxnResponse, i: usize) -> Option<Oldest> {
-        let range = txn_range(reply, i)?;
-        Some(Oldest {
-            count: range.count,
-            keys: range.kvs.iter().map(|kv| kv.key.clone()).collect(),
-        })
-    }
-
-    /// The deletes that keep the newest twice [`KEPT`] once one more record is in: twice, as
-    /// what a user of the lock wrote that is no record is among them, and must push no run
-    /// out of the [`KEPT`] that `history` shows (its values are not read here).
-    fn deletes(&self, added: &str) -> Vec<RequestOp> {
-        let over = (self.count + 1 - 2 * KEPT as i64).max(0) as usize;
-        // Never the key being added (etcd refuses a put and a delete of one key in one
-        // transaction): only a user of the lock who wrote that name before could put it here.
-        self.keys
-            .iter()
-            .take(over)
-            .filter(|key| key.as_ref() != added.as_bytes())
-            .map(|key| wire::delete_bytes(key.clone()))
-            .collect()
-    }
-}
 
 /// Where every NAME's history lives.
 pub const ROOT: &str = "locked-run";
@@ -124,11 +70,7 @@ impl EtcdLock {
             count_only: true,
             ..all(&prefix)
         };
-        // The oldest the grant read, past the newest KEPT once this one is in; then the
-        // record, and the count of what is left (the last response).
-        let oldest = self.st().history.take();
-        let mut record: Vec<RequestOp> = oldest.iter().flat_map(|o| o.deletes(&key)).collect();
-        record.extend([put(&key, run.to_line().as_bytes(), 0), read(count)]);
+        let record = vec![put(&key, run.to_line().as_bytes(), 0), read(count)];
         let add = match releasing {
             Some((ours, created)) => {
                 let mut release = vec![delete(ours)];
@@ -139,8 +81,11 @@ impl EtcdLock {
         };
         let reply: TxnResponse = self.client.must(wire::TXN, &add, deadline).await?;
         let deleted = releasing.is_some() && reply.succeeded;
-        let last = reply.responses.len().saturating_sub(1);
-        let count = txn_range(&reply, last).map_or(0, |r| r.count);
+        let counted = match deleted {
+            true => 2,
+            false => 1,
+        };
+        let count = txn_range(&reply, counted).map_or(0, |r| r.count);
         if count > 2 * KEPT as i64 {
             if let Err(e) = self.trim(&prefix, deadline).await {
                 tracing::info!("could not trim lock {}'s history: {e}", self.name);

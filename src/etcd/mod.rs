@@ -146,9 +146,6 @@ struct State {
     watches: u64,
     /// The revision of the event that woke this waiter, until the next attempt reads the line.
     woken_at: i64,
-    /// What the grant read of NAME's history: how many records, and the oldest few keys,
-    /// which the release deletes beside its own record (see `history`).
-    history: Option<history::Oldest>,
 }
 
 impl EtcdLock {

@@ -16,7 +16,6 @@
 
 use tokio::time::Instant;
 
-use super::history::{Oldest, oldest_read};
 use super::line::{Standing, standing};
 use super::proto::etcdserverpb::TxnResponse;
 use super::watch::Predecessor;
@@ -98,7 +97,7 @@ impl EtcdLock {
         let key = self.key_of(hold.id);
         let take = wire::txn(
             vec![wire::empty(&self.prefix)],
-            vec![wire::put(&key, &self.value(), hold.id), oldest_read(self)],
+            vec![wire::put(&key, &self.value(), hold.id)],
             vec![wire::read(wire::range_first(&self.prefix)), wire::get(&key)],
         );
         let Some(reply) = self.txn(&take, deadline).await? else {
@@ -106,10 +105,7 @@ impl EtcdLock {
             return Ok(Round::Again);
         };
         let made = match reply.succeeded {
-            true => {
-                self.st().history = Oldest::of(&reply, 1);
-                Some(wire::revision(&reply))
-            }
+            true => Some(wire::revision(&reply)),
             // Our key was made by a take whose answer was lost: the lock is ours.
             false => kvs(txn_range(&reply, 1))
                 .first()
@@ -389,10 +385,7 @@ impl EtcdLock {
         }
         let grant = wire::txn(
             compare,
-            vec![
-                wire::put(&place.key, &self.value(), hold.id),
-                oldest_read(self),
-            ],
+            vec![wire::put(&place.key, &self.value(), hold.id)],
             failure,
         );
         let keep_hold = hold.kept < started;
@@ -437,7 +430,6 @@ impl EtcdLock {
                 st.place = Some(place.clone());
                 // The queue lease has no key now: it lapses by itself, off every path.
                 st.queue = None;
-                st.history = Oldest::of(&reply, 1);
             }
             return Ok(Round::Done(self.acquired(&place)));
         }

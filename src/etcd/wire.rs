@@ -153,14 +153,6 @@ pub fn delete(key: &str) -> RequestOp {
     }))
 }
 
-/// The delete of a key as etcd gave it (bytes that may be no UTF-8).
-pub fn delete_bytes(key: Bytes) -> RequestOp {
-    op(Request::RequestDeleteRange(DeleteRangeRequest {
-        key,
-        ..DeleteRangeRequest::default()
-    }))
-}
-
 pub fn read(range: RangeRequest) -> RequestOp {
     op(Request::RequestRange(range))
 }
