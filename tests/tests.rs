@@ -15,6 +15,7 @@ mod etcd_doctor;
 mod etcd_hostile;
 mod etcd_late;
 mod etcd_modes;
+mod etcd_timed_out;
 mod etcd_waiting;
 mod fair;
 mod faq;

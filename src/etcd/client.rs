@@ -38,8 +38,9 @@ struct Shared {
     token: Option<String>,
     /// The user was authenticated, or etcd said it has no authentication enabled.
     authenticated: bool,
-    /// A request was sent and not answered on its connection (timed out, its connection
-    /// lost, or sent again elsewhere): it may still reach a member and be applied, later.
+    /// A request was sent and got neither a reply nor a refusal on its connection (timed out,
+    /// its connection lost, answered with a transient error such as etcd's "request timed
+    /// out", or sent again elsewhere): it may still reach a member and be applied, later.
     unanswered: bool,
 }
 
@@ -273,8 +274,11 @@ impl Client {
             let share = Instant::now() + left / (members - tried).max(1) as u32;
             let exchanged =
                 timeout_at(share, unary(&conn, path, message.clone(), token.as_deref())).await;
-            // Anything but an answer leaves the request possibly on its way.
-            if !matches!(exchanged, Ok(Ok(_))) {
+            // Anything but a reply or a refusal leaves the request possibly on its way: etcd's
+            // own "request timed out" (a transient status) may still be applied later.
+            if !matches!(&exchanged, Ok(Ok(Ok(_))))
+                && !matches!(&exchanged, Ok(Ok(Err(status))) if !status.transient())
+            {
                 self.shared().unanswered = true;
             }
             let lost = match exchanged {
