@@ -415,6 +415,32 @@ fn a_url_in_the_environment_without_its_slashes_says_so_and_shows_no_password() 
     }
 }
 
+/// A URL with a slash too many (`redis:///:PASSWORD@HOST`) has its user part read as the path,
+/// where no password is found to take out: a line about such a URL (no host; for a list of
+/// sentinels or cluster nodes, one that cannot be reached) printed it whole, with the password
+/// (issue 45's second review). Shown as no URL at all now, through `-u` and LOCKED_RUN_URL.
+#[test]
+fn a_url_with_a_slash_too_many_shows_no_password() {
+    for url in [
+        "redis:///:TOPSECRET@127.0.0.1:1",
+        "rediss:///u:TOPSECRET@127.0.0.1:1",
+        "redis+sentinel:///:TOPSECRET@127.0.0.1:1/m",
+        "redis+cluster:///:TOPSECRET@127.0.0.1:1",
+    ] {
+        for out in [
+            lr().env("LOCKED_RUN_URL", url)
+                .args(["--connect-timeout", "1s", "job", "true"])
+                .run(),
+            lr().args(["-u", url, "--connect-timeout", "1s", "job", "true"])
+                .run(),
+        ] {
+            assert!(matches!(out.code(), Some(2 | 69)), "{url}: {out:?}");
+            assert!(!out.stderr.contains("TOPSECRET"), "{url}: {}", out.stderr);
+            assert!(out.stderr.contains("not shown"), "{url}: {}", out.stderr);
+        }
+    }
+}
+
 /// A password holding a space splits LOCKED_RUN_URL in the wrong place: the pieces are no
 /// URLs, and none is shown (each may hold part of the password).
 #[test]
