@@ -15,8 +15,9 @@ other build).
   once) and the messages received (`grpc_server_msg_received_total`: each keep-alive and watch
   request on a stream counted), by method, and the member's CPU time (/proc, all its threads).
 - Peak RSS (GNU time) of an uncontended run on etcd and on Redis.
-- Paired on Redis: `X -u redis://... NAME -- true`, this build and the other interleaved in
-  each of 3 hyperfine rounds of 300; their CPU and page faults (perf stat, 300 runs, twice).
+- Paired on Redis: `X -u redis://... NAME -- true`, this build and the other in each of 3
+  hyperfine rounds of 300, each build first in every other round; their CPU and page faults
+  (perf stat, 300 runs, twice).
 
 The etcd binary is `LOCKED_RUN_BENCH_ETCD` (a path), else `etcd` on PATH (Debian's 3.4).
 """
@@ -195,12 +196,15 @@ def paired_redis(binaries, url, scratch, rounds, runs):
     """Wall medians per round, and (task-clock ms, page faults) per run from perf stat, each
     build's `X NAME -- true` on Redis."""
     out = scratch / "paired.json"
-    commands = [f"{b} -u {url} bench-paired -- true" for _, b in binaries]
     walls = {label: [] for label, _ in binaries}
-    for _ in range(rounds):
+    for i in range(rounds):
+        # Each build first in every other round: hyperfine runs one command's runs, then the
+        # other's, and the first of a round was the slower on a machine still settling.
+        order = binaries if i % 2 == 0 else list(reversed(binaries))
+        commands = [f"{b} -u {url} bench-paired -- true" for _, b in order]
         subprocess.run(["hyperfine", "-N", "--style", "none", "--warmup", "20", "--runs", str(runs),
                         "--export-json", str(out), *commands], check=True, stdout=subprocess.DEVNULL)
-        for (label, _), result in zip(binaries, json.loads(out.read_text())["results"]):
+        for (label, _), result in zip(order, json.loads(out.read_text())["results"]):
             walls[label].append(result["median"])
     counted = {}
     if shutil.which("perf"):

@@ -112,6 +112,6 @@ def measure_handoffs(args, base, tools, say, machine):
     h = handoffs(tools, base, (1, 8) if smoke else (1, 8, 32), 1 if smoke else args.rounds)
     say(f"Machine: {machine()}")
     say(f"Date: {time.strftime('%Y-%m-%d %H:%M')}{' (smoke run, not a measurement)' if smoke else ''}")
-    say(f"This build: {args.binary}" + (f"; base: {args.base}" if args.base else ""))
+    say(f"This build: {args.shown}")
     say()
     handoffs_table(say, h, idle, base, smoke)

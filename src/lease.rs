@@ -186,6 +186,13 @@ impl LeaseClock {
         self.stop
     }
 
+    /// No later than this reading has the lease lapsed on the server as well (V + 2D: the
+    /// server counts from the last renewal's arrival, which its answer bounds): a release
+    /// after it, of a lease lost, can only find the key gone.
+    pub fn lapsed_by(&self) -> Duration {
+        self.valid_until + 2 * self.timings.drift
+    }
+
     /// The last renewal error, for the message that explains a stop.
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()

@@ -6,7 +6,9 @@
 //! `doctor`'s help. No other file lists backends: adding one is its folder and a line below.
 
 use crate::backend::{Can, Declaration, LockSpec, Mode, Modes, Opening, Queue, Several, Store};
-use crate::endpoints::{Endpoint, Endpoints, Scheme, missing_slashes, printable, split_checked};
+use crate::endpoints::{
+    Endpoint, Endpoints, Scheme, missing_slashes, printable, split, split_checked,
+};
 use crate::text::message;
 
 /// Every backend of this build, in the order lists of them are said.
@@ -97,7 +99,21 @@ fn urls(endpoints: &Endpoints) -> Result<Vec<String>, String> {
         return Ok(endpoints.given.clone());
     }
     match std::env::var("LOCKED_RUN_URL") {
-        Ok(value) if !value.trim().is_empty() => split_checked(&value),
+        Ok(value) if !value.trim().is_empty() => split_checked(&value).map_err(|line| {
+            // A piece that is one of our URLs short of its `//` says so, by its scheme alone:
+            // the rest of it may hold a password.
+            let short = split(&value).into_iter().find_map(|piece| {
+                missing_slashes(&piece, schemes())?;
+                piece.split_once(':').map(|(scheme, _)| scheme.to_owned())
+            });
+            match short {
+                Some(scheme) => message!(
+                    "LOCKED_RUN_URL holds a URL with no // after {scheme}: write it \
+                     {scheme}://HOST... (it is not shown: it may hold a password)"
+                ),
+                None => line,
+            }
+        }),
         _ => Ok(vec![DEFAULT_URL.to_owned()]),
     }
 }

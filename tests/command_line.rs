@@ -217,3 +217,28 @@ fn the_password_file_works_before_a_subcommand() {
         assert!(out.stdout.contains("job: free"), "{}", out.stdout);
     }
 }
+
+/// Started with descriptors 0, 1 and 2 closed, a run opens /dev/null on each, lowest first,
+/// before it opens anything of its own: no lock file takes descriptor 2 and gets the run's
+/// error lines. The command sees /dev/null there too, and the run ends 0 with the lock free.
+#[test]
+fn closed_standard_descriptors_are_dev_null_for_the_run_and_its_command() {
+    let locks = scratch();
+    let url = file_url(locks.path());
+    let seen = locks.path().join("seen");
+    // Which of the shell's descriptors 0 to 2 are /dev/null, checked before anything is
+    // redirected (a shell redirects a builtin's output in itself).
+    let script = format!(
+        "r=; for f in 0 1 2; do [ /proc/$$/fd/$f -ef /dev/null ] && r=\"$r$f \"; done; \
+         echo \"$r\" > {}",
+        path_str(&seen)
+    );
+    lr_closed_stdio().url(&url).job(sh(&script)).run().expect(0);
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "0 1 2 \n");
+    lr().arg("-n").url(&url).job(["true"]).run().expect(0);
+    let lock = std::fs::read_to_string(locks.path().join("job.lock")).unwrap();
+    assert_eq!(
+        lock, "",
+        "the lock file holds nothing once released: {lock:?}"
+    );
+}

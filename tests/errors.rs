@@ -388,6 +388,59 @@ fn bad_url_parts_are_usage_errors_before_any_connection() {
     );
 }
 
+/// A URL in LOCKED_RUN_URL short of its `//` is told as on the command line (see issue 47:
+/// the environment's form got the line about a password with a space), by its scheme alone:
+/// the rest may hold a password.
+#[test]
+fn a_url_in_the_environment_without_its_slashes_says_so_and_shows_no_password() {
+    for (url, scheme) in [
+        ("redis:/locker:TOPSECRET@127.0.0.1:1", "redis"),
+        ("etcd:/127.0.0.1:2379", "etcd"),
+        (
+            "redis://127.0.0.1:1 postgres:/u:TOPSECRET@127.0.0.1/db",
+            "postgres",
+        ),
+    ] {
+        let out = lr()
+            .env("LOCKED_RUN_URL", url)
+            .args(["job", "true"])
+            .run()
+            .expect_one_line(
+                2,
+                &format!(
+                    "LOCKED_RUN_URL holds a URL with no // after {scheme}: write it {scheme}://"
+                ),
+            );
+        assert!(!out.stderr.contains("TOPSECRET"), "{}", out.stderr);
+    }
+}
+
+/// A URL with a slash too many (`redis:///:PASSWORD@HOST`) has its user part read as the path,
+/// where no password is found to take out: a line about such a URL (no host; for a list of
+/// sentinels or cluster nodes, one that cannot be reached) printed it whole, with the password
+/// (issue 45's second review). Shown as no URL at all now, through `-u` and LOCKED_RUN_URL.
+#[test]
+fn a_url_with_a_slash_too_many_shows_no_password() {
+    for url in [
+        "redis:///:TOPSECRET@127.0.0.1:1",
+        "rediss:///u:TOPSECRET@127.0.0.1:1",
+        "redis+sentinel:///:TOPSECRET@127.0.0.1:1/m",
+        "redis+cluster:///:TOPSECRET@127.0.0.1:1",
+    ] {
+        for out in [
+            lr().env("LOCKED_RUN_URL", url)
+                .args(["--connect-timeout", "1s", "job", "true"])
+                .run(),
+            lr().args(["-u", url, "--connect-timeout", "1s", "job", "true"])
+                .run(),
+        ] {
+            assert!(matches!(out.code(), Some(2 | 69)), "{url}: {out:?}");
+            assert!(!out.stderr.contains("TOPSECRET"), "{url}: {}", out.stderr);
+            assert!(out.stderr.contains("not shown"), "{url}: {}", out.stderr);
+        }
+    }
+}
+
 /// A password holding a space splits LOCKED_RUN_URL in the wrong place: the pieces are no
 /// URLs, and none is shown (each may hold part of the password).
 #[test]

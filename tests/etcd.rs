@@ -122,10 +122,15 @@ fn a_run_is_fenced_by_its_keys_create_revision_and_leaves_nothing_behind() {
     assert_eq!(etcd.leases(), 1, "nor its lease");
 
     let fence = held.fence;
+    let lease_hex = format!("{lease:x}");
     let (out, _) = held.finish();
     out.expect(0);
     assert_eq!(etcd.keys("job/"), [], "the key is deleted");
-    assert_eq!(etcd.leases(), 0, "the lease is revoked");
+    // Deleted in the release's transaction: the lease, holding nothing, is not revoked (one
+    // request fewer a handoff) but no longer kept alive, and lapses within T (30 s).
+    assert_eq!(etcd.leases_holding_keys(), 0, "the lease holds nothing");
+    let left = etcd.time_to_live(&lease_hex);
+    assert!((1..=30).contains(&left), "its TTL left: {left}");
 
     let out = lr()
         .url(&url)
@@ -134,10 +139,8 @@ fn a_run_is_fenced_by_its_keys_create_revision_and_leaves_nothing_behind() {
         .expect(0);
     let next: i64 = out.stdout.trim().parse().unwrap();
     assert!(next > fence, "fence {next} after {fence}");
-    // The waiters' queue leases, keyless once they held, lapse by themselves (2 s).
-    wait_until("every lease gone", Duration::from_secs(5), || {
-        etcd.leases() == 0
-    });
+    // A run's leases, keyless once it held, lapse by themselves.
+    assert_eq!(etcd.leases_holding_keys(), 0);
 }
 
 #[test]
@@ -488,7 +491,7 @@ fn a_hung_member_listed_first_costs_a_share_of_the_time_not_the_run() {
         etcd.keys("job/").is_empty(),
         "released on a member that answers"
     );
-    assert_eq!(etcd.leases(), 0, "the lease revoked");
+    assert_eq!(etcd.leases_holding_keys(), 0, "no lease holds a key");
 }
 
 #[test]
@@ -569,8 +572,6 @@ fn min_hold_leaves_the_key_on_a_lease_of_its_own() {
     assert!(out.elapsed > Duration::from_secs(1), "{:?}", out.elapsed);
     let next: i64 = out.stdout.trim().parse().unwrap();
     assert!(next > fence, "fence {next} after {fence}");
-    // The waiters' queue leases, keyless once they held, lapse by themselves (2 s).
-    wait_until("every lease gone", Duration::from_secs(5), || {
-        etcd.leases() == 0
-    });
+    // The --min-hold lease lapsed, with the key; the runs' leases hold nothing.
+    assert_eq!(etcd.leases_holding_keys(), 0);
 }

@@ -112,6 +112,19 @@ fn a_watch_never_confirmed_does_not_stretch_the_wait() {
     assert!(out.elapsed < PROMPTLY, "took {:?}", out.elapsed);
 }
 
+/// A watch never confirmed (a proxy that passes no Watch stream) costs the waiter its watch,
+/// not its heartbeats: its queue lease is kept alive, and where it stands read, every 2 s / 3
+/// meanwhile. It used to wait for the confirmation until --connect-timeout (5 s) with its
+/// keep-alives stopped: its place in the line lapsed after 2 s.
+#[test]
+fn a_watch_never_confirmed_leaves_the_waiters_heartbeats_going() {
+    let server = FakeEtcd::start(Standing::Waits, WATCH, Answer::Silence);
+    let (out, _) = measured(&server.url(), &["-w", "3s", "job", "--", "true"]);
+    out.expect(75);
+    let kept = server.keep_alives();
+    assert!(kept >= 3, "keep-alives in 3 s of waiting: {kept}");
+}
+
 /// While the command runs, a keep-alive stream that goes quiet fails like a server gone: the
 /// lease clock stops the command before the lease could lapse (76).
 #[test]

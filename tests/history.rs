@@ -152,9 +152,20 @@ fn the_newest_hundred_are_kept(url: &[String]) {
 #[test]
 fn redis_keeps_the_newest_hundred() {
     let redis = Redis::start();
-    the_newest_hundred_are_kept(&["-u".into(), redis.url()]);
+    let url = ["-u".into(), redis.url()];
+    the_newest_hundred_are_kept(&url);
+    // Cut once twice as long: a release in between costs one LPUSH, not a read of the hundred.
     let len: i64 = redis.cmd(&["LLEN", "history:{job}"]);
-    assert_eq!(len, 100);
+    assert_eq!(len, 103);
+    let record: String = redis.cmd(&["LINDEX", "history:{job}", "0"]);
+    for _ in 0..98 {
+        let _: i64 = redis.cmd(&["LPUSH", "history:{job}", &record]);
+    }
+    lr().args(&url).job(["true"]).run().expect(0);
+    let len: i64 = redis.cmd(&["LLEN", "history:{job}"]);
+    assert_eq!(len, 100, "past two hundred: the newest hundred");
+    let newest = history(&url, 1);
+    assert_ne!(newest[0].to_string(), record, "the run's own first");
 }
 
 #[test]

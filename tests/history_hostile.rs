@@ -183,19 +183,15 @@ fn file_reads_only_the_tail_of_a_huge_history() {
     }
     let len = std::fs::metadata(&history).unwrap().len();
     assert!(len < 4096, "trimmed to its last run: {len} bytes");
-    // The trim renamed a new file over it: the huge line again, in that one.
+    // The trim renamed a new file over it: the huge line again, in that one, then a record.
+    let record = std::fs::read_to_string(&history).unwrap();
     let file = std::fs::OpenOptions::new()
         .append(true)
         .open(&history)
         .unwrap();
     file.set_len(600_000_000).unwrap();
     (&file).write_all(b"\n").unwrap();
-    // Not alone (a slot of --holders 2): its release appends and does not trim.
-    lr().url(&url)
-        .args(["--holders", "2"])
-        .job(["true"])
-        .run()
-        .expect(0);
+    (&file).write_all(record.as_bytes()).unwrap();
     let (out, peak) = run_measured(&["history", "-u", &url, "--json", "job"]);
     let out = out.expect(0);
     if let Some(kb) = peak {
@@ -208,6 +204,29 @@ fn file_reads_only_the_tail_of_a_huge_history() {
             .contains("skipped 1 unreadable record in lock job's history"),
         "{out:?}"
     );
+}
+
+/// Holders that share a NAME (`--shared`, `--holders N`) append beside each other, and one of
+/// them cuts a long history, under the flock on DIR: a NAME only ever run so kept every record
+/// for ever (the trim was an exclusive release's alone).
+#[test]
+fn file_trims_the_history_of_holders_that_share_a_name() {
+    for mode in [&["--shared"][..], &["--holders", "2"][..]] {
+        let locks = scratch();
+        let url = file_url(locks.path());
+        lr().url(&url).args(mode).job(["true"]).run().expect(0);
+        let history = locks.path().join("job.history");
+        let record = std::fs::read_to_string(&history).unwrap();
+        std::fs::write(&history, record.repeat(250)).unwrap();
+        lr().url(&url).args(mode).job(["true"]).run().expect(0);
+        let kept = std::fs::read_to_string(&history).unwrap();
+        assert_eq!(kept.lines().count(), 100, "{mode:?}: the newest hundred");
+        assert_ne!(
+            kept.lines().last(),
+            record.lines().next(),
+            "{mode:?}: its own last"
+        );
+    }
 }
 
 /// Issue 43's review: a history whose last line was cut short (`printf '{"partial":1' >>

@@ -89,7 +89,8 @@ pub enum Action {
     /// (DESIGN's example) the waiter behind deletes a stalled first key without the mark.
     DeleteStalled(usize),
     Stop(usize),
-    /// A stopped run's key goes (revoke, or its holding lease ends).
+    /// A stopped run's key goes (the release's transaction, which deletes it only at its
+    /// create revision; a revoke; or its holding lease ends).
     LetGo(usize),
     Crash(usize),
 }

@@ -3,7 +3,6 @@
 //! with N).
 
 use std::path::Path;
-use std::process::ExitCode;
 
 use crate::backend::Opening;
 use crate::backend::View;
@@ -203,17 +202,17 @@ fn run_locked(
 impl Outcome {
     /// Prints the one line a failure owes the user and turns the outcome into the process's
     /// exit. A command killed by signal N makes `locked-run` end itself with N.
-    pub fn finish(self) -> ExitCode {
+    pub fn finish(self) -> u8 {
         log::report_dropped();
         match self.result {
             Ok(Exit::ChildSignal(sig)) => die_by_signal(sig, self.codes),
-            Ok(exit) => ExitCode::from(exit.code(self.codes)),
+            Ok(exit) => exit.code(self.codes),
             Err(failure) => {
                 let status = failure.exit.code(self.codes);
                 if !failure.quiet || self.verbose {
                     log::write_last(&log::failure_line(&failure.message, status));
                 }
-                ExitCode::from(status)
+                status
             }
         }
     }
@@ -221,7 +220,7 @@ impl Outcome {
 
 /// Ends the process with `sig`, core dumps off (as coreutils `timeout` does), so a shell loop
 /// stops on Ctrl-C and systemd sees what it would have seen without the wrapper.
-fn die_by_signal(sig: i32, codes: Codes) -> ExitCode {
+fn die_by_signal(sig: i32, codes: Codes) -> u8 {
     let no_core = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -237,5 +236,5 @@ fn die_by_signal(sig: i32, codes: Codes) -> ExitCode {
         libc::raise(sig);
     }
     // Still alive: the signal's default action is not to terminate.
-    ExitCode::from(Exit::ChildSignal(sig).code(codes))
+    Exit::ChildSignal(sig).code(codes)
 }

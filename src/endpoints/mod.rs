@@ -10,7 +10,7 @@ mod scheme;
 mod secrets;
 pub(crate) mod tls;
 
-pub use list::split_checked;
+pub use list::{split, split_checked};
 pub use scheme::{Endpoint, Scheme, authority, has_password, missing_slashes, printable};
 pub use secrets::{NoSecret, PasswordFrom, SentinelAuth, first_line, from_env};
 pub use tls::{TlsOptions, connector};

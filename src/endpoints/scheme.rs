@@ -121,6 +121,20 @@ pub fn missing_slashes<'a>(
 /// (sentinels, a Cluster's seeds, etcd's members, PostgreSQL's hosts) is cut by hand, its user
 /// part ending at the last `@` (a password may hold a `/`, and must never be taken for the path).
 pub fn printable(url: &str) -> String {
+    let shown = printable_as_read(url);
+    // A user part read as the path (a slash too many: `redis:///:PASSWORD@host`), where no
+    // password was found to take out: what follows the authority holds an `@`.
+    let beyond = shown
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .is_some_and(|(_, path)| path.contains('@'));
+    match beyond {
+        true => "(a URL with credentials, not shown)".to_owned(),
+        false => shown,
+    }
+}
+
+fn printable_as_read(url: &str) -> String {
     // The url crate ends the user part at a `?` or `#`: a password holding one would be
     // read as a host, a port and a query, and printed.
     let plain = url.split_once("://").is_some_and(|(_, rest)| {

@@ -38,6 +38,10 @@ struct Shared {
     token: Option<String>,
     /// The user was authenticated, or etcd said it has no authentication enabled.
     authenticated: bool,
+    /// A request was sent and got neither a reply nor a refusal on its connection (timed out,
+    /// its connection lost, answered with a transient error such as etcd's "request timed
+    /// out", or sent again elsewhere): it may still reach a member and be applied, later.
+    unanswered: bool,
 }
 
 /// The open keep-alive stream, which `keepalive.rs` speaks on.
@@ -74,6 +78,12 @@ impl Client {
 
     fn shared(&self) -> std::sync::MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a request of this client was sent and went unanswered: it may still land (a
+    /// take that creates a key on the holding lease, after the run released).
+    pub(super) fn unanswered(&self) -> bool {
+        self.shared().unanswered
     }
 
     pub fn connect_timeout(&self) -> Duration {
@@ -264,6 +274,13 @@ impl Client {
             let share = Instant::now() + left / (members - tried).max(1) as u32;
             let exchanged =
                 timeout_at(share, unary(&conn, path, message.clone(), token.as_deref())).await;
+            // Anything but a reply or a refusal leaves the request possibly on its way: etcd's
+            // own "request timed out" (a transient status) may still be applied later.
+            if !matches!(&exchanged, Ok(Ok(Ok(_))))
+                && !matches!(&exchanged, Ok(Ok(Err(status))) if !status.transient())
+            {
+                self.shared().unanswered = true;
+            }
             let lost = match exchanged {
                 Ok(Ok(Ok(reply))) => {
                     self.answered(&conn);

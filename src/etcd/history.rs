@@ -1,7 +1,7 @@
 //! A NAME's history on etcd: one key per run, `locked-run/history/NAME/<when>-<token>`, its
 //! value the run's record. Outside the lock's prefix (`NAME/`), where `etcdctl lock` would count
-//! a history key as a holder. A release sends the record with its revoke, in a transaction
-//! that also deletes the run's key while it is still ours (see `Backend::release`); a
+//! a history key as a holder. A release sends the record in the transaction that deletes the
+//! run's key while it is still ours, the release itself (see `Backend::release`); a
 //! `--min-hold` release writes it once the key was moved. Trimmed to the newest runs there,
 //! as `file://` trims its history: once it is twice as long (a record and a count in one
 //! transaction at every run, the trim's read and delete once in a hundred runs); never a
@@ -50,15 +50,17 @@ fn newest(prefix: &str, limit: usize, keys_only: bool, before: i64) -> RangeRequ
 
 impl EtcdLock {
     /// Adds `run` to the NAME's history; once it holds twice [`KEPT`] runs, drops what is past
-    /// the newest [`KEPT`] (by create revision). With `releasing` (our key and its create revision), the record
-    /// goes in one transaction with the key's delete, the release itself, as Redis's release
-    /// script appends it: the key goes only if it is still ours, the record in any case.
+    /// the newest [`KEPT`] (by create revision). With `releasing` (our key and its create
+    /// revision), the record goes in one transaction with the key's delete, the release itself,
+    /// as Redis's release script appends it: the key goes only if it is still ours, the record
+    /// in any case. True when that transaction deleted our key. A trim that fails is said
+    /// with `-v` only: the record is in, and the next run trims.
     pub(super) async fn remember(
         &self,
         run: &Run,
         releasing: Option<(&str, i64)>,
         deadline: Instant,
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
         let prefix = prefix(self);
         // A holder's token is its key (`NAME/<lease>`): its last part names the run here.
         let run_id = run.token.rsplit('/').next().unwrap_or(&run.token);
@@ -78,20 +80,27 @@ impl EtcdLock {
             None => txn(Vec::new(), record, Vec::new()),
         };
         let reply: TxnResponse = self.client.must(wire::TXN, &add, deadline).await?;
-        let counted = match releasing.is_some() && reply.succeeded {
+        let deleted = releasing.is_some() && reply.succeeded;
+        let counted = match deleted {
             true => 2,
             false => 1,
         };
         let count = txn_range(&reply, counted).map_or(0, |r| r.count);
-        if count <= 2 * KEPT as i64 {
-            return Ok(());
+        if count > 2 * KEPT as i64 {
+            if let Err(e) = self.trim(&prefix, deadline).await {
+                tracing::info!("could not trim lock {}'s history: {e}", self.name);
+            }
         }
-        // The newest KEPT in the store's order stay; what is older goes, in one transaction
-        // of at most 128 deletes (etcd's default limit of operations in one), any rest at the
-        // next run: one read of the newest KEPT + 128 keys says both.
+        Ok(deleted)
+    }
+
+    /// The newest KEPT in the store's order stay; what is older goes, in one transaction of at
+    /// most 128 deletes (etcd's default limit of operations in one), any rest at the next run:
+    /// one read of the newest KEPT + 128 keys says both.
+    async fn trim(&self, prefix: &str, deadline: Instant) -> Result<(), BackendError> {
         let line: RangeResponse = self
             .client
-            .must(wire::RANGE, &newest(&prefix, KEPT + 128, true, 0), deadline)
+            .must(wire::RANGE, &newest(prefix, KEPT + 128, true, 0), deadline)
             .await?;
         let keys = kvs(Some(&line));
         let drop: Vec<_> = keys.iter().skip(KEPT).map(|kv| delete(&kv.key)).collect();

@@ -144,13 +144,7 @@ impl EtcdLock {
     /// attempt starts afresh. Forgotten even when a revoke went unanswered: the lease then
     /// lapses. True when either lease was still there.
     pub(super) async fn leave(&self, deadline: Instant) -> Result<bool, BackendError> {
-        let (hold, queue) = {
-            let mut st = self.st();
-            st.wait_on = None;
-            st.last_busy = None;
-            st.place = None;
-            (st.hold.take(), st.queue.take())
-        };
+        let (hold, queue) = self.forget();
         let revoke = |lease: Option<Lease>| async move {
             match lease {
                 Some(lease) => self.revoke(lease.id, deadline).await,
@@ -159,6 +153,17 @@ impl EtcdLock {
         };
         let (hold, queue) = tokio::join!(revoke(hold), revoke(queue));
         Ok(hold? | queue?)
+    }
+
+    /// Forgets this run's place and leases without a word to etcd: for a key already deleted
+    /// (a release's transaction), whose leases hold nothing and lapse by themselves. Returns
+    /// the leases forgotten.
+    pub(super) fn forget(&self) -> (Option<Lease>, Option<Lease>) {
+        let mut st = self.st();
+        st.wait_on = None;
+        st.last_busy = None;
+        st.place = None;
+        (st.hold.take(), st.queue.take())
     }
 
     /// Moves our key to a new lease of `hold` (rounded up to whole seconds), so that it

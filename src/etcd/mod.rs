@@ -31,7 +31,9 @@
 //! before that). A run that finds NAME free creates its key on the holding lease in one
 //! transaction whose comparison is that `NAME/` is empty. `how-it-works.md` gives the argument.
 //!
-//! Release, give-back and a `-n` run that found the lock held revoke their leases, which
+//! A release deletes the key in one transaction with the run's history record, and leaves its
+//! leases, which hold nothing then, to lapse; a release after a request of its run went
+//! unanswered, a give-back and a `-n` run that found the lock held revoke their leases, which
 //! deletes the key with them: an attempt still on its way then finds its lease gone and takes
 //! nothing. Should etcd be unreachable at that moment, the key stays until its lease's TTL.
 //!
@@ -286,16 +288,21 @@ impl Backend for EtcdLock {
         Ok(still)
     }
 
-    /// Revokes the holding lease, which deletes the key in the same step. `Ok(false)` when
-    /// the lease was gone already. With `keep_for` (`--min-hold`), the key is first moved to
-    /// a lease of its own that lasts that long (whole seconds, at least etcd's minimum): it
-    /// keeps its create revision, so it holds the lock until that lease ends, and its waiters
-    /// wake then. `run` goes in the history: a history that cannot be written is a warning,
-    /// never a failed release. Without `keep_for`, its record is sent with the revoke, in a
-    /// transaction that also deletes our key (if still ours): etcd commits the two together
-    /// as a rule (one fsync), and neither waits for the other, so the history adds no round
-    /// trip to the release nor to the run's end. The revoke alone says whether the release
-    /// went through.
+    /// Deletes our key (if still ours) in one transaction with the run's history record, the
+    /// way `etcdctl lock`'s release is one delete: the leases, holding nothing then, are left
+    /// to lapse by themselves (a waiter's queue lease is, too), so a handoff costs etcd this
+    /// transaction and the next holder's grant. They are revoked all the same (which deletes
+    /// whatever is on them) when the transaction found the key no longer ours (a `release
+    /// --force` may have left the lease), went unanswered (the key may still be there: the
+    /// revoke gets a deadline of its own, half the release's, and the line says why the
+    /// transaction failed), or when a request of this run went unanswered before: that one, a
+    /// take landing late, would otherwise make a key on a lease nobody keeps nor revokes, and
+    /// NAME stay held by a run that has ended until the lease lapsed. Without a record to
+    /// send, as before: revoked.
+    /// With `keep_for` (`--min-hold`), the key is first moved to a lease of its own that lasts
+    /// that long (whole seconds, at least etcd's minimum): it keeps its create revision, so it
+    /// holds the lock until that lease ends, and its waiters wake then; the record goes on its
+    /// own. A history that cannot be written is a warning, never a failed release.
     async fn release(
         &self,
         keep_for: Option<Duration>,
@@ -309,16 +316,35 @@ impl Backend for EtcdLock {
         let place = self.st().place.clone();
         let (released, remembered) = match (keep_for, run, place) {
             (None, Some(run), Some(place)) => {
-                tokio::join!(
-                    self.let_go(None, deadline),
-                    self.remember(run, Some((&place.key, place.created)), by)
-                )
+                // The release's own time: after a lost lease the session gives it no longer
+                // than the lease may live on.
+                let sent = self.remember(run, Some((&place.key, place.created)), deadline);
+                let remembered = sent.await;
+                // Half the release's time again, at most: enough for a new connection to a
+                // member that answers, and a dead one (whose lease lapses meanwhile anyway)
+                // holds the run's end up that much longer, not twice.
+                let again = || self.let_go(None, Instant::now() + timeout / 2);
+                match remembered {
+                    Ok(true) if !self.client.unanswered() => {
+                        self.forget();
+                        (Ok(true), Ok(true))
+                    }
+                    Ok(true) => {
+                        let _ = again().await;
+                        (Ok(true), Ok(true))
+                    }
+                    Ok(false) => (again().await, Ok(false)),
+                    Err(e) => match again().await {
+                        Ok(revoked) => (Ok(revoked), Err(e)),
+                        Err(_) => (Err(e.clone()), Err(e)),
+                    },
+                }
             }
             _ => {
                 let released = self.let_go(keep_for, deadline).await;
                 let remembered = match run {
                     Some(run) => self.remember(run, None, by).await,
-                    None => Ok(()),
+                    None => Ok(false),
                 };
                 (released, remembered)
             }

@@ -24,7 +24,7 @@ use super::proto::etcdserverpb::watch_create_request::FilterType;
 use super::proto::etcdserverpb::watch_request::RequestUnion;
 use super::proto::etcdserverpb::{RangeResponse, WatchCreateRequest, WatchRequest, WatchResponse};
 use super::wire::{self, prefix_end};
-use crate::backend::{BackendError, Wakeup, Wakeups};
+use crate::backend::{BackendError, KEEP_ALIVE, Wakeup, Wakeups};
 
 /// What a waiter waits for, and the revision its watch starts from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +53,12 @@ impl Watch {
     /// confirmed the watch.
     pub async fn open(lock: &EtcdLock, on: &Predecessor) -> Result<Watch, BackendError> {
         let deadline = Instant::now() + lock.client.connect_timeout();
+        // Confirmed within a heartbeat, or not waited for: the waiter's heartbeats (its queue
+        // lease's keep-alives, and a read of where it stands while no watch stands) go on
+        // meanwhile, and it subscribes again later. A proxy that passes no Watch stream then
+        // costs the waiter its wake-up's speed, not its place (a wait for the confirmation
+        // until --connect-timeout kept its keep-alives from going, and its place lapsed).
+        let confirm_by = (Instant::now() + KEEP_ALIVE / 3).min(deadline);
         // A put counts only when awaited; a delete always does. Any delete in the line has
         // no one key to read after the watch: it is watched from the read's revision on.
         let (key, puts, from) = match &on.awaited {
@@ -70,7 +76,7 @@ impl Watch {
         if !puts {
             create.filters = vec![FilterType::Noput as i32];
         }
-        let (stream, at, created) = lock.client.watch(create, deadline).await?;
+        let (stream, at, created) = lock.client.watch(create, deadline, confirm_by).await?;
         let number = {
             let mut st = lock.st();
             st.watches += 1;
@@ -151,22 +157,26 @@ fn failure(failed: &Failed) -> String {
 }
 
 impl Client {
-    /// A watch created with `create`, on the connection, confirmed by `deadline`: its stream,
-    /// the endpoint it is on, and the confirmation (which may carry events already).
+    /// A watch created with `create`, on the connection (made by `deadline`), confirmed by
+    /// `confirm_by`: its stream, the endpoint it is on, and the confirmation (which may carry
+    /// events already). A confirmation that does not come in time gives the watch up, not the
+    /// connection: the requests beside it say whether the member is gone.
     pub(super) async fn watch(
         &self,
         create: WatchCreateRequest,
         deadline: Instant,
+        confirm_by: Instant,
     ) -> Result<(Duplex, String, WatchResponse), BackendError> {
         let request = WatchRequest {
             request_union: Some(RequestUnion::CreateRequest(create)),
         };
         let mut renewed_token = false;
+        let started = Instant::now();
         loop {
             let (conn, _) = self.conn(deadline).await?;
             let at = self.endpoint(conn.at).to_string();
             let token = self.token();
-            let opened = timeout_at(deadline, async {
+            let opened = timeout_at(confirm_by, async {
                 let mut stream =
                     Duplex::open(&conn, wire::WATCH, token.as_deref(), &request).await?;
                 // Progress notices or another watch's messages may come first: the first
@@ -196,7 +206,10 @@ impl Client {
                     "the watch at etcd {at} could not be opened: {}",
                     failure(&failed)
                 ))),
-                Err(_) => Err(self.lost(&conn, "no confirmation of the watch in time")),
+                Err(_) => Err(BackendError::Transient(format!(
+                    "etcd {at} did not confirm the watch within {}",
+                    crate::text::show(confirm_by.saturating_duration_since(started))
+                ))),
             };
         }
     }

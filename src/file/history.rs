@@ -11,7 +11,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use super::files::{Paths, open_existing, plain_file, refused};
-use crate::backend::{BackendError, History, KEPT, MAX_RECORD, Reader, Run};
+use crate::backend::{BackendError, History, KEPT, MAX_FENCE, MAX_RECORD, Reader, Run};
 
 /// The most of `STEM.history` that is read: its last 1 MiB (some 3 000 records of ours).
 pub const TAIL: u64 = 1 << 20;
@@ -26,10 +26,11 @@ impl Paths {
 /// Appends `run`'s record, in one `write` (O_APPEND: holders that share the lock append whole
 /// lines beside each other), on a line of its own: after a file whose last byte is no newline
 /// (another writer's line cut short), a newline first, or the record would end that line and
-/// be read as part of it. With `alone` (the lock held exclusively), a history past twice what
-/// is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file renamed over
-/// it.
-pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError> {
+/// be read as part of it. With `may_trim` (no other run appends meanwhile: the lock held
+/// exclusively, or the flock on DIR that holders sharing it append under), a history past
+/// twice what is kept (or past [`TAIL`]) is cut to the newest [`KEPT`] runs, through a file
+/// renamed over it.
+pub fn append(paths: &Paths, run: &Run, may_trim: bool) -> Result<(), BackendError> {
     let path = paths.history();
     let mut line = format!("{}\n", run.to_line());
     // Read too: `ends_a_line` reads the last byte (on a file opened only to append, the read
@@ -51,7 +52,7 @@ pub fn append(paths: &Paths, run: &Run, alone: bool) -> Result<(), BackendError>
     let long = file
         .metadata()
         .is_ok_and(|m| m.len() > TAIL.min(2 * KEPT as u64 * line.len() as u64));
-    if alone && long {
+    if may_trim && long {
         trim(paths).map_err(|e| refused(&path, "trim", &e))?;
     }
     Ok(())
@@ -166,11 +167,44 @@ pub fn largest_fence(paths: &Paths) -> Result<Option<u64>, BackendError> {
 pub fn newest_fence(paths: &Paths) -> Option<u64> {
     let file = open_existing(&paths.history(), false).ok()?;
     let tail = tail_of(&file, MAX_RECORD as u64).ok()?;
-    let lines = tail.lines.iter();
-    lines
-        .filter_map(|line| Run::from_line(std::str::from_utf8(line).ok()?))
-        .map(|run| run.fence)
-        .max()
+    tail.lines.iter().filter_map(|line| fence_of(line)).max()
+}
+
+/// The fence a line of the history names: a JSON object's `fence`, a number no larger than
+/// [`MAX_FENCE`], its other fields passed over unread (read at every grant: a whole record's
+/// dates and texts cost the handoff a few microseconds each, some sixteen records deep). A
+/// line that names a fence but is no whole record counts too: a floor only ever errs upward,
+/// and any writer of DIR can append a whole record with any fence as well.
+fn fence_of(line: &[u8]) -> Option<u64> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    struct Fence;
+    impl<'de> Visitor<'de> for Fence {
+        type Value = Option<u64>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a record")
+        }
+
+        fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Option<u64>, M::Error> {
+            let mut fence = None;
+            while let Some(key) = map.next_key::<&str>()? {
+                match key {
+                    "fence" => fence = Some(map.next_value::<u64>()?),
+                    _ => drop(map.next_value::<IgnoredAny>()?),
+                }
+            }
+            Ok(fence.filter(|&f| f <= MAX_FENCE))
+        }
+    }
+
+    if line.len() > MAX_RECORD {
+        return None;
+    }
+    let mut json = serde_json::Deserializer::from_slice(line);
+    let fence = json.deserialize_map(Fence).ok()?;
+    json.end().ok()?;
+    fence
 }
 
 #[cfg(test)]
@@ -193,6 +227,36 @@ mod tests {
             status: 0,
             ended: Ended::Exit,
         }
+    }
+
+    /// The fence of a record's line, read without the rest of it; what names no fence in
+    /// range, or is no one JSON object, names none.
+    #[test]
+    fn a_lines_fence_is_read_alone() {
+        let line = run(7).to_line();
+        assert_eq!(fence_of(line.as_bytes()), Some(7));
+        let line = Run {
+            fence: MAX_FENCE,
+            ..run(7)
+        }
+        .to_line();
+        assert_eq!(fence_of(line.as_bytes()), Some(MAX_FENCE));
+        for junk in [
+            r#"{"fence":9223372036854775808}"#.to_owned(),
+            r#"{"fence":-1}"#.to_owned(),
+            r#"{"fence":1.5}"#.to_owned(),
+            r#"{"fence":"7"}"#.to_owned(),
+            r#"{"host":"x"}"#.to_owned(),
+            r#"[7]"#.to_owned(),
+            format!("{} trailing", run(7).to_line()),
+            "not a record".to_owned(),
+            format!(r#"{{"fence":7,"host":"{}"}}"#, "x".repeat(MAX_RECORD)),
+        ] {
+            assert_eq!(fence_of(junk.as_bytes()), None, "{junk:.60}");
+        }
+        // Every key of a record is read past, whatever it holds.
+        let nested = r#"{"host":{"a":[1,{"fence":99}]},"fence":3,"user":"u\"v"}"#;
+        assert_eq!(fence_of(nested.as_bytes()), Some(3));
     }
 
     /// Issue 43: a line of megabytes appended by another writer of DIR costs a release and

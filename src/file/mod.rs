@@ -335,8 +335,18 @@ impl Backend for FileLock {
             return Ok(false);
         };
         // Under the lock, so that the runs of one NAME are written in the order they held it.
+        // Holders that share it (--shared, --holders N) append beside each other, each under
+        // the brief flock on DIR, so that the one that finds the history long may cut it: a
+        // file renamed over the history while another appends to the one it replaces would
+        // lose that record. (A history appended only by such holders used to grow for ever.)
         let alone = !self.shared && self.holders == 1;
-        let remembered = run.map_or(Ok(()), |run| history::append(&self.paths, run, alone));
+        let dir = match (alone, run) {
+            (false, Some(_)) => self.paths.lock_dir().await.ok(),
+            _ => None,
+        };
+        let may_trim = alone || dir.is_some();
+        let remembered = run.map_or(Ok(()), |run| history::append(&self.paths, run, may_trim));
+        drop(dir);
         let released = self.let_go(meta, keep_for);
         crate::backend::unrecorded(&self.name, &released, remembered);
         released

@@ -42,10 +42,12 @@
 ///   way when its run gave up must not take the lock (or a place in the queue) for a run that
 ///   has gone on without it;
 /// - `remember(history, record, keep, ms)`: adds a run's record (none when empty) to the head of
-///   `history:{NAME}`, keeps the newest `keep` records, in the list's own order, and lets the
-///   list expire `ms` after the last run; what is not a record (anyone who may write the key
-///   may push anything: shaped as no JSON object of at most 4096 bytes is) counts for nothing
-///   and goes when the list is cut, and no more than `keep * 10` entries are looked at; a key
+///   `history:{NAME}`, and once the list is twice `keep` long cuts it to the newest `keep`
+///   records, in the list's own order (so a release between two cuts costs one LPUSH, not a
+///   read of what is kept), and lets the list expire `ms` after the last run; what is not a
+///   record (anyone who may write the key may push anything: shaped as no JSON object of at
+///   most 4096 bytes is) counts for nothing and goes when the list is cut, and no more than
+///   `keep * 10` entries are looked at; a key
 ///   of another type, or one the ACL refuses inside the script, is let go silently: history
 ///   never makes a release fail;
 /// - `announce(command, channel, message)`: publishes a release, falling back to PUBLISH on a
@@ -171,7 +173,7 @@ local function remember(history, record, keep, ms)
   end
   pcall(function()
     keep = tonumber(keep)
-    if redis.call('LPUSH', history, record) > keep then
+    if redis.call('LPUSH', history, record) > 2 * keep then
       local kept, junk, at = {}, false, 0
       while #kept < keep and at < keep * 10 do
         local chunk = redis.call('LRANGE', history, at, at + 15)

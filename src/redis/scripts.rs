@@ -123,7 +123,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "99cf5c453d4003cafeb0a018e975274639ee19a7",
+    sha1: "f26c58634e8ff74a45cf32c53b66e4d44177bb56",
 };
 
 /// KEYS: lock, holder. ARGV: token, ttl ms. Compare-and-PEXPIRE: 1 while ours, else 0.
@@ -222,7 +222,7 @@ end)
 return 1
 "#
     ),
-    sha1: "33f495e05df6db33e94502ba21f25405145570d8",
+    sha1: "f0b10a5cc361c3e8bba05c51327df6641c369b22",
 };
 
 /// KEYS: lock, fence, holder. ARGV: token, fence. Redlock's second phase: raises the fence
@@ -309,7 +309,7 @@ end
 return {redis.call('GET', KEYS[3]), released}
 "#
     ),
-    sha1: "546f9ef4b6a508a7773b7e716d8510e6e00258b8",
+    sha1: "557aeacf969924be9182147a77e6b0f1cb7cf289",
 };
 
 /// KEYS: as `ACQUIRE`'s (lock, fence, holder, holders, holders-meta, queue, queue-alive, gone;
@@ -380,7 +380,7 @@ end
 return released
 "#
     ),
-    sha1: "4471bad668a449fbc1f8950bc054f7eba835b646",
+    sha1: "fdf5936d22d211a409f1f73066e1062573a262ce",
 };
 
 /// KEYS: history. ARGV: limit, how many records to look at, the largest record's bytes.

@@ -101,7 +101,7 @@ dequeue(KEYS[5], KEYS[6], m)
 return {1, fence}
 "#
     ),
-    sha1: "8657c5bb988bc9d457cdcff77b0a49f7c0493fce",
+    sha1: "67ac031d60b32c72aa63e5f608db185e7cca2c0c",
 };
 
 /// KEYS: holders, meta. ARGV: token, ttl ms. Extends our slot's lease to a full TTL while it
@@ -121,7 +121,7 @@ outlive(KEYS, ttl)
 return 1
 "#
     ),
-    sha1: "32b66aaab7558e5ac88cc57312f920f01da515c5",
+    sha1: "5be31b469cf30b6b91b306d44576f12bd01cbf74",
 };
 
 /// KEYS: holders, meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms (0: free
@@ -163,5 +163,5 @@ end)
 return 1
 "#
     ),
-    sha1: "ea2ca8c05a7c62a819c874af28ba1f843e98d50f",
+    sha1: "f23775e035c8cec336f565f18faadad07836d370",
 };

@@ -119,7 +119,7 @@ end
 return {0, redis.call('PTTL', KEYS[1]), meta[2], meta[3], meta[4], meta[5], meta[6], queued}
 "#
     ),
-    sha1: "b6c4df4b9a78e7f6bf1ca4bcdcda3b01c141cc31",
+    sha1: "92a9970d8ac5daea3547a70b33d08d932cb3c500",
 };
 
 /// KEYS: holders, holders-meta, lock. ARGV: token, ttl ms. Extends our shared lease to a full
@@ -148,7 +148,7 @@ keep_marker(KEYS[3], value, ttl)
 return 1
 "#
     ),
-    sha1: "79027c2f104dbf8e83690bea1c8b8a6ef969e484",
+    sha1: "5166655ef58598e6c4a689a8e3d741b0028780f7",
 };
 
 /// KEYS: holders, holders-meta, queue, queue-alive, gone, lock, history. ARGV: token, keep ms
@@ -212,5 +212,5 @@ end)
 return 1
 "#
     ),
-    sha1: "681bf3e2595bef50e6637dc215f354afa66819ba",
+    sha1: "352d8cb717e3d435f5165d51e138ffaffb2e559d",
 };

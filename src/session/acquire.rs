@@ -211,7 +211,14 @@ async fn give_back(
 ) -> Failure {
     if waiter.must_give_back() {
         match backend.give_back(GIVE_BACK_TIMEOUT).await {
-            Ok(true) => tracing::info!("released lock {} taken by an unanswered attempt", ask.name),
+            Ok(true) => {
+                tracing::info!("released lock {} taken by an unanswered attempt", ask.name);
+                // Given back: whatever the attempt took, nothing is held now (an etcd lease
+                // granted, then a take that went unanswered, revoked).
+                if failure.message.ends_with("; nothing was run") {
+                    failure.message.push_str(" and nothing is held");
+                }
+            }
             // Nothing was held, and the token is buried: nothing can be taken any more. A
             // first contact that failed says so, as one with nothing to give back does.
             Ok(false) if failure.message.ends_with("; nothing was run") => {

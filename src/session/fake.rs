@@ -53,11 +53,25 @@ pub fn after(delay_ms: u64, answer: Result<Attempt, BackendError>) -> Answer {
 /// What the fake saw, with the clock reading (ms since the test's start) and the token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seen {
-    Attempt { at: u64, token: String },
-    Subscribed { at: u64 },
-    GaveBack { at: u64, token: String },
-    Released { at: u64, token: String },
-    Renewed { at: u64 },
+    Attempt {
+        at: u64,
+        token: String,
+    },
+    Subscribed {
+        at: u64,
+    },
+    GaveBack {
+        at: u64,
+        token: String,
+    },
+    Released {
+        at: u64,
+        token: String,
+        timeout: Duration,
+    },
+    Renewed {
+        at: u64,
+    },
 }
 
 pub struct Fake {
@@ -76,6 +90,8 @@ pub struct Fake {
     tokens: Cell<u32>,
     pub lease: bool,
     pub queued: Cell<bool>,
+    /// What a give-back answers: whether it found something to give back.
+    pub gives_back: Cell<bool>,
 }
 
 impl Fake {
@@ -92,6 +108,7 @@ impl Fake {
             tokens: Cell::new(0),
             lease: true,
             queued: Cell::new(false),
+            gives_back: Cell::new(false),
         }
     }
 
@@ -99,6 +116,18 @@ impl Fake {
     pub fn renewing(self, renewals: Vec<Answer>) -> Fake {
         *self.renewals.borrow_mut() = renewals.into();
         self
+    }
+
+    /// The time each release was given.
+    pub fn release_timeouts(&self) -> Vec<Duration> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Released { timeout, .. } => Some(*timeout),
+                _ => None,
+            })
+            .collect()
     }
 
     /// When each release was asked for, ms since the start.
@@ -209,7 +238,7 @@ impl Backend for Fake {
         });
         self.tokens.set(self.tokens.get() + 1);
         self.token.replace(format!("t{}", self.tokens.get()));
-        Ok(false)
+        Ok(self.gives_back.get())
     }
 
     fn key(&self) -> String {
@@ -257,12 +286,13 @@ impl Backend for Fake {
     async fn release(
         &self,
         _keep_for: Option<Duration>,
-        _timeout: Duration,
+        timeout: Duration,
         _run: Option<&crate::backend::Run>,
     ) -> Result<bool, BackendError> {
         self.see(Seen::Released {
             at: self.ms(),
             token: self.token(),
+            timeout,
         });
         Ok(true)
     }

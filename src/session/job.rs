@@ -82,7 +82,8 @@ impl Job {
                     SpawnError::Failed(failure) => (failure, false),
                     SpawnError::Late => (late_start(cfg, acquired), true),
                 };
-                finish(backend, cfg, watcher, None, late, None).await;
+                let lost = late.then_some(cfg.release_timeout);
+                finish(backend, cfg, watcher, None, lost, None).await;
                 Err(failure)
             }
         }
@@ -123,13 +124,14 @@ impl<P, K: Kill, W: Watching> Job<P, K, W> {
     }
 
     /// Releases (or leaves to expire after `keep_for`) and lets the watcher go; returns
-    /// whether the lock was still ours, when known.
+    /// whether the lock was still ours, when known. `lost`: the lease was lost, and lapses on
+    /// the server within this much.
     pub async fn finish(
         self,
         backend: &dyn Backend,
         cfg: &RunConfig,
         keep_for: Option<Duration>,
-        lost: bool,
+        lost: Option<Duration>,
         run: Option<&Run>,
     ) -> Option<bool> {
         finish(backend, cfg, self.watcher, keep_for, lost, run).await
@@ -206,7 +208,7 @@ async fn finish<W: Watching>(
     cfg: &RunConfig,
     watcher: Option<W>,
     keep_for: Option<Duration>,
-    lost: bool,
+    lost: Option<Duration>,
     run: Option<&Run>,
 ) -> Option<bool> {
     if let Some(watcher) = &watcher {
@@ -220,15 +222,25 @@ async fn finish<W: Watching>(
 }
 
 /// Releases (or, with `keep_for`, leaves to expire later); a failure is only a warning, since
-/// the lease expires by itself, and not even that after a loss, which has its own line.
+/// the lease expires by itself, and not even that after a loss, which has its own line. After
+/// a loss the release is tried no longer than the lease may live on (at least 100 ms): past
+/// that it could only find the key gone, and a server gone silent held the run's end (and its
+/// status, 76) up for the whole release timeout.
 async fn release(
     backend: &dyn Backend,
     cfg: &RunConfig,
     keep_for: Option<Duration>,
-    lost: bool,
+    lost: Option<Duration>,
     run: Option<&Run>,
 ) -> Option<bool> {
-    match backend.release(keep_for, cfg.release_timeout, run).await {
+    let timeout = match lost {
+        Some(lapses_in) => cfg
+            .release_timeout
+            .min(lapses_in.max(Duration::from_millis(100))),
+        None => cfg.release_timeout,
+    };
+    let lost = lost.is_some();
+    match backend.release(keep_for, timeout, run).await {
         Ok(ours) => {
             tracing::debug!(
                 event = "released",

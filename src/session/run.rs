@@ -145,14 +145,16 @@ pub(super) async fn hold<C: Clock, P: Reap, K: Kill, W: Watching, E: Events>(
         .as_ref()
         .ok()
         .map(|&status| record(backend, cfg, held, stopping, status, &cx));
-    // After a lost lease a failed release is expected (the loss has its own line); after a
-    // --max-run stop it is not.
+    // After a lost lease a failed release is expected (the loss has its own line), and is
+    // tried no longer than the lease may still live on the server; after a --max-run stop it
+    // is neither.
+    let lapses_in = lease.borrow().lapsed_by().saturating_sub(clock.now());
     let still_ours = job
         .finish(
             backend,
             cfg,
             keep_for(cfg, clock, acquired),
-            stopper.lost(),
+            stopper.lost().then_some(lapses_in),
             run.as_ref(),
         )
         .await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal::{SIGINT, SIGKILL, SIGTERM};
 
 use crate::backend::{Attempt, BackendError, Busy, Expiry, Holder};
-use crate::lease::LeaseClock;
+use crate::lease::{LeaseClock, Timings};
 use crate::plumbing::exit::{Exit, Failure};
 use crate::session::config::{Patience, RunConfig};
 
@@ -135,6 +135,33 @@ async fn renewals_that_fail_during_the_sweep_send_the_kill_signal_at_v_minus_d_m
         message.contains("could not be renewed (no answer within 2.5s)"),
         "{message}"
     );
+}
+
+/// Issue 45's review: after a lost lease with the server stopped, the release spent its whole
+/// timeout (5 s) on it, and the run's end (76) came that late. It is tried no longer than the
+/// lease may live on the server (V + 2D), at least 100 ms; without a loss, the whole timeout.
+#[tokio::test(start_paused = true)]
+async fn after_a_loss_the_release_is_tried_no_longer_than_the_lease_may_live() {
+    let job = FakeJob::new(Proc::new("job").only_sigkill());
+    let mut renewals = vec![ours(1)];
+    renewals.extend(unanswered(40));
+    let fake = Fake::new(vec![]).renewing(renewals);
+    let mut cfg = config(Patience::Forever);
+    cfg.timings = Timings::new(Duration::from_secs(2), None, None).unwrap();
+    lost(hold_job(&fake, &cfg, &job).await);
+    let given = fake.release_timeouts();
+    assert_eq!(given.len(), 1);
+    let d = cfg.timings.drift;
+    // Killed at V - D; the release asked for at V - D at the earliest.
+    assert!(
+        given[0] <= 3 * d + Duration::from_millis(100) && given[0] < cfg.release_timeout,
+        "{given:?}, D = {d:?}"
+    );
+
+    let fake = Fake::new(vec![]);
+    let job = FakeJob::new(Proc::new("job").exits_at(1_000, 0));
+    hold_job(&fake, &cfg, &job).await.unwrap();
+    assert_eq!(fake.release_timeouts(), [cfg.release_timeout]);
 }
 
 #[tokio::test(start_paused = true)]

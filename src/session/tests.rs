@@ -255,6 +255,25 @@ async fn a_first_reply_lost_is_given_back_and_then_nothing_was_taken() {
     );
 }
 
+/// Issue 45's review: an etcd whose HTTP/2 send window is 0 granted the first request (sent
+/// before its settings came) and none after; the take went unanswered, the give-back revoked
+/// the lease, and the line ended "nothing was run", short of what it says when nothing was
+/// taken: that nothing is held.
+#[tokio::test(start_paused = true)]
+async fn a_first_reply_lost_then_given_back_says_nothing_is_held() {
+    let fake = Fake::new(vec![after(1, lost())]);
+    fake.gives_back.set(true);
+    let cfg = config(Patience::Forever);
+    let failure = acquire(&fake, &TestClock::new(), cfg.wait(), &mut SignalAt::never())
+        .await
+        .expect_err("unreachable");
+    assert_eq!(fake.gave_back().len(), 1);
+    assert_eq!(
+        failure.message,
+        "no answer within 5s; nothing was run and nothing is held"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_signal_during_an_unanswered_attempt_gives_it_back() {
     let fake = Fake::new(vec![after(1, busy(200)), Answer(granted(9), None)]);

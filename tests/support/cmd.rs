@@ -42,6 +42,17 @@ pub fn lr_stderr_to(path: &Path) -> LockedRun {
     LockedRun { cmd }
 }
 
+/// `locked-run` run with its descriptors 0, 1 and 2 closed (as a daemon's child or a careless
+/// cron may start it): `sh -c 'exec "$0" "$@" 0<&- 1>&- 2>&-'` runs the binary, with no
+/// arguments yet.
+pub fn lr_closed_stdio() -> LockedRun {
+    let mut cmd = without_our_settings("sh");
+    cmd.arg("-c")
+        .arg("exec \"$0\" \"$@\" 0<&- 1>&- 2>&-")
+        .arg(BIN);
+    LockedRun { cmd }
+}
+
 /// A `locked-run` command line being built. Each method appends to it, in order, exactly what
 /// it says: `.name("job").sh(S)` is `job sh -c S`, `.job(ARGV)` is `job -- ARGV`.
 pub struct LockedRun {

@@ -376,6 +376,31 @@ impl Etcd {
         reply["leases"].as_array().map_or(0, Vec::len)
     }
 
+    /// How many leases have a key on them: a released run's lease holds none, and lapses
+    /// by itself.
+    pub fn leases_holding_keys(&self) -> usize {
+        let out = self.ctl(&["lease", "list", "-w", "json"]);
+        assert_eq!(out.code(), Some(0), "{out:?}");
+        let reply: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+        let ids: Vec<u64> = reply["leases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["id"].as_u64())
+            .collect();
+        ids.iter()
+            .filter(|id| {
+                let hex = format!("{id:x}");
+                let out = self.ctl(&["lease", "timetolive", &hex, "--keys", "-w", "json"]);
+                assert_eq!(out.code(), Some(0), "{out:?}");
+                let reply: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+                reply["keys"]
+                    .as_array()
+                    .is_some_and(|keys| !keys.is_empty())
+            })
+            .count()
+    }
+
     /// A lease's remaining TTL in seconds (etcd truncates it), from its id in hex.
     pub fn time_to_live(&self, lease_hex: &str) -> i64 {
         let out = self.ctl(&["lease", "timetolive", lease_hex, "-w", "json"]);

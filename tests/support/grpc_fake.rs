@@ -8,7 +8,7 @@
 
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::thread;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -51,6 +51,8 @@ pub enum Answer {
 pub struct FakeEtcd {
     pub port: u16,
     stop: Arc<AtomicBool>,
+    /// Keep-alive requests received, on every stream.
+    kept: Arc<AtomicUsize>,
 }
 
 impl FakeEtcd {
@@ -62,6 +64,8 @@ impl FakeEtcd {
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
+        let kept = Arc::new(AtomicUsize::new(0));
+        let counted = kept.clone();
         thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -78,25 +82,32 @@ impl FakeEtcd {
                         return;
                     }
                     let leases = leases.clone();
+                    let counted = counted.clone();
                     tokio::spawn(async move {
                         let Ok(mut conn) = h2::server::handshake(tcp).await else {
                             return;
                         };
                         while let Some(Ok((request, respond))) = conn.accept().await {
-                            let leases = leases.clone();
+                            let (leases, counted) = (leases.clone(), counted.clone());
                             tokio::spawn(async move {
-                                serve(request, respond, standing, method, answer, leases).await;
+                                let shared = (leases, counted);
+                                serve(request, respond, standing, method, answer, shared).await;
                             });
                         }
                     });
                 }
             });
         });
-        FakeEtcd { port, stop }
+        FakeEtcd { port, stop, kept }
     }
 
     pub fn url(&self) -> String {
         format!("etcd://127.0.0.1:{}", self.port)
+    }
+
+    /// How many keep-alive requests came, on every stream.
+    pub fn keep_alives(&self) -> usize {
+        self.kept.load(Ordering::Relaxed)
     }
 }
 
@@ -114,7 +125,7 @@ async fn serve(
     standing: Standing,
     method: &'static str,
     answer: Answer,
-    leases: Arc<AtomicI64>,
+    (leases, kept): (Arc<AtomicI64>, Arc<AtomicUsize>),
 ) {
     let path = request.uri().path().to_owned();
     let mut body = Messages {
@@ -146,7 +157,7 @@ async fn serve(
         "/etcdserverpb.KV/Range" => range(vec![first_key(standing)]).encode_to_vec(),
         "/etcdserverpb.KV/Txn" => txn(standing, &first).encode_to_vec(),
         "/etcdserverpb.Lease/LeaseKeepAlive" => {
-            return keep_alives(respond, body, first).await;
+            return keep_alives(respond, body, first, &kept).await;
         }
         "/etcdserverpb.Watch/Watch" => {
             let created = pb::WatchResponse {
@@ -172,12 +183,18 @@ async fn serve(
 }
 
 /// Each keep-alive answered, its lease alive for a minute.
-async fn keep_alives(mut respond: SendResponse<Bytes>, mut body: Messages, first: Bytes) {
+async fn keep_alives(
+    mut respond: SendResponse<Bytes>,
+    mut body: Messages,
+    first: Bytes,
+    kept: &AtomicUsize,
+) {
     let Ok(mut send) = respond.send_response(grpc_head(), false) else {
         return;
     };
     let mut next = Some(first);
     while let Some(request) = next {
+        kept.fetch_add(1, Ordering::Relaxed);
         let id = pb::LeaseKeepAliveRequest::decode(request).map_or(0, |r| r.id);
         let reply = pb::LeaseKeepAliveResponse {
             header: Some(header(10)),

@@ -37,7 +37,9 @@ pub use blocked_exec::{
 };
 pub use certs::Certs;
 pub use cluster::Cluster;
-pub use cmd::{LockedRun, fences_in, history_fences, lr, lr_of, lr_stderr_to, status_json};
+pub use cmd::{
+    LockedRun, fences_in, history_fences, lr, lr_closed_stdio, lr_of, lr_stderr_to, status_json,
+};
 pub use etcd::Etcd;
 pub use holder::{Holder, go, log_of, logged};
 pub use process::{
