@@ -130,7 +130,7 @@ fn a_take_that_lands_after_its_run_released_takes_nothing() {
     // The key's value names the program: a link to `true` carries the marker.
     let dir = scratch();
     let program = dir.path().join("MARKER-TAKE");
-    std::os::unix::fs::symlink(which("true"), &program).unwrap();
+    std::os::unix::fs::symlink(on_path("true"), &program).unwrap();
     let a = lr()
         .url(&proxy.url())
         .args(["--ttl", "20s", "-w", "60s", "-v"])
@@ -174,16 +174,6 @@ fn a_take_that_lands_after_its_run_released_takes_nothing() {
         .args(["-n", "job", "true"])
         .run()
         .expect(0);
-}
-
-/// The absolute path of `program` on PATH.
-fn which(program: &str) -> std::path::PathBuf {
-    std::env::var("PATH")
-        .unwrap()
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(program))
-        .find(|p| p.is_file())
-        .unwrap()
 }
 
 /// A release whose transaction goes unanswered (the run's connection went silent: the member

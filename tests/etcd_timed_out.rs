@@ -226,16 +226,6 @@ async fn late(upstream: u16, path: &str, headers: HeaderMap, message: Bytes) -> 
     Some(status == "0")
 }
 
-/// The absolute path of `program` on PATH.
-fn which(program: &str) -> std::path::PathBuf {
-    std::env::var("PATH")
-        .unwrap()
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(program))
-        .find(|p| p.is_file())
-        .unwrap()
-}
-
 /// A take answered "etcdserver: request timed out" (a transient answer, not the silence
 /// `Client::exchange` marks as unanswered) is still in the member's Raft log, and commits
 /// later: after its run retried, held, ran and released. The release, with no request marked
@@ -252,7 +242,7 @@ fn a_take_answered_request_timed_out_that_commits_after_its_run_released_takes_n
     // The key's value names the program: a link to `true` carries the marker.
     let dir = scratch();
     let program = dir.path().join("MARKER-TIMEDOUT");
-    std::os::unix::fs::symlink(which("true"), &program).unwrap();
+    std::os::unix::fs::symlink(on_path("true"), &program).unwrap();
     let a = lr()
         .url(&proxy.url())
         .args(["--ttl", "20s", "-w", "60s", "-v"])

@@ -80,6 +80,16 @@ pub fn scratch() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
+/// The absolute path of `program` on PATH.
+pub fn on_path(program: &str) -> std::path::PathBuf {
+    std::env::var("PATH")
+        .unwrap()
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
+}
+
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
