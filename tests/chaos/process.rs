@@ -19,7 +19,11 @@ pub fn ignores_sigterm() -> Figure {
         "trap 'date +%s%N >> {t}' TERM; while :; do sleep 0.05; done",
         t = path_str(&terms)
     );
-    let (running, child) = job(&proxy.url(), dir.path(), &[], &child);
+    // T = 10 s: the child dies only at the SIGKILL, V - D, so the margin is D itself: 22 ms at
+    // T = 2 s, which a wrapper's timer held up 100 ms on a busy machine lost once in CI (the
+    // etcd clusters of the scenarios beside it); 102 ms at T = 10 s.
+    let args = ["--ttl", "10s", "--connect-timeout", "1s"];
+    let (running, child) = start_job(&proxy.url(), dir.path(), &args, &child);
     let expiry = expiry_lower_bound(&redis);
     proxy.set(Mode::Blackhole);
     assert!(wait_pid_exit(child, Duration::from_secs(10)));
